@@ -1,0 +1,1 @@
+"""The compatibility matrix: provisioners, the capability guard, the pytest plugin, the runner."""

@@ -1,0 +1,1 @@
+"""The pytest plugin of the compatibility matrix (placeholder until the matrix lands)."""

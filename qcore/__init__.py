@@ -1,0 +1,26 @@
+"""qcore: a job queue on PostgreSQL and PostgreSQL-compatible engines, wire-compatible with pg-boss."""
+
+from qcore.backend import Backend
+from qcore.errors import (
+    ConfigError,
+    ConnectionLostError,
+    DatabaseError,
+    NotInstalledError,
+    QcoreError,
+    SerializationError,
+    UniqueViolation,
+    ValidationError,
+)
+
+__all__ = [
+    "Backend",
+    "ConfigError",
+    "ConnectionLostError",
+    "DatabaseError",
+    "NotInstalledError",
+    "QcoreError",
+    "SerializationError",
+    "UniqueViolation",
+    "ValidationError",
+]
+__version__ = "0.1.0"

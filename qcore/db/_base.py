@@ -1,0 +1,142 @@
+"""The adapter protocol: the only way SQL reaches an engine.
+
+Every adapter implements four primitives — run one statement on a fresh
+checkout, run a script, open a transaction bound to one connection, close —
+and this base class adds what is the same for all of them: a transaction
+opened while another is active in the same task joins it, and statements
+sent through the root adapter inside ``async with db.transaction()`` run in
+that transaction.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextvars
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from qcore.errors import ConfigError
+
+__all__ = ["Bound", "Database", "Listener", "OnMessage", "OnReconnect", "Rows", "call"]
+
+Rows = list[dict[str, Any]]
+OnMessage = Callable[[str, str], Awaitable[None] | None]  # (channel, payload)
+OnReconnect = Callable[[], Awaitable[None] | None]
+
+
+async def call(callback: Callable[..., Any], *args: Any) -> None:
+    """Call a sync or async callback."""
+    result = callback(*args)
+    if inspect.isawaitable(result):
+        await result
+
+
+class Listener(abc.ABC):
+    """A running LISTEN; ``close()`` stops it and frees its connection."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+
+class Database(abc.ABC):
+    """An async connection to an engine, whatever the driver."""
+
+    #: the driver's name, for messages and the matrix ("psycopg", "asyncpg", ...)
+    driver: str = ""
+    #: whether ``listen()`` works on this adapter
+    can_listen: bool = False
+
+    def __init__(self) -> None:
+        self._active: contextvars.ContextVar[Database | None] = contextvars.ContextVar(
+            f"qcore_transaction_{id(self)}", default=None
+        )
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        """Run one statement with ``$1..$n`` parameters; its rows as dicts."""
+        tx = self._active.get()
+        if tx is not None:
+            return await tx.execute(sql, params)
+        return await self._execute(sql, params)
+
+    async def execute_script(self, sql: str) -> None:
+        """Run several parameter-less statements (DDL, DO blocks) as one script."""
+        tx = self._active.get()
+        if tx is not None:
+            return await tx.execute_script(sql)
+        return await self._execute_script(sql)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Database]:
+        """A transaction on one connection: commits on exit, rolls back on error.
+
+        Inside another transaction of this adapter in the same task, joins it.
+        """
+        tx = self._active.get()
+        if tx is not None:
+            yield tx
+            return
+        async with self._transaction() as tx:
+            token = self._active.set(tx)
+            try:
+                yield tx
+            finally:
+                self._active.reset(token)
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether this task is inside a transaction of this adapter."""
+        return self._active.get() is not None
+
+    async def listen(
+        self, channel: str, on_message: OnMessage, on_reconnect: OnReconnect | None = None
+    ) -> Listener:
+        """Call ``on_message(channel, payload)`` for each NOTIFY on ``channel``.
+
+        The listener reconnects by itself and calls ``on_reconnect`` after it
+        has (notifications sent while it was away are lost; callers re-poll).
+        """
+        raise ConfigError(
+            f"the {self.driver or type(self).__name__} adapter cannot LISTEN; use the psycopg or"
+            " asyncpg adapter with a connection qcore can pin, or poll"
+        )
+
+    async def close(self) -> None:
+        """Release what this adapter opened; never what it was given."""
+
+    @abc.abstractmethod
+    async def _execute(self, sql: str, params: Sequence[Any]) -> Rows: ...
+
+    @abc.abstractmethod
+    async def _execute_script(self, sql: str) -> None: ...
+
+    @abc.abstractmethod
+    def _transaction(self) -> Any:
+        """An async context manager yielding a ``Database`` bound to one connection."""
+
+
+class Bound(Database):
+    """An adapter bound to one connection inside a transaction: nested
+    ``transaction()`` calls yield itself."""
+
+    def __init__(self) -> None:  # no context variable: a bound adapter is its own transaction
+        pass
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        return await self._execute(sql, params)
+
+    async def execute_script(self, sql: str) -> None:
+        await self._execute_script(sql)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Database]:
+        yield self
+
+    @property
+    def in_transaction(self) -> bool:
+        return True
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[Database]:
+        yield self

@@ -1,0 +1,226 @@
+"""psycopg 3, the default driver: a pool qcore owns, or a pool or connection the caller owns."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from qcore.db._base import Bound, Database, Listener, OnMessage, OnReconnect, Rows
+from qcore.db._listen import ReconnectingListener, deliver
+from qcore.db._placeholders import reorder, to_format
+from qcore.db._values import is_json, json_value
+from qcore.errors import ConnectionLostError, DatabaseError, QcoreError, database_error
+from qcore.identifiers import quote
+
+__all__ = ["PsycopgDatabase", "map_error"]
+
+Conn = psycopg.AsyncConnection[Any]
+
+
+def map_error(exc: BaseException, sql: str | None = None) -> QcoreError:
+    """The qcore exception for a psycopg or pool exception."""
+    if isinstance(exc, QcoreError):
+        return exc
+    if isinstance(exc, PoolTimeout):
+        return ConnectionLostError(f"no database connection became available: {exc}", statement=sql)
+    if isinstance(exc, psycopg.Error):
+        message = str(exc).strip() or type(exc).__name__
+        if exc.sqlstate is None and isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+            return ConnectionLostError(message, statement=sql, retryable=True)
+        return database_error(message, sqlstate=exc.sqlstate, sql=sql)
+    if isinstance(exc, OSError):
+        return ConnectionLostError(f"connection failed: {exc}", statement=sql, retryable=True)
+    return DatabaseError(f"{type(exc).__name__}: {exc}", statement=sql)
+
+
+def prepare(sql: str, params: Sequence[Any]) -> tuple[str, list[Any] | None]:
+    """Statement and parameters in psycopg's ``%s`` style (no % processing without params)."""
+    if not params:
+        return sql, None
+    text, order = to_format(sql)
+    return text, [Jsonb(json_value(v)) if is_json(v) else v for v in reorder(order, params)]
+
+
+async def run(conn: Conn, sql: str, params: Sequence[Any]) -> Rows:
+    """One statement on one connection, rows as dicts."""
+    text, values = prepare(sql, params)
+    try:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(text, values)
+            return await cur.fetchall() if cur.description is not None else []
+    except BaseException as exc:
+        if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)):
+            raise
+        raise map_error(exc, sql) from exc
+
+
+async def run_script(conn: Conn, sql: str) -> None:
+    try:
+        await conn.execute(sql)  # no parameters: the simple query protocol, several statements
+    except Exception as exc:
+        raise map_error(exc, sql) from exc
+
+
+class _BoundConnection(Bound):
+    driver = "psycopg"
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+
+    async def _execute(self, sql: str, params: Sequence[Any]) -> Rows:
+        return await run(self._conn, sql, params)
+
+    async def _execute_script(self, sql: str) -> None:
+        await run_script(self._conn, sql)
+
+
+class PsycopgDatabase(Database):
+    """psycopg 3 over an ``AsyncConnectionPool`` or one ``AsyncConnection``.
+
+    With a single connection every statement and transaction is serialised
+    through a lock; on a connection that is not in autocommit mode, statements
+    join the caller's open transaction and are committed by the caller.
+    """
+
+    driver = "psycopg"
+
+    def __init__(
+        self,
+        source: AsyncConnectionPool[Any] | Conn,
+        *,
+        owned: bool = False,
+        conninfo: str | None = None,
+        connect_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self._pool = source if isinstance(source, AsyncConnectionPool) else None
+        self._conn = source if isinstance(source, psycopg.AsyncConnection) else None
+        if self._pool is None and self._conn is None:
+            raise TypeError(f"expected an AsyncConnectionPool or AsyncConnection, got {source!r}")
+        self._owned = owned
+        self._lock = asyncio.Lock()
+        self._conninfo = conninfo if conninfo is not None else (
+            self._pool.conninfo if self._pool is not None else None
+        )
+        self._connect_kwargs = connect_kwargs or {}
+        self.can_listen = self._conninfo is not None
+
+    @classmethod
+    async def connect(
+        cls,
+        conninfo: str = "",
+        *,
+        max_size: int = 10,
+        min_size: int = 1,
+        timeout: float = 10.0,
+        **kwargs: Any,
+    ) -> PsycopgDatabase:
+        """Open a pool qcore owns (closed by :meth:`close`)."""
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            conninfo,
+            min_size=min(min_size, max_size),
+            max_size=max_size,
+            timeout=timeout,
+            kwargs={"autocommit": True, **kwargs},
+            open=False,
+            name="qcore",
+        )
+        await pool.open(wait=False)
+        return cls(pool, owned=True, conninfo=conninfo, connect_kwargs=kwargs)
+
+    async def _execute(self, sql: str, params: Sequence[Any]) -> Rows:
+        if self._conn is not None:
+            async with self._lock:
+                return await run(self._conn, sql, params)
+        assert self._pool is not None
+        try:
+            async with self._pool.connection() as conn:
+                return await run(conn, sql, params)
+        except ConnectionLostError:
+            await self._drop_broken()
+            raise
+        except PoolTimeout as exc:
+            raise map_error(exc, sql) from exc
+
+    async def _execute_script(self, sql: str) -> None:
+        async with self._transaction() as tx:
+            await tx.execute_script(sql)
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[Database]:
+        if self._conn is not None:
+            async with self._lock:
+                async with self._conn_transaction(self._conn) as tx:
+                    yield tx
+            return
+        assert self._pool is not None
+        try:
+            async with self._pool.connection() as conn, self._conn_transaction(conn) as tx:
+                yield tx
+        except ConnectionLostError:
+            await self._drop_broken()
+            raise
+        except PoolTimeout as exc:
+            raise map_error(exc) from exc
+
+    @asynccontextmanager
+    async def _conn_transaction(self, conn: Conn) -> AsyncIterator[Database]:
+        try:
+            async with conn.transaction():
+                yield _BoundConnection(conn)
+        except psycopg.Error as exc:  # raised by BEGIN / COMMIT themselves
+            raise map_error(exc, "COMMIT") from exc
+
+    async def _drop_broken(self) -> None:
+        """After a lost connection, discard every idle connection that is also dead,
+        so the next statement gets a working one."""
+        if self._pool is not None:
+            try:
+                await self._pool.check()
+            except Exception:  # the server may still be down; the next checkout retries
+                pass
+
+    async def listen(
+        self, channel: str, on_message: OnMessage, on_reconnect: OnReconnect | None = None
+    ) -> Listener:
+        if self._conninfo is None:
+            return await super().listen(channel, on_message, on_reconnect)
+        conninfo, kwargs = self._conninfo, self._connect_kwargs
+
+        async def open_session() -> _PsycopgListenSession:
+            try:
+                conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **kwargs)
+                await conn.execute(f"LISTEN {quote(channel)}")
+            except Exception as exc:
+                raise map_error(exc, "LISTEN") from exc
+            return _PsycopgListenSession(conn)
+
+        return await ReconnectingListener(open_session, on_message, on_reconnect).start()
+
+    async def close(self) -> None:
+        if self._owned and self._pool is not None:
+            await self._pool.close()
+
+
+class _PsycopgListenSession:
+    heartbeat_seconds = 10.0
+    heartbeat_timeout_seconds = 5.0
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+
+    async def run(self, on_message: OnMessage) -> None:
+        while True:
+            async for note in self._conn.notifies(timeout=self.heartbeat_seconds):
+                await deliver(on_message, note.channel, note.payload)
+            await asyncio.wait_for(self._conn.execute("SELECT 1"), self.heartbeat_timeout_seconds)
+
+    async def close(self) -> None:
+        await self._conn.close()

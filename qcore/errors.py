@@ -1,0 +1,125 @@
+"""The exceptions every layer of qcore raises.
+
+One tree, keyed by SQLSTATE for database errors: adapters translate their
+driver's exceptions with :func:`database_error`, so no raw driver exception
+escapes qcore and callers can catch by meaning (``UniqueViolation``,
+``SerializationError``) or by the flag ``retryable``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "ConnectionLostError",
+    "DatabaseError",
+    "NotInstalledError",
+    "QcoreError",
+    "SchemaVersionError",
+    "SerializationError",
+    "UniqueViolation",
+    "ValidationError",
+    "database_error",
+]
+
+
+class QcoreError(Exception):
+    """Base of every exception qcore raises."""
+
+
+class ConfigError(QcoreError):
+    """An option or argument is not acceptable; the message says what is allowed."""
+
+
+class ValidationError(ConfigError):
+    """A value passed to an operation (a name, a payload, a number) is invalid."""
+
+
+class NotInstalledError(QcoreError):
+    """The schema, an optional driver or an external tool is not installed."""
+
+
+class SchemaVersionError(QcoreError):
+    """The installed schema version is not one this qcore can use as it is."""
+
+
+class DatabaseError(QcoreError):
+    """A statement failed on the server or could not reach it.
+
+    ``sqlstate`` is the five-character SQLSTATE when the server sent one,
+    ``statement`` the first line of the statement that failed, and
+    ``retryable`` whether running the same transaction again may succeed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        sqlstate: str | None = None,
+        statement: str | None = None,
+        retryable: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+        self.statement = statement
+        self.retryable = retryable
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        parts = [text]
+        if self.sqlstate:
+            parts.append(f"[SQLSTATE {self.sqlstate}]")
+        if self.statement:
+            parts.append(f"in: {self.statement}")
+        return " ".join(parts)
+
+
+class ConnectionLostError(DatabaseError):
+    """The connection broke or could not be opened; a new one may succeed."""
+
+
+class SerializationError(DatabaseError):
+    """The transaction lost a serialization race or a deadlock (40001, 40P01)."""
+
+
+class UniqueViolation(DatabaseError):
+    """A unique constraint rejected the row (23505)."""
+
+
+# SQLSTATE -> class. Exact codes first, then the two-character class.
+_BY_CODE: dict[str, type[DatabaseError]] = {
+    "40001": SerializationError,
+    "40P01": SerializationError,
+    "23505": UniqueViolation,
+    "57P01": ConnectionLostError,  # admin_shutdown (pg_terminate_backend)
+    "57P02": ConnectionLostError,  # crash_shutdown
+    "57P03": ConnectionLostError,  # cannot_connect_now
+}
+_BY_CLASS: dict[str, type[DatabaseError]] = {
+    "08": ConnectionLostError,
+}
+_RETRYABLE_CLASSES = (SerializationError, ConnectionLostError)
+
+
+def first_line(sql: str | None) -> str | None:
+    """The first non-empty line of a statement, for error messages."""
+    if not sql:
+        return None
+    for line in sql.strip().splitlines():
+        if line.strip():
+            return line.strip()[:200]
+    return None
+
+
+def database_error(
+    message: str,
+    *,
+    sqlstate: str | None,
+    sql: str | None = None,
+    retryable_sqlstates: frozenset[str] = frozenset(),
+) -> DatabaseError:
+    """Build the right ``DatabaseError`` subclass for a SQLSTATE."""
+    cls: type[DatabaseError] = DatabaseError
+    if sqlstate:
+        cls = _BY_CODE.get(sqlstate) or _BY_CLASS.get(sqlstate[:2], DatabaseError)
+    retryable = issubclass(cls, _RETRYABLE_CLASSES) or (sqlstate in retryable_sqlstates)
+    return cls(message, sqlstate=sqlstate, statement=first_line(sql), retryable=retryable)

@@ -1,0 +1,1 @@
+"""SQL builders: every statement qcore sends, one builder per statement."""
