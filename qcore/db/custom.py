@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 from qcore.db._base import Bound, Database, Rows
-from qcore.db._values import Json, normalize_rows
+from qcore.db._values import dumps, is_json, normalize_rows
 from qcore.errors import DatabaseError, QcoreError, database_error
 
 __all__ = ["CustomDatabase"]
@@ -17,9 +18,12 @@ __all__ = ["CustomDatabase"]
 class CustomDatabase(Database):
     """Wraps a caller's ``execute_sql``; statements keep their ``$n`` placeholders.
 
+    An ``async def execute_sql`` is awaited; a blocking one runs in a worker
+    thread, one call at a time.
+
     The object owns its transactions: ``transaction()`` sends nothing of its
-    own and each statement runs as the object runs it. jsonb parameters are
-    passed as :class:`~qcore.db.Json` unwrapped to their Python value.
+    own and each statement runs as the object runs it. jsonb parameters
+    arrive as JSON text, as pg-boss sends them, so any driver can bind them.
     """
 
     driver = "custom"
@@ -29,11 +33,17 @@ class CustomDatabase(Database):
         if not callable(getattr(obj, "execute_sql", None)):
             raise TypeError(f"{type(obj).__name__} has no execute_sql(text, values) method")
         self._obj = obj
+        self._is_async = inspect.iscoroutinefunction(obj.execute_sql)
+        self._lock = asyncio.Lock()  # a blocking object is not assumed thread-safe
 
     async def _execute(self, sql: str, params: Sequence[Any]) -> Rows:
-        values = [v.value if isinstance(v, Json) else v for v in params]
+        values = [dumps(v) if is_json(v) else v for v in params]
         try:
-            result = self._obj.execute_sql(sql, values)
+            if self._is_async:
+                result = self._obj.execute_sql(sql, values)
+            else:  # a blocking call must not stall the event loop
+                async with self._lock:
+                    result = await asyncio.to_thread(self._obj.execute_sql, sql, values)
             if inspect.isawaitable(result):
                 result = await result
         except QcoreError:

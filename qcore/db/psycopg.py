@@ -14,12 +14,11 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from qcore.db._base import Bound, Database, Listener, OnMessage, OnReconnect, Rows
 from qcore.db._listen import ReconnectingListener, deliver
-from qcore.db._placeholders import reorder, to_format
 from qcore.db._values import is_json, json_value
 from qcore.errors import ConnectionLostError, DatabaseError, QcoreError, database_error
 from qcore.identifiers import quote
 
-__all__ = ["PsycopgDatabase", "map_error"]
+__all__ = ["PsycopgDatabase", "map_error", "run", "run_script", "values"]
 
 Conn = psycopg.AsyncConnection[Any]
 
@@ -40,20 +39,22 @@ def map_error(exc: BaseException, sql: str | None = None) -> QcoreError:
     return DatabaseError(f"{type(exc).__name__}: {exc}", statement=sql)
 
 
-def prepare(sql: str, params: Sequence[Any]) -> tuple[str, list[Any] | None]:
-    """Statement and parameters in psycopg's ``%s`` style (no % processing without params)."""
+def values(params: Sequence[Any]) -> list[Any] | None:
+    """Parameters as psycopg dumps them (jsonb wrapped); None when there are none."""
     if not params:
-        return sql, None
-    text, order = to_format(sql)
-    return text, [Jsonb(json_value(v)) if is_json(v) else v for v in reorder(order, params)]
+        return None
+    return [Jsonb(json_value(v)) if is_json(v) else v for v in params]
 
 
 async def run(conn: Conn, sql: str, params: Sequence[Any]) -> Rows:
-    """One statement on one connection, rows as dicts."""
-    text, values = prepare(sql, params)
+    """One statement on one connection, rows as dicts.
+
+    A raw cursor sends ``$1..$n`` to the server as they are: no rewriting,
+    and a ``%`` in the text needs no escaping.
+    """
     try:
-        async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(text, values)
+        async with psycopg.AsyncRawCursor(conn, row_factory=dict_row) as cur:
+            await cur.execute(sql, values(params))
             return await cur.fetchall() if cur.description is not None else []
     except BaseException as exc:
         if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)):

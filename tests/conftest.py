@@ -1,0 +1,53 @@
+"""Fixtures shared by the whole suite: a throw-away database on the local PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+ADMIN_DSN = os.environ.get("QCORE_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def admin_execute(sql: str, dsn: str = ADMIN_DSN) -> list[tuple[object, ...]]:
+    """Run one statement on its own autocommit connection (test plumbing, not qcore)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cur = conn.execute(sql)
+        return cur.fetchall() if cur.description else []
+
+
+def terminate_others(dsn: str) -> int:
+    """Kill every other session on the database of ``dsn``; how many were killed."""
+    rows = admin_execute(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        dsn,
+    )
+    return int(rows[0][0])  # type: ignore[call-overload]
+
+
+def with_database(dsn: str, database: str) -> str:
+    """The URL of ``dsn`` pointed at another database (URLs suit every driver)."""
+    p = conninfo_to_dict(dsn)
+    auth = quote(str(p.get("user", "postgres")), safe="")
+    if p.get("password"):
+        auth += ":" + quote(str(p["password"]), safe="")
+    host = p.get("host", "127.0.0.1")
+    return f"postgresql://{auth}@{host}:{p.get('port', 5432)}/{database}"
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    """A database of its own on the PostgreSQL at QCORE_TEST_DSN, dropped afterwards."""
+    name = f"qcore_test_{uuid.uuid4().hex[:10]}"
+    try:
+        admin_execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"no PostgreSQL at QCORE_TEST_DSN={ADMIN_DSN}: {exc}")
+    yield with_database(ADMIN_DSN, name)
+    admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
