@@ -1,4 +1,4 @@
-"""qcore: a job queue on PostgreSQL and PostgreSQL-compatible engines, wire-compatible with pg-boss."""
+"""qcore: a job queue on PostgreSQL and compatible engines, wire-compatible with pg-boss."""
 
 from qcore.backend import Backend
 from qcore.errors import (

@@ -53,7 +53,7 @@ def schema_name(spec: str) -> str:
         if not _BARE.fullmatch(spec):
             raise ValidationError(
                 f"schema {spec!r} is not a bare identifier (letters, digits and underscore, not"
-                ' starting with a digit); write it in double quotes, e.g. \'"My-Schema"\','
+                " starting with a digit); write it in double quotes, e.g. '\"My-Schema\"',"
                 " to use other characters"
             )
         name = spec.lower()

@@ -45,11 +45,7 @@ def factory(name: str) -> Callable[[Factory], Factory]:
 
 
 def _sa_url(dsn: str, driver: str) -> str:
-    from psycopg.conninfo import conninfo_to_dict
-
-    p = conninfo_to_dict(dsn)
-    auth = p.get("user", "postgres") + (f":{p['password']}" if p.get("password") else "")
-    return f"postgresql+{driver}://{auth}@{p.get('host', '127.0.0.1')}:{p.get('port', 5432)}/{p['dbname']}"
+    return dsn.replace("postgresql://", f"postgresql+{driver}://", 1)
 
 
 @factory("psycopg-pool")
@@ -145,7 +141,9 @@ async def _sa_conn(dsn: str) -> AsyncIterator[Subject]:
 
     engine = create_engine(_sa_url(dsn, "psycopg2"))
     with engine.connect() as conn:
-        yield Subject(adapt(conn), {CALLER_TX}, commit=_sync(conn.commit), rollback=_sync(conn.rollback))
+        yield Subject(
+            adapt(conn), {CALLER_TX}, commit=_sync(conn.commit), rollback=_sync(conn.rollback)
+        )
     engine.dispose()
 
 
@@ -157,7 +155,10 @@ async def _sa_session(dsn: str) -> AsyncIterator[Subject]:
     engine = create_engine(_sa_url(dsn, "psycopg"))
     with Session(engine) as session:
         yield Subject(
-            adapt(session), {CALLER_TX}, commit=_sync(session.commit), rollback=_sync(session.rollback)
+            adapt(session),
+            {CALLER_TX},
+            commit=_sync(session.commit),
+            rollback=_sync(session.rollback),
         )
     engine.dispose()
 
@@ -167,7 +168,9 @@ async def _psycopg2_conn(dsn: str) -> AsyncIterator[Subject]:
     import psycopg2
 
     conn = psycopg2.connect(dsn)
-    yield Subject(adapt(conn), {CALLER_TX}, commit=_sync(conn.commit), rollback=_sync(conn.rollback))
+    yield Subject(
+        adapt(conn), {CALLER_TX}, commit=_sync(conn.commit), rollback=_sync(conn.rollback)
+    )
     conn.close()
 
 

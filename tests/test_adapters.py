@@ -62,8 +62,9 @@ async def settle(subject: Subject) -> None:
         await subject.commit()
 
 
-@pytest.mark.parametrize(("sql_type", "value", "expected"), [r[1:] for r in ROUND_TRIP],
-                         ids=[r[0] for r in ROUND_TRIP])
+@pytest.mark.parametrize(
+    ("sql_type", "value", "expected"), [r[1:] for r in ROUND_TRIP], ids=[r[0] for r in ROUND_TRIP]
+)
 async def test_value_round_trip(subject: Subject, sql_type: str, value: Any, expected: Any) -> None:
     rows = await subject.db.execute(f"SELECT $1::{sql_type} AS v", [value])
     want = expected if expected is not None else value
@@ -86,7 +87,7 @@ async def test_placeholders_outside_literals_only(subject: Subject) -> None:
         "SELECT $1::text AS a, $1::text || $2::text AS twice,"
         " '$1 %s %% ? $2' AS lit, E'\\'$1%' AS esc, \"?column?\" AS q,"
         " $tag$ $1 % ? $tag$ AS dq -- $3 % ?\n"
-        " /* $4 % ? /* nested $5 */ */ FROM (SELECT 1 AS \"?column?\") s"
+        ' /* $4 % ? /* nested $5 */ */ FROM (SELECT 1 AS "?column?") s'
     )
     rows = await subject.db.execute(sql, ["x", "y"])
     assert rows == [
@@ -112,7 +113,7 @@ async def test_script_with_do_block_and_dollar_quotes(subject: Subject, pg_dsn: 
     )
     await settle(subject)
     rows = await subject.db.execute(f"SELECT note, {name}_f() AS f FROM {name} ORDER BY id")
-    assert rows == [{"note": "50% of $1", "f": 42}, {"note": "it's \"quoted\"", "f": 42}]
+    assert rows == [{"note": "50% of $1", "f": 42}, {"note": 'it\'s "quoted"', "f": 42}]
 
 
 async def test_commit(subject: Subject, table: str, pg_dsn: str) -> None:
@@ -156,7 +157,9 @@ async def test_nested_transaction_joins_parent(subject: Subject, table: str, pg_
     assert count(pg_dsn, table) == 0
 
 
-async def test_statement_joins_callers_transaction(subject: Subject, table: str, pg_dsn: str) -> None:
+async def test_statement_joins_callers_transaction(
+    subject: Subject, table: str, pg_dsn: str
+) -> None:
     if CALLER_TX not in subject.caps:
         pytest.skip("this source has no caller-owned transaction to join")
     assert subject.rollback is not None

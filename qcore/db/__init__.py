@@ -115,7 +115,7 @@ async def connect(
     user: str | None = None,
     password: str | None = None,
     ssl: bool | str | None = None,
-    max: int = 10,  # noqa: A002 - the name pg-boss and its users know
+    max: int = 10,
     application_name: str | None = "qcore",
     connection_timeout: float = 10.0,
 ) -> Database:
@@ -142,7 +142,9 @@ async def connect(
         try:
             from qcore.db.asyncpg import AsyncpgDatabase
         except ImportError as exc:
-            raise NotInstalledError("the asyncpg driver is not installed: pip install 'qcore[asyncpg]'") from exc
+            raise NotInstalledError(
+                "the asyncpg driver is not installed: pip install 'qcore[asyncpg]'"
+            ) from exc
         return await AsyncpgDatabase.connect(conninfo, max_size=max, timeout=timeout)
     from qcore.db.psycopg import PsycopgDatabase
 

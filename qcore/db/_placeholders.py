@@ -17,7 +17,7 @@ from typing import Any
 
 from qcore.errors import ValidationError
 
-__all__ = ["to_format", "reorder"]
+__all__ = ["reorder", "to_format"]
 
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_\x80-\uffff][A-Za-z0-9_\x80-\uffff]*)?\$")
 _PARAM = re.compile(r"\$([0-9]+)")

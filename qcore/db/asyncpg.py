@@ -13,7 +13,9 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     from qcore.errors import NotInstalledError
 
-    raise NotInstalledError("the asyncpg driver is not installed: pip install 'qcore[asyncpg]'") from exc
+    raise NotInstalledError(
+        "the asyncpg driver is not installed: pip install 'qcore[asyncpg]'"
+    ) from exc
 
 from qcore.db._base import Bound, Database, Listener, OnMessage, OnReconnect, Rows
 from qcore.db._listen import ReconnectingListener, deliver
@@ -33,8 +35,9 @@ def map_error(exc: BaseException, sql: str | None = None) -> QcoreError:
         message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
         return database_error(message, sqlstate=exc.sqlstate, sql=sql)
     if isinstance(exc, (asyncpg.InterfaceError, ConnectionError, OSError, asyncio.TimeoutError)):
-        return ConnectionLostError(f"connection lost: {exc or type(exc).__name__}", statement=sql,
-                                   retryable=True)
+        return ConnectionLostError(
+            f"connection lost: {exc or type(exc).__name__}", statement=sql, retryable=True
+        )
     return DatabaseError(f"{type(exc).__name__}: {exc}", statement=sql)
 
 
@@ -53,14 +56,14 @@ def connect_options(conninfo: str) -> dict[str, Any]:
         raise ConfigError(f"invalid connection string: {exc}") from exc
     options: dict[str, Any] = {
         "host": p.get("host"),
-        "port": int(p["port"]) if p.get("port") else None,
+        "port": int(str(p["port"])) if p.get("port") else None,
         "user": p.get("user"),
         "password": p.get("password"),
         "database": p.get("dbname"),
         "ssl": p.get("sslmode"),
     }
     if p.get("connect_timeout"):
-        options["timeout"] = float(p["connect_timeout"])
+        options["timeout"] = float(str(p["connect_timeout"]))
     if p.get("application_name"):
         options["server_settings"] = {"application_name": str(p["application_name"])}
     return {k: v for k, v in options.items() if v is not None}
@@ -156,7 +159,7 @@ class AsyncpgDatabase(Database):
                 yield self._conn
             return
         try:
-            conn_cm = self._pool.acquire(timeout=self._acquire_timeout)  # type: ignore[union-attr]
+            conn_cm = self._pool.acquire(timeout=self._acquire_timeout)
             conn = await conn_cm.__aenter__()
         except Exception as exc:
             raise map_error(exc, None) from exc
@@ -246,7 +249,9 @@ class _AsyncpgListenSession:
             try:
                 item = await asyncio.wait_for(self._queue.get(), self.heartbeat_seconds)
             except asyncio.TimeoutError:
-                await asyncio.wait_for(self._conn.fetchval("SELECT 1"), self.heartbeat_timeout_seconds)
+                await asyncio.wait_for(
+                    self._conn.fetchval("SELECT 1"), self.heartbeat_timeout_seconds
+                )
                 continue
             if item is None or self._conn.is_closed():
                 raise ConnectionLostError("the LISTEN connection was closed")

@@ -31,7 +31,9 @@ def map_error(exc: BaseException, sql: str | None = None) -> QcoreError:
         return ConnectionLostError(f"no database connection became available: {exc}", statement=sql)
     if isinstance(exc, psycopg.Error):
         message = str(exc).strip() or type(exc).__name__
-        if exc.sqlstate is None and isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+        if exc.sqlstate is None and isinstance(
+            exc, (psycopg.OperationalError, psycopg.InterfaceError)
+        ):
             return ConnectionLostError(message, statement=sql, retryable=True)
         return database_error(message, sqlstate=exc.sqlstate, sql=sql)
     if isinstance(exc, OSError):
@@ -107,9 +109,9 @@ class PsycopgDatabase(Database):
             raise TypeError(f"expected an AsyncConnectionPool or AsyncConnection, got {source!r}")
         self._owned = owned
         self._lock = asyncio.Lock()
-        self._conninfo = conninfo if conninfo is not None else (
-            self._pool.conninfo if self._pool is not None else None
-        )
+        if conninfo is None and self._pool is not None and isinstance(self._pool.conninfo, str):
+            conninfo = self._pool.conninfo  # a caller's pool: listen on a connection of our own
+        self._conninfo = conninfo
         self._connect_kwargs = connect_kwargs or {}
         self.can_listen = self._conninfo is not None
 
@@ -157,9 +159,8 @@ class PsycopgDatabase(Database):
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[Database]:
         if self._conn is not None:
-            async with self._lock:
-                async with self._conn_transaction(self._conn) as tx:
-                    yield tx
+            async with self._lock, self._conn_transaction(self._conn) as tx:
+                yield tx
             return
         assert self._pool is not None
         try:

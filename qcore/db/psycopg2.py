@@ -39,7 +39,9 @@ def map_error(exc: BaseException, sql: str | None = None) -> QcoreError:
         return exc
     if isinstance(exc, psycopg2.Error):
         message = (exc.pgerror or str(exc)).strip() or type(exc).__name__
-        if exc.pgcode is None and isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)):
+        if exc.pgcode is None and isinstance(
+            exc, (psycopg2.OperationalError, psycopg2.InterfaceError)
+        ):
             return ConnectionLostError(message, statement=sql, retryable=True)
         return database_error(message, sqlstate=exc.pgcode, sql=sql)
     return DatabaseError(f"{type(exc).__name__}: {exc}", statement=sql)
@@ -49,20 +51,22 @@ def run_sync(conn: Any, sql: str, params: Sequence[Any]) -> Rows:
     """One statement on a psycopg2 connection, rows as dicts (call from a thread)."""
     try:
         with conn.cursor() as cur:
-            psycopg2.extras.register_uuid(conn_or_curs=cur)
+            psycopg2.extras.register_uuid(conn_or_curs=cur)  # type: ignore[no-untyped-call]
             if params:
                 text, order = to_format(sql)
                 cur.execute(
                     text,
-                    [psycopg2.extras.Json(json_value(v)) if is_json(v) else v
-                     for v in reorder(order, params)],
+                    [
+                        psycopg2.extras.Json(json_value(v)) if is_json(v) else v
+                        for v in reorder(order, params)
+                    ],
                 )
             else:
                 cur.execute(sql)
             if cur.description is None:
                 return []
             names = [c.name for c in cur.description]
-            return [dict(zip(names, row)) for row in cur.fetchall()]
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
     except Exception as exc:
         raise map_error(exc, sql) from exc
 
@@ -103,8 +107,10 @@ class Psycopg2Database(Database):
     async def _transaction(self) -> AsyncIterator[Database]:
         async with self._lock:
             autocommit = self.conn.autocommit
-            begin, end = ("BEGIN", "COMMIT") if autocommit else (
-                f"SAVEPOINT {_SAVEPOINT}", f"RELEASE SAVEPOINT {_SAVEPOINT}"
+            begin, end = (
+                ("BEGIN", "COMMIT")
+                if autocommit
+                else (f"SAVEPOINT {_SAVEPOINT}", f"RELEASE SAVEPOINT {_SAVEPOINT}")
             )
             undo = "ROLLBACK" if autocommit else f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}"
             await asyncio.to_thread(run_sync, self.conn, begin, ())
