@@ -209,9 +209,8 @@ def _mutation_targets(statement: Any) -> list[tuple[str | None, str]]:
     lower case, quoted kept as written).
     """
     targets: list[tuple[str | None, str]] = []
-    for node in _walk(
-        statement, stop=lambda n: n is not statement and isinstance(n, _STATEMENT_SCOPES)
-    ):
+    # a function or rule mutates nothing itself; its body statements are judged apart
+    for node in _walk(statement, stop=lambda n: isinstance(n, _STATEMENT_SCOPES)):
         if isinstance(node, _MUTATIONS) and isinstance(node.relation, ast.RangeVar):
             targets.append((node.relation.schemaname, str(node.relation.relname)))
     return targets
@@ -262,8 +261,13 @@ def _index_build_progress(node: Any) -> bool:
 
 
 _DRIFT_FUNCTIONS = frozenset(
-    {"pg_get_indexdef", "pg_get_constraintdef", "pg_get_functiondef", "pg_get_triggerdef"}
-    | {"pg_get_expr"}
+    {
+        "pg_get_indexdef",
+        "pg_get_constraintdef",
+        "pg_get_functiondef",
+        "pg_get_triggerdef",
+        "pg_get_expr",
+    }
 )
 
 
@@ -297,7 +301,9 @@ DETECTORS: Mapping[str, Detector] = MappingProxyType(
         "deferrable_foreign_keys": Detector(
             "DEFERRABLE constraints, SET CONSTRAINTS ... DEFERRED", node=_deferrable
         ),
-        "covering_indexes": Detector("INCLUDE (...) in an index or constraint", node=_covering_index),
+        "covering_indexes": Detector(
+            "INCLUDE (...) in an index or constraint", node=_covering_index
+        ),
         "multi_mutation_cte": Detector(
             "one table modified more than once in a statement", statement=_multi_mutation
         ),
@@ -324,7 +330,9 @@ _PLPGSQL_DETECTORS = [(n, d.plpgsql) for n, d in DETECTORS.items() if d.plpgsql 
 
 def forbidden_features(backend: Backend) -> frozenset[str]:
     """The features the guard refuses for ``backend``: its ``False`` flags that have a detector."""
-    return frozenset(name for name, on in backend.features().items() if not on and name in DETECTORS)
+    return frozenset(
+        name for name, on in backend.features().items() if not on and name in DETECTORS
+    )
 
 
 # --------------------------------------------------------------------------- analysis
@@ -512,7 +520,7 @@ def _constant_dynamic_features(expr: Any) -> set[str]:
         return set()
     try:
         raws = pglast.parse_sql("SELECT " + query)
-        select = raws[0].stmt
+        select: Any = raws[0].stmt
         (target,) = select.targetList
         literal = _string(target.val.val) if isinstance(target.val, ast.A_Const) else None
         if len(raws) != 1 or select.fromClause or literal is None:
