@@ -46,7 +46,8 @@ class DatabaseError(QcoreError):
     """A statement failed on the server or could not reach it.
 
     ``sqlstate`` is the five-character SQLSTATE when the server sent one,
-    ``statement`` the first line of the statement that failed, and
+    ``statement`` the first line of the statement that failed (given whole,
+    kept short), and
     ``retryable`` whether running the same transaction again may succeed.
     """
 
@@ -60,7 +61,7 @@ class DatabaseError(QcoreError):
     ) -> None:
         super().__init__(message)
         self.sqlstate = sqlstate
-        self.statement = statement
+        self.statement = first_line(statement)
         self.retryable = retryable
 
     def __str__(self) -> str:
@@ -122,4 +123,4 @@ def database_error(
     if sqlstate:
         cls = _BY_CODE.get(sqlstate) or _BY_CLASS.get(sqlstate[:2], DatabaseError)
     retryable = issubclass(cls, _RETRYABLE_CLASSES) or (sqlstate in retryable_sqlstates)
-    return cls(message, sqlstate=sqlstate, statement=first_line(sql), retryable=retryable)
+    return cls(message, sqlstate=sqlstate, statement=sql, retryable=retryable)

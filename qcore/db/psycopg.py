@@ -28,7 +28,9 @@ def map_error(exc: BaseException, sql: str | None = None) -> QcoreError:
     if isinstance(exc, QcoreError):
         return exc
     if isinstance(exc, PoolTimeout):
-        return ConnectionLostError(f"no database connection became available: {exc}", statement=sql)
+        return ConnectionLostError(
+            f"no database connection became available: {exc}", statement=sql, retryable=True
+        )
     if isinstance(exc, psycopg.Error):
         message = str(exc).strip() or type(exc).__name__
         if exc.sqlstate is None and isinstance(

@@ -36,7 +36,6 @@ from qcore.errors import (
     DatabaseError,
     QcoreError,
     database_error,
-    first_line,
 )
 
 __all__ = ["SQLAlchemyDatabase", "map_error"]
@@ -60,15 +59,13 @@ def map_error(exc: BaseException, sql: str | None = None) -> QcoreError:
         )
         exc = exc.orig if exc.orig is not None else exc
     elif isinstance(exc, sa_exc.TimeoutError):  # the pool had no connection to give
-        return ConnectionLostError(str(exc), statement=first_line(sql), retryable=True)
+        return ConnectionLostError(str(exc), statement=sql, retryable=True)
     elif isinstance(exc, sa_exc.SQLAlchemyError):
-        return DatabaseError(f"{type(exc).__name__}: {exc}", statement=first_line(sql))
+        return DatabaseError(f"{type(exc).__name__}: {exc}", statement=sql)
     sqlstate = _sqlstate(exc)
     message = str(exc).strip() or type(exc).__name__
     if lost or (sqlstate is None and isinstance(exc, OSError)):
-        return ConnectionLostError(
-            message, sqlstate=sqlstate, statement=first_line(sql), retryable=True
-        )
+        return ConnectionLostError(message, sqlstate=sqlstate, statement=sql, retryable=True)
     if sqlstate is None:  # raised by the driver itself (a value it cannot adapt, ...)
         message = f"{type(exc).__name__}: {message}"
     return database_error(message, sqlstate=sqlstate, sql=sql)
@@ -149,7 +146,7 @@ async def _async_script(conn: AsyncConnection, sql: str) -> None:
     except Exception as exc:
         if raw.is_closed():
             await conn.invalidate(exc)
-            raise ConnectionLostError(str(exc), statement=first_line(sql), retryable=True) from exc
+            raise ConnectionLostError(str(exc), statement=sql, retryable=True) from exc
         raise
 
 
