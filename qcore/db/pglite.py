@@ -28,7 +28,7 @@ from psycopg.rows import dict_row
 
 from qcore.db._base import Database, Listener, OnMessage, OnReconnect, Rows, call
 from qcore.db._listen import deliver
-from qcore.db.psycopg import _BoundConnection, map_error, run, run_script
+from qcore.db.psycopg import BoundConnection, map_error, run, run_script
 from qcore.errors import ConnectionLostError, QcoreError
 from qcore.identifiers import quote
 
@@ -37,10 +37,6 @@ __all__ = ["PGliteDatabase"]
 log = logging.getLogger("qcore")
 
 Conn = psycopg.AsyncConnection[Any]
-
-
-class _Bound(_BoundConnection):
-    driver = "pglite"
 
 
 class PGliteDatabase(Database):
@@ -147,7 +143,7 @@ class PGliteDatabase(Database):
             try:
                 try:
                     async with conn.transaction():
-                        yield _Bound(conn)
+                        yield BoundConnection(conn)
                 except psycopg.Error as exc:  # raised by BEGIN / COMMIT / ROLLBACK themselves
                     raise map_error(exc, "COMMIT") from exc
             except ConnectionLostError:

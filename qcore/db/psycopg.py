@@ -18,7 +18,7 @@ from qcore.db._values import is_json, json_value
 from qcore.errors import ConnectionLostError, DatabaseError, QcoreError, database_error
 from qcore.identifiers import quote
 
-__all__ = ["PsycopgDatabase", "map_error", "run", "run_script", "values"]
+__all__ = ["BoundConnection", "PsycopgDatabase", "map_error", "run", "run_script", "values"]
 
 Conn = psycopg.AsyncConnection[Any]
 
@@ -73,7 +73,7 @@ async def run_script(conn: Conn, sql: str) -> None:
         raise map_error(exc, sql) from exc
 
 
-class _BoundConnection(Bound):
+class BoundConnection(Bound):
     driver = "psycopg"
 
     def __init__(self, conn: Conn) -> None:
@@ -178,7 +178,7 @@ class PsycopgDatabase(Database):
     async def _conn_transaction(self, conn: Conn) -> AsyncIterator[Database]:
         try:
             async with conn.transaction():
-                yield _BoundConnection(conn)
+                yield BoundConnection(conn)
         except psycopg.Error as exc:  # raised by BEGIN / COMMIT themselves
             raise map_error(exc, "COMMIT") from exc
 

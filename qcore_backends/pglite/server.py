@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -43,15 +44,18 @@ MIN_NODE_MAJOR = 18
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PACKAGE_FILES = ("package.json", "package-lock.json")
-SERVER_SCRIPT = Path("node_modules", "@electric-sql", "pglite-socket", "dist", "scripts", "server.js")
+SERVER_SCRIPT = Path(
+    "node_modules", "@electric-sql", "pglite-socket", "dist", "scripts", "server.js"
+)
 INSTALLED_MARKER = ".qcore-installed"
 DATA_DIR_LOCK = ".qcore-pglite.lock"
 
 _NODE_HELP = (
-    "Install Node.js {min}+ with npm (from https://nodejs.org or your OS package manager, e.g."
-    " `apt install nodejs npm`, `brew install node`, `winget install OpenJS.NodeJS`), or pass a"
-    " PostgreSQL connection string instead of using the embedded PGlite engine."
-).format(min=MIN_NODE_MAJOR)
+    f"Install Node.js {MIN_NODE_MAJOR}+ with npm (from https://nodejs.org or your OS package"
+    " manager, e.g. `apt install nodejs npm`, `brew install node`,"
+    " `winget install OpenJS.NodeJS`), or pass a PostgreSQL connection string instead of"
+    " using the embedded PGlite engine."
+)
 
 # Preloaded into the Node process: when the Python process that started the
 # server goes away (even by SIGKILL) its end of the stdin pipe closes, and the
@@ -59,17 +63,23 @@ _NODE_HELP = (
 _PARENT_WATCH_JS = """\
 'use strict';
 // Written by qcore: stop pglite-server cleanly when the process that started it is gone.
-let stopping = false;
-function parentGone() {
-  if (stopping) return;
-  stopping = true;
-  process.kill(process.pid, 'SIGTERM');
+let parentGone = false;
+function onParentGone() {
+  if (parentGone) return;
+  parentGone = true;
+  if (process.listenerCount('SIGTERM') > 0) {
+    process.emit('SIGTERM', 'SIGTERM'); // the server's own handler: close PGlite, then exit
+  } else {
+    process.exit(0); // still starting: nothing committed yet
+  }
 }
-process.stdin.on('end', parentGone);
-process.stdin.on('error', parentGone);
+process.stdin.on('end', onParentGone);
+process.stdin.on('error', onParentGone);
 process.stdin.resume();
 """
 _PARENT_WATCH_FILE = "qcore-parent-watch.cjs"
+
+log = logging.getLogger("qcore")
 
 _LISTENING = re.compile(r"PGLiteSocketServer listening on (\{.*\})")
 
@@ -221,7 +231,9 @@ class PGliteServer:
             if not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
         if not isinstance(max_connections, int) or max_connections < 1:
-            raise ConfigError(f"max_connections must be a positive integer, got {max_connections!r}")
+            raise ConfigError(
+                f"max_connections must be a positive integer, got {max_connections!r}"
+            )
         if not isinstance(debug, int) or not 0 <= debug <= 5:
             raise ConfigError(f"debug must be an integer 0..5, got {debug!r}")
         self.data_dir = None if data_dir is None else Path(data_dir).expanduser().resolve()
@@ -241,6 +253,8 @@ class PGliteServer:
         self._log_path: Path | None = None
         self._url: str | None = None
         self._dir_lock: IO[bytes] | None = None
+        #: how the last server process ended (0 after a clean stop), None while it runs
+        self.exit_code: int | None = None
         self._mutex = threading.RLock()
 
     # -- Server protocol ---------------------------------------------------------------
@@ -286,14 +300,20 @@ class PGliteServer:
         """The Node.js executable, checked to be version 18 or newer."""
         if self._node is not None:
             return self._node
-        node = _which(self._node_option) if self._node_option else (
-            shutil.which("node") or shutil.which("nodejs")
+        node = (
+            _which(self._node_option)
+            if self._node_option
+            else (shutil.which("node") or shutil.which("nodejs"))
         )
         if node is None:
-            where = f"{self._node_option!r} does not exist" if self._node_option else (
-                "`node` is not on PATH"
+            where = (
+                f"{self._node_option!r} does not exist"
+                if self._node_option
+                else ("`node` is not on PATH")
             )
-            raise ConfigError(f"the embedded PGlite engine needs Node.js, but {where}. {_NODE_HELP}")
+            raise ConfigError(
+                f"the embedded PGlite engine needs Node.js, but {where}. {_NODE_HELP}"
+            )
         code, output = _run_tool([node, "--version"], cwd=None, timeout=30)
         match = re.match(r"\s*v?(\d+)\.", output)
         if code != 0 or match is None:
@@ -368,7 +388,9 @@ class PGliteServer:
     def _installed(target: Path) -> bool:
         marker = target / INSTALLED_MARKER
         try:
-            return marker.read_text().strip() == package_hash() and (target / SERVER_SCRIPT).is_file()
+            return (
+                marker.read_text().strip() == package_hash() and (target / SERVER_SCRIPT).is_file()
+            )
         except OSError:
             return False
 
@@ -405,11 +427,11 @@ class PGliteServer:
                 f"--max-connections={self.max_connections}",
                 f"--debug={self.debug}",
             ]
-            popen_extra: dict[str, Any] = (
-                {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
-                if sys.platform == "win32"
-                else {"start_new_session": True}  # Ctrl-C reaches Python, which stops us cleanly
-            )
+            popen_extra: dict[str, Any] = {}
+            if sys.platform == "win32":
+                popen_extra["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP
+            else:
+                popen_extra["start_new_session"] = True  # Ctrl-C reaches Python, which stops it
             try:
                 with os.fdopen(fd, "wb") as log:
                     self._proc = subprocess.Popen(
@@ -423,6 +445,7 @@ class PGliteServer:
             except OSError as exc:
                 self._discard()
                 raise ConfigError(f"could not run Node.js at {node}: {exc}. {_NODE_HELP}") from exc
+            self.exit_code = None
             # Stops the process on stop(), when this object is collected, or at
             # interpreter exit (weakref.finalize runs pending finalizers from atexit).
             self._finalizer = weakref.finalize(
@@ -503,7 +526,7 @@ class PGliteServer:
         """Stop the process if it runs and release everything it held."""
         self._url = None
         if self._finalizer is not None:
-            self._finalizer()  # runs _terminate, once
+            self.exit_code = self._finalizer()  # runs _terminate, once
             self._finalizer = None
         self._proc = None
         if self._dir_lock is not None:
@@ -537,14 +560,15 @@ def _which(name: str) -> str | None:
     return str(path) if path.is_file() and os.access(path, os.X_OK) else None
 
 
-def _terminate(proc: subprocess.Popen[bytes], timeout: float, log_path: Path | None) -> None:
-    """Stop a server process: SIGTERM (the server closes PGlite cleanly and exits), then
-    SIGKILL if it is still there after ``timeout``. Also run at interpreter exit."""
+def _terminate(proc: subprocess.Popen[bytes], timeout: float, log_path: Path | None) -> int | None:
+    """Stop a server process: SIGTERM (the server closes PGlite cleanly and exits 0), then
+    SIGKILL if it is still there after ``timeout``. Also run at interpreter exit. Returns
+    the exit code."""
     try:
         if proc.poll() is None:
             if sys.platform == "win32":
-                # No SIGTERM on Windows: closing stdin makes the preloaded watcher ask
-                # the server to shut down the same way.
+                # No SIGTERM on Windows: closing stdin makes the preloaded watcher run
+                # the server's own shutdown.
                 _close_stdin(proc)
             else:
                 with contextlib.suppress(ProcessLookupError):
@@ -552,9 +576,15 @@ def _terminate(proc: subprocess.Popen[bytes], timeout: float, log_path: Path | N
             try:
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:
+                log.warning(
+                    "the PGlite server (pid %s) did not stop within %gs; killing it",
+                    proc.pid,
+                    timeout,
+                )
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 proc.wait(10)
+        return proc.returncode
     finally:
         _close_stdin(proc)
         if log_path is not None:
@@ -566,4 +596,3 @@ def _close_stdin(proc: subprocess.Popen[bytes]) -> None:
     if proc.stdin is not None:
         with contextlib.suppress(OSError):
             proc.stdin.close()
-
