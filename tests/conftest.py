@@ -1,15 +1,21 @@
-"""Fixtures shared by the whole suite: a throw-away database on the local PostgreSQL."""
+"""Fixtures shared by the whole suite: a throw-away database on the local PostgreSQL.
+
+The per-backend fixtures (``backend``, ``provisioned``, ``db``, ``schema``) and the
+``--backend`` option come from the matrix plugin (``matrix.plugin``).
+"""
 
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from urllib.parse import quote
 
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
+
+from matrix.provisioners import LocalProvisioner, NotAvailable
+from qcore import backends
 
 ADMIN_DSN = os.environ.get("QCORE_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -43,11 +49,15 @@ def with_database(dsn: str, database: str) -> str:
 
 @pytest.fixture(scope="session")
 def pg_dsn() -> Iterator[str]:
-    """A database of its own on the PostgreSQL at QCORE_TEST_DSN, dropped afterwards."""
-    name = f"qcore_test_{uuid.uuid4().hex[:10]}"
+    """A database of its own on the local PostgreSQL, dropped afterwards: the server at
+    QCORE_TEST_DSN, or a throw-away initdb cluster when none answers (the matrix's
+    local provisioner). Not per backend: the tests using it run once."""
+    provisioner = LocalProvisioner(backends.get("postgres"))
     try:
-        admin_execute(f'CREATE DATABASE "{name}"')
-    except psycopg.OperationalError as exc:
-        pytest.fail(f"no PostgreSQL at QCORE_TEST_DSN={ADMIN_DSN}: {exc}")
-    yield with_database(ADMIN_DSN, name)
-    admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        provisioner.start()
+    except NotAvailable as exc:
+        pytest.fail(f"no PostgreSQL for the tests (QCORE_TEST_DSN={ADMIN_DSN}): {exc.reason}")
+    try:
+        yield provisioner.url
+    finally:
+        provisioner.stop()

@@ -28,6 +28,8 @@ from qcore.db import Database, Rows
 from qcore.db.psycopg import PsycopgDatabase
 from qcore.errors import DatabaseError, SerializationError
 
+pytestmark = pytest.mark.feature("guard")
+
 DSN = os.environ.get("QCORE_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 POSTGRES = backends.get("postgres")

@@ -33,7 +33,7 @@ from qcore.errors import (
 )
 from qcore_backends.pglite.server import PGliteServer
 
-pytestmark = pytest.mark.pglite
+pytestmark = [pytest.mark.pglite, pytest.mark.feature("pglite engine")]
 
 
 def _start(server: PGliteServer) -> PGliteServer:

@@ -1,0 +1,245 @@
+"""Run the suite once per backend and write the results and the table.
+
+Each backend gets its own pytest process (``--backend NAME --matrix-report
+...``) with the best provisioner available here; its output is streamed,
+prefixed with the backend's name, so a long run shows where it is. The
+backend-independent tests (those using none of the backend fixtures) run
+only in the ``postgres`` run, as in the everyday ``pytest``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from matrix.provisioners import best_provisioner
+from matrix.results import summarise, write_results
+from matrix.table import write_table
+from qcore import backends as registry
+from qcore.errors import ConfigError
+
+__all__ = [
+    "BackendOutcome",
+    "RunOptions",
+    "checkout_root",
+    "default_paths",
+    "resolve_backends",
+    "run_matrix",
+]
+
+INDEPENDENT_RUN = "postgres"
+
+
+def checkout_root() -> Path | None:
+    """The repository root when ``matrix`` runs from a qcore checkout, else ``None``."""
+    root = Path(__file__).resolve().parent.parent
+    if (
+        (root / "pyproject.toml").is_file()
+        and (root / "tests").is_dir()
+        and (root / "qcore").is_dir()
+    ):
+        return root
+    return None
+
+
+def default_paths() -> tuple[Path | None, Path, Path]:
+    """(tests, results directory, table) defaults: the checkout's, else the current
+    directory's ``matrix-results/`` and ``compatibility.md`` (and no tests)."""
+    root = checkout_root()
+    if root is not None:
+        return root / "tests", root / "matrix" / "results", root / "docs" / "compatibility.md"
+    cwd = Path.cwd()
+    return None, cwd / "matrix-results", cwd / "compatibility.md"
+
+
+def resolve_backends(requested: Sequence[str]) -> list[str]:
+    """Names from ``a,b`` lists and ``all``; ``ConfigError`` naming the installed ones for
+    an unknown name."""
+    installed = registry.names()
+    names: list[str] = []
+    for value in requested or ["all"]:
+        for part in (p.strip() for p in value.split(",")):
+            if not part:
+                continue
+            for name in installed if part == "all" else [part]:
+                if name not in installed:
+                    raise ConfigError(
+                        f"unknown backend {name!r}; installed backends: {', '.join(installed)}"
+                        f" (or 'all'); a backend registers in the {registry.ENTRY_POINT_GROUP!r}"
+                        " entry-point group"
+                    )
+                if name not in names:
+                    names.append(name)
+    return names
+
+
+@dataclass
+class RunOptions:
+    backends: list[str]
+    tests: Path
+    results_dir: Path
+    table: Path | None
+    dsn: str | None = None
+    pytest_args: list[str] = field(default_factory=list)
+    cwd: Path | None = None
+    out: TextIO = sys.stdout
+
+
+@dataclass
+class BackendOutcome:
+    backend: str
+    summary: dict[str, Any]
+    exit_status: int
+    seconds: float
+
+    @property
+    def failed(self) -> bool:
+        totals = self.summary.get("totals", {})
+        return bool(self.summary.get("error") or totals.get("failed") or totals.get("errors"))
+
+    @property
+    def available(self) -> bool:
+        return self.summary.get("available") is not False
+
+
+def _stream(proc: subprocess.Popen[bytes], prefix: str, out: TextIO) -> None:
+    """Copy the child's output as it comes (pytest -q prints a dot per test), with
+    ``prefix`` at the start of each line."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    at_line_start = True
+    while True:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        text = chunk.decode(errors="replace")
+        pieces = []
+        for char in text:
+            if at_line_start and char != "\n":
+                pieces.append(prefix)
+                at_line_start = False
+            pieces.append(char)
+            if char == "\n":
+                at_line_start = True
+        out.write("".join(pieces))
+        out.flush()
+    if not at_line_start:
+        out.write("\n")
+
+
+def _pytest_command(options: RunOptions, name: str, report: Path) -> list[str]:
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(options.tests),
+        "--backend",
+        name,
+        "--matrix-report",
+        str(report),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+    ]
+    if name != INDEPENDENT_RUN:
+        command.append("--backend-tests-only")
+    if options.dsn:
+        command += ["--dsn", options.dsn]
+    return command + list(options.pytest_args)
+
+
+def run_backend(options: RunOptions, name: str, index: int, count: int) -> BackendOutcome:
+    out = options.out
+    backend = registry.get(name)
+    provisioner = best_provisioner(backend, options.dsn)
+    fallback = {
+        "description": backend.description,
+        "provisioner": provisioner.kind,
+        "provisioner_detail": provisioner.describe(),
+        "emulated": provisioner.emulated,
+        "features": backend.features(),
+    }
+    out.write(f"\n==> [{index}/{count}] {name}: {provisioner.describe()}\n")
+    out.flush()
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="qcore-matrix-") as tmp:
+        report_path = Path(tmp) / f"{name}.report.json"
+        command = _pytest_command(options, name, report_path)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        proc = subprocess.Popen(
+            command,
+            cwd=options.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        try:
+            _stream(proc, f"[{name}] ", out)
+            status = proc.wait()
+        except BaseException:
+            proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(30)
+            if proc.poll() is None:
+                proc.kill()
+            raise
+        report: dict[str, Any] | None = None
+        error: str | None = None
+        try:
+            report = json.loads(report_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            error = f"pytest exited with status {status} and wrote no report"
+        except ValueError as exc:
+            error = f"unreadable report: {exc}"
+    summary = summarise(report, name, exit_status=status, error=error, fallback=fallback)
+    write_results(summary, options.results_dir)
+    seconds = time.monotonic() - started
+    outcome = BackendOutcome(name, summary, status, seconds)
+    out.write(f"<== {name}: {_one_line(outcome)} ({seconds:.1f}s)\n")
+    out.flush()
+    return outcome
+
+
+def _one_line(outcome: BackendOutcome) -> str:
+    summary = outcome.summary
+    if summary.get("error"):
+        return f"RUN FAILED: {summary['error']}"
+    if not outcome.available:
+        return f"NOT AVAILABLE HERE: {summary.get('reason')}"
+    totals = summary["totals"]
+    text = (
+        f"{totals['passed']} passed, {totals['failed']} failed, {totals['errors']} errors,"
+        f" {totals['skipped']} skipped ({totals['unsupported']} capability off)"
+        f" on {summary.get('provisioner')}"
+    )
+    return ("FAILED: " if outcome.failed else "ok: ") + text
+
+
+def run_matrix(options: RunOptions) -> int:
+    """Run every backend, write its results and the table; 1 if any backend failed."""
+    out = options.out
+    outcomes: list[BackendOutcome] = []
+    for index, name in enumerate(options.backends, 1):
+        outcomes.append(run_backend(options, name, index, len(options.backends)))
+    if options.table is not None:
+        path = write_table(options.results_dir, options.table)
+        out.write(f"\nwrote {path}\n")
+    out.write("\nmatrix summary:\n")
+    width = max(len(o.backend) for o in outcomes) if outcomes else 0
+    for outcome in outcomes:
+        out.write(f"  {outcome.backend:<{width}}  {_one_line(outcome)}\n")
+    missing = [o.backend for o in outcomes if not o.available]
+    if missing:
+        out.write(f"  not available here (not a failure, but not tested): {', '.join(missing)}\n")
+    out.flush()
+    return 1 if any(o.failed for o in outcomes) else 0
