@@ -9,12 +9,16 @@ result can do, so one parametrised suite runs against every driver.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from qcore.db import Database, adapt, connect
+import pytest
+
+from qcore.db import Database, Json, adapt, connect
 
 # What a subject can do, beyond executing statements:
 OWN_TX = "own_transactions"  # transaction() really commits/rolls back on its own
@@ -30,6 +34,47 @@ class Subject:
     commit: Callable[[], Awaitable[None]] | None = None  # commit the caller's transaction
     rollback: Callable[[], Awaitable[None]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+# The value round trip every adapter must pass: (id, SQL type, parameter, expected value back).
+U1, U2 = uuid.UUID(int=1), uuid.uuid4()
+AWARE = datetime(2026, 11, 29, 12, 30, 45, 123456, tzinfo=timezone.utc)
+OFFSET = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=5, minutes=30)))
+
+ROUND_TRIP: list[tuple[str, str, Any, Any]] = [
+    ("jsonb-dict", "jsonb", {"a": 1, "b": [1, "x", None], "c": {"d": True}}, None),
+    ("jsonb-list", "jsonb", Json([1, "two", {"3": 4.5}]), [1, "two", {"3": 4.5}]),
+    ("jsonb-string", "jsonb", Json("text"), "text"),
+    ("uuid", "uuid", U2, None),
+    ("timestamptz-utc", "timestamptz", AWARE, None),
+    ("timestamptz-offset", "timestamptz", OFFSET, None),
+    ("text-array", "text[]", ["a", "b,c", '"q"', "", None], None),
+    ("uuid-array", "uuid[]", [U1, U2], None),
+    ("null", "text", None, None),
+    ("bool", "boolean", True, None),
+    ("int", "bigint", 2**40 + 7, None),
+    ("float", "double precision", 1.25, None),
+    ("str", "text", "héllo 'q' %s $1 ? %%", None),
+]
+
+ROUND_TRIP_CASES = pytest.mark.parametrize(
+    ("sql_type", "value", "expected"),
+    [r[1:] for r in ROUND_TRIP],
+    ids=[r[0] for r in ROUND_TRIP],
+)
+
+
+async def check_round_trip(db: Database, sql_type: str, value: Any, expected: Any) -> None:
+    """``value`` sent as a ``sql_type`` parameter comes back equal and of the same plain type."""
+    rows = await db.execute(f"SELECT $1::{sql_type} AS v", [value])
+    want = expected if expected is not None else value
+    got = rows[0]["v"]
+    assert got == want
+    assert type(got) is type(want)
+    if isinstance(want, list):
+        assert [type(x) for x in got] == [type(x) for x in want]
+    if isinstance(want, datetime):
+        assert got.utcoffset() is not None
 
 
 Factory = Callable[[str], Any]  # dsn -> async context manager yielding a Subject

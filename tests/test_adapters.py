@@ -5,38 +5,24 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
-from qcore.db import Json
 from qcore.errors import ConnectionLostError, DatabaseError, UniqueViolation
-from tests.adapters import CALLER_TX, FACTORIES, LISTEN, OWN_TX, RECOVERS, Subject
+from tests.adapters import (
+    CALLER_TX,
+    FACTORIES,
+    LISTEN,
+    OWN_TX,
+    RECOVERS,
+    ROUND_TRIP_CASES,
+    Subject,
+    check_round_trip,
+)
 from tests.conftest import admin_execute, terminate_others
 
 pytestmark = [pytest.mark.postgres, pytest.mark.feature("adapters")]
-
-U1, U2 = uuid.UUID(int=1), uuid.uuid4()
-AWARE = datetime(2026, 11, 29, 12, 30, 45, 123456, tzinfo=timezone.utc)
-OFFSET = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=5, minutes=30)))
-
-# (id, SQL type, parameter, expected value back)
-ROUND_TRIP: list[tuple[str, str, Any, Any]] = [
-    ("jsonb-dict", "jsonb", {"a": 1, "b": [1, "x", None], "c": {"d": True}}, None),
-    ("jsonb-list", "jsonb", Json([1, "two", {"3": 4.5}]), [1, "two", {"3": 4.5}]),
-    ("jsonb-string", "jsonb", Json("text"), "text"),
-    ("uuid", "uuid", U2, None),
-    ("timestamptz-utc", "timestamptz", AWARE, None),
-    ("timestamptz-offset", "timestamptz", OFFSET, None),
-    ("text-array", "text[]", ["a", "b,c", '"q"', "", None], None),
-    ("uuid-array", "uuid[]", [U1, U2], None),
-    ("null", "text", None, None),
-    ("bool", "boolean", True, None),
-    ("int", "bigint", 2**40 + 7, None),
-    ("float", "double precision", 1.25, None),
-    ("str", "text", "héllo 'q' %s $1 ? %%", None),
-]
 
 
 @pytest.fixture(params=sorted(FACTORIES))
@@ -62,19 +48,9 @@ async def settle(subject: Subject) -> None:
         await subject.commit()
 
 
-@pytest.mark.parametrize(
-    ("sql_type", "value", "expected"), [r[1:] for r in ROUND_TRIP], ids=[r[0] for r in ROUND_TRIP]
-)
+@ROUND_TRIP_CASES
 async def test_value_round_trip(subject: Subject, sql_type: str, value: Any, expected: Any) -> None:
-    rows = await subject.db.execute(f"SELECT $1::{sql_type} AS v", [value])
-    want = expected if expected is not None else value
-    got = rows[0]["v"]
-    assert got == want
-    assert type(got) is type(want)
-    if isinstance(want, list):
-        assert [type(x) for x in got] == [type(x) for x in want]
-    if isinstance(want, datetime):
-        assert got.utcoffset() is not None
+    await check_round_trip(subject.db, sql_type, value, expected)
 
 
 async def test_rows_are_dicts_and_empty_results(subject: Subject) -> None:

@@ -4,7 +4,6 @@ against a real PGlite run by Node.js."""
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import os
 import shutil
 import signal
@@ -21,7 +20,6 @@ from typing import Any
 import psycopg
 import pytest
 
-from qcore.db import Json
 from qcore.db.pglite import PGliteDatabase
 from qcore.errors import (
     ConfigError,
@@ -32,6 +30,7 @@ from qcore.errors import (
     UniqueViolation,
 )
 from qcore_backends.pglite.server import PGliteServer
+from tests.adapters import ROUND_TRIP_CASES, check_round_trip
 
 pytestmark = [pytest.mark.pglite, pytest.mark.feature("pglite engine")]
 
@@ -206,40 +205,12 @@ def test_bad_options_are_config_errors() -> None:
 
 # -- values -------------------------------------------------------------------------------
 
-AWARE = dt.datetime(2024, 5, 17, 12, 30, 45, 123456, tzinfo=dt.timezone.utc)
-U1, U2 = uuid.uuid4(), uuid.uuid4()
 
-
-@pytest.mark.parametrize(
-    ("cast", "value", "expected", "kind"),
-    [
-        ("jsonb", {"a": 1, "b": [1, "x", None], "c": {"d": True}}, None, dict),
-        ("jsonb", Json([1, 2]), [1, 2], list),
-        ("uuid", U1, None, uuid.UUID),
-        ("timestamptz", AWARE, None, dt.datetime),
-        ("text[]", ["a", "b c", "it's"], None, list),
-        ("uuid[]", [U1, U2], None, list),
-        ("text", None, None, type(None)),
-        ("bool", True, None, bool),
-        ("bool", False, None, bool),
-        ("int8", 9007199254740993, None, int),
-        ("float8", 2.5, None, float),
-        ("text", "héllo wörld", None, str),
-    ],
-    ids=lambda v: v if isinstance(v, str) and len(v) < 12 else None,
-)
+@ROUND_TRIP_CASES
 async def test_value_round_trip(
-    db: PGliteDatabase, cast: str, value: Any, expected: Any, kind: type
+    db: PGliteDatabase, sql_type: str, value: Any, expected: Any
 ) -> None:
-    rows = await db.execute(f"SELECT $1::{cast} AS v", [value])
-    got: Any = rows[0]["v"]
-    want = value if expected is None else expected
-    assert got == want
-    assert type(got) is kind
-    if isinstance(got, dt.datetime):
-        assert got.tzinfo is not None
-    if cast == "uuid[]":
-        assert all(type(u) is uuid.UUID for u in rows[0]["v"])
+    await check_round_trip(db, sql_type, value, expected)
 
 
 async def test_placeholders_and_percent_inside_literals_survive(db: PGliteDatabase) -> None:
