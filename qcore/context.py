@@ -1,0 +1,43 @@
+"""What every runtime operation needs: the adapter, the backend and the schema.
+
+Operations take a ``Context`` instead of a ``Boss``, so they stay below the
+public facade and can be tested on their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from qcore.backend import Backend
+from qcore.db import Database
+from qcore.identifiers import quote, schema_name
+
+__all__ = ["Context"]
+
+
+@dataclass(frozen=True)
+class Context:
+    """An adapter, a backend and a schema, as one value."""
+
+    db: Database
+    backend: Backend
+    #: the ``schema`` option as the user wrote it (``pgboss``, ``'"My-Schema"'``);
+    #: pg-boss derives lock keys and the NOTIFY channel from this spelling
+    schema_spec: str = "pgboss"
+    #: the name PostgreSQL stores (bare names folded to lower case)
+    schema: str = field(init=False)
+    #: the schema quoted for SQL text
+    q: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        stored = schema_name(self.schema_spec)
+        object.__setattr__(self, "schema", stored)
+        object.__setattr__(self, "q", quote(stored))
+
+    def table(self, name: str) -> str:
+        """A schema-qualified, quoted table name."""
+        return f"{self.q}.{quote(name)}"
+
+    def with_db(self, db: Database) -> Context:
+        """The same context on another adapter (a caller's transaction, a bound connection)."""
+        return Context(db=db, backend=self.backend, schema_spec=self.schema_spec)

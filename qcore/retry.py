@@ -1,0 +1,75 @@
+"""Running a statement or a transaction again after a retryable failure.
+
+Distributed engines abort transactions that lose a serialization race
+(SQLSTATE 40001) and expect the client to run them again. qcore retries the
+whole unit a bounded number of times with jittered exponential backoff, then
+raises ``SerializationError``. Inside a caller's transaction nothing is
+retried: the caller owns it and must run it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from qcore.context import Context
+from qcore.db import Database, Rows
+from qcore.errors import DatabaseError, SerializationError
+
+__all__ = ["ATTEMPTS", "execute", "is_retryable", "transaction"]
+
+T = TypeVar("T")
+ATTEMPTS = 6
+BASE_DELAY_SECONDS = 0.01
+MAX_DELAY_SECONDS = 0.5
+
+
+def is_retryable(ctx: Context, exc: DatabaseError) -> bool:
+    """A serialization failure or deadlock, or a SQLSTATE the backend marks retryable."""
+    return isinstance(exc, SerializationError) or exc.sqlstate in ctx.backend.retryable_sqlstates
+
+
+async def transaction(
+    ctx: Context, work: Callable[[Database], Awaitable[T]], *, attempts: int = ATTEMPTS
+) -> T:
+    """Run ``work(tx)`` in one transaction, again from the start if it fails retryably."""
+
+    async def once() -> T:
+        async with ctx.db.transaction() as tx:
+            return await work(tx)
+
+    return await _retrying(ctx, once, attempts)
+
+
+async def execute(
+    ctx: Context, sql: str, params: Sequence[Any] = (), *, attempts: int = ATTEMPTS
+) -> Rows:
+    """One statement, run again if it fails retryably."""
+    return await _retrying(ctx, lambda: ctx.db.execute(sql, params), attempts)
+
+
+async def _retrying(ctx: Context, once: Callable[[], Awaitable[T]], attempts: int) -> T:
+    if ctx.db.in_transaction:  # the caller's transaction: theirs to run again
+        return await once()
+    for attempt in range(1, attempts + 1):
+        try:
+            return await once()
+        except DatabaseError as exc:
+            if not is_retryable(ctx, exc):
+                raise
+            if attempt == attempts:
+                raise SerializationError(
+                    f"gave up after {attempts} attempts: {exc}",
+                    sqlstate=exc.sqlstate,
+                    statement=exc.statement,
+                    retryable=True,
+                ) from exc
+            await asyncio.sleep(_backoff(attempt))
+    raise AssertionError("unreachable")
+
+
+def _backoff(attempt: int) -> float:
+    ceiling = min(MAX_DELAY_SECONDS, BASE_DELAY_SECONDS * 2**attempt)
+    return random.uniform(ceiling / 2, ceiling)
