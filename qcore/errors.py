@@ -14,6 +14,7 @@ __all__ = [
     "DatabaseError",
     "NotInstalledError",
     "QcoreError",
+    "QueueNotFoundError",
     "SchemaVersionError",
     "SerializationError",
     "UniqueViolation",
@@ -32,6 +33,10 @@ class ConfigError(QcoreError):
 
 class ValidationError(ConfigError):
     """A value passed to an operation (a name, a payload, a number) is invalid."""
+
+
+class QueueNotFoundError(ValidationError):
+    """An operation named a queue that does not exist."""
 
 
 class NotInstalledError(QcoreError):
