@@ -71,7 +71,7 @@ __all__ = [
 #: the hidden fixture every backend fixture depends on; tests are parametrised over it
 BACKEND_PARAM = "qcore_backend_name"
 #: the fixtures that make a test run once per backend (BACKEND_PARAM pulls them in)
-BACKEND_FIXTURES = frozenset({"backend", "provisioned", "db", "schema"})
+BACKEND_FIXTURES = frozenset({"backend", "provisioned", "db", "schema", "boss"})
 #: the ``format`` field of a --matrix-report file
 REPORT_FORMAT = "qcore-matrix-report/1"
 DEFAULT_BACKEND = "postgres"
@@ -544,10 +544,20 @@ else:  # pragma: no cover
         pytest.fail("the schema fixture needs pytest-asyncio: pip install pytest-asyncio")
 
 
-# --------------------------------------------------------------------------- hook point: boss
-#
-# The ``boss`` fixture comes with the Boss class. It belongs here, next to ``db``:
-# a ``Boss`` on ``open_database(provisioned)`` (the guarded adapter under emulation)
-# with ``backend=backend`` and ``schema=schema``, started before the test and
-# stopped after it. Add "boss" to BACKEND_FIXTURES' docstring list when it lands;
-# it depends on ``db``/``schema``, so BACKEND_PARAM already parametrises it.
+# --------------------------------------------------------------------------- boss
+
+if pytest_asyncio is not None:
+
+    @pytest_asyncio.fixture
+    async def boss(db: Any, backend: Backend, schema: str) -> AsyncIterator[Any]:
+        """A started ``qcore.Boss`` on the test's adapter (guarded under emulation) and
+        fresh schema; stopped after the test. It shares ``db``'s connection, so on a
+        single-session engine (PGlite) the two never interleave."""
+        from qcore import Boss
+
+        instance = Boss(db=db, backend=backend, schema=schema)
+        await instance.start()
+        try:
+            yield instance
+        finally:
+            await instance.stop()

@@ -1,6 +1,7 @@
 """qcore: a job queue on PostgreSQL and compatible engines, wire-compatible with pg-boss."""
 
 from qcore.backend import Backend
+from qcore.boss import Boss
 from qcore.errors import (
     ConfigError,
     ConnectionLostError,
@@ -14,6 +15,7 @@ from qcore.errors import (
 
 __all__ = [
     "Backend",
+    "Boss",
     "ConfigError",
     "ConnectionLostError",
     "DatabaseError",

@@ -24,6 +24,7 @@ __all__ = [
     "OnReconnect",
     "Rows",
     "adapt",
+    "check_pool_options",
     "connect",
     "make_conninfo",
 ]
@@ -105,6 +106,14 @@ def make_conninfo(
         raise ConfigError(f"invalid connection options: {exc}") from exc
 
 
+def check_pool_options(*, max: int, connection_timeout: float) -> None:
+    """Refuse a pool size or connect timeout that cannot work."""
+    if not isinstance(max, int) or isinstance(max, bool) or max < 1:
+        raise ConfigError(f"max must be a positive integer (pool size), got {max!r}")
+    if not isinstance(connection_timeout, (int, float)) or connection_timeout < 0:
+        raise ConfigError(f"connection_timeout must be >= 0 seconds, got {connection_timeout!r}")
+
+
 async def connect(
     connection_string: str | None = None,
     *,
@@ -122,10 +131,7 @@ async def connect(
     """Open a connection pool that qcore owns; ``close()`` on the result closes it."""
     if driver not in DRIVERS:
         raise ConfigError(f"unknown driver {driver!r}; qcore can open: {', '.join(DRIVERS)}")
-    if not isinstance(max, int) or max < 1:
-        raise ConfigError(f"max must be a positive integer (pool size), got {max!r}")
-    if connection_timeout < 0:
-        raise ConfigError(f"connection_timeout must be >= 0 seconds, got {connection_timeout!r}")
+    check_pool_options(max=max, connection_timeout=connection_timeout)
     conninfo = make_conninfo(
         connection_string,
         host=host,
