@@ -1,22 +1,15 @@
-"""Citus: PostgreSQL with the citus extension; qcore's tables stay local to the coordinator."""
+"""Citus: PostgreSQL with the citus extension; qcore's tables stay local to the
+coordinator, so every strategy is PostgreSQL's."""
 
-from qcore.backend import (
-    Backend,
-    FetchStrategy,
-    Kind,
-    LockStrategy,
-    MutationStrategy,
-    ProvisioningSpec,
-    SchemaShape,
-)
+import dataclasses
 
-BACKEND = Backend(
+from qcore.backend import Kind, ProvisioningSpec
+from qcore_backends.postgres import BACKEND as POSTGRES
+
+BACKEND = dataclasses.replace(
+    POSTGRES,
     name="citus",
     kind=Kind.DISTRIBUTED,
-    fetch=FetchStrategy.SKIP_LOCKED,
-    mutation=MutationStrategy.CTE,
-    schema=SchemaShape(partitioned=True, deferrable_foreign_keys=True, covering_indexes=True),
-    lock=LockStrategy.ADVISORY,
     provisioning=ProvisioningSpec(
         image="citusdata/citus:14.0",
         port=5432,
