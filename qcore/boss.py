@@ -9,17 +9,83 @@ transaction.
 
 from __future__ import annotations
 
+import datetime as dt
+import uuid
 from types import TracebackType
-from typing import Any
+from typing import Any, TypedDict
+
+from typing_extensions import Unpack
 
 from qcore import backends
+from qcore import jobs as job_ops
+from qcore import queues as queue_ops
 from qcore.backend import Backend, Server
 from qcore.context import Context
 from qcore.db import Database, adapt, check_pool_options, connect
 from qcore.errors import ConfigError
 from qcore.identifiers import schema_name
+from qcore.job import CommandResult, Job, Policy, Queue
+from qcore.jobs import Ids
+from qcore.schema import install_or_migrate, is_installed, schema_version
 
-__all__ = ["Boss"]
+__all__ = ["Boss", "FetchOptions", "QueueOptions", "ScheduledSendOptions", "SendOptions"]
+
+
+class QueueOptions(TypedDict, total=False):
+    """Options of ``create_queue`` and ``update_queue`` (seconds; unset means the default
+    on create, unchanged on update)."""
+
+    policy: str | Policy
+    partition: bool
+    retry_limit: int
+    retry_delay: int
+    retry_backoff: bool
+    retry_delay_max: int | None
+    expire_in_seconds: int
+    retention_seconds: int
+    delete_after_seconds: int
+    warning_queue_size: int
+    dead_letter: str | None
+    heartbeat_seconds: int | None
+    notify: bool
+
+
+class ScheduledSendOptions(TypedDict, total=False):
+    """Options of ``send_after``: those of ``send`` but ``start_after``."""
+
+    priority: int
+    singleton_key: str
+    singleton_seconds: int
+    singleton_next_slot: bool
+    retry_limit: int
+    retry_delay: int
+    retry_backoff: bool
+    retry_delay_max: int
+    expire_in_seconds: int
+    retention_seconds: int
+    delete_after_seconds: int
+    heartbeat_seconds: int
+    dead_letter: str
+    id: uuid.UUID | str
+    group_id: str
+    group_tier: str
+
+
+class SendOptions(ScheduledSendOptions, total=False):
+    """Options of ``send``; each one left out is inherited from the queue."""
+
+    start_after: dt.datetime | dt.timedelta | float | str
+
+
+class FetchOptions(TypedDict, total=False):
+    """Options of ``fetch``."""
+
+    batch_size: int
+    priority: bool
+    include_metadata: bool
+    ignore_start_after: bool
+    min_priority: int | None
+    max_priority: int | None
 
 
 class Boss:
@@ -102,8 +168,6 @@ class Boss:
         if self._db is None:
             self._db = await self._open()
         ctx = Context(db=self._db, backend=self.backend, schema_spec=self.schema)
-        from qcore.schema import install_or_migrate
-
         await install_or_migrate(
             ctx,
             migrate=self.migrate,
@@ -170,14 +234,10 @@ class Boss:
 
     async def is_installed(self) -> bool:
         """Whether the schema holds a qcore/pg-boss installation."""
-        from qcore.schema import is_installed
-
         return await is_installed(self._any_context())
 
     async def schema_version(self) -> int | None:
         """The installed schema version, or None when nothing is installed."""
-        from qcore.schema import schema_version
-
         return await schema_version(self._any_context())
 
     def _any_context(self) -> Context:
@@ -186,3 +246,164 @@ class Boss:
         if self._db is None:
             raise ConfigError("this Boss has no connection yet: await boss.start() first")
         return Context(db=self._db, backend=self.backend, schema_spec=self.schema)
+
+    # -- queues ----------------------------------------------------------------------------
+
+    async def create_queue(
+        self, name: str, *, db: Any = None, **options: Unpack[QueueOptions]
+    ) -> None:
+        """Create a queue (a no-op if it exists; its options are not changed then)."""
+        await queue_ops.create_queue(self.context(db), name, **options)
+
+    async def update_queue(
+        self, name: str, *, db: Any = None, **options: Unpack[QueueOptions]
+    ) -> None:
+        """Change the given options of a queue; policy and partition cannot change."""
+        await queue_ops.update_queue(self.context(db), name, **options)
+
+    async def delete_queue(self, name: str, *, db: Any = None) -> None:
+        """Delete a queue and its jobs (a no-op for an unknown queue)."""
+        await queue_ops.delete_queue(self.context(db), name)
+
+    async def get_queue(self, name: str, *, db: Any = None) -> Queue | None:
+        """A queue's settings and cached counts, or None."""
+        return await queue_ops.get_queue(self.context(db), name)
+
+    async def get_queues(self, names: list[str] | None = None, *, db: Any = None) -> list[Queue]:
+        """Every queue (or those named), ordered by name."""
+        return await queue_ops.get_queues(self.context(db), names)
+
+    async def delete_queued_jobs(self, name: str, *, db: Any = None) -> int:
+        """Delete a queue's created and retry jobs; how many."""
+        return await queue_ops.delete_queued_jobs(self.context(db), name)
+
+    async def delete_stored_jobs(self, name: str, *, db: Any = None) -> int:
+        """Delete a queue's completed, cancelled and failed jobs; how many."""
+        return await queue_ops.delete_stored_jobs(self.context(db), name)
+
+    async def delete_all_jobs(self, name: str | None = None, *, db: Any = None) -> int | None:
+        """Delete every job of a queue (of every queue without a name)."""
+        return await queue_ops.delete_all_jobs(self.context(db), name)
+
+    async def get_blocked_keys(self, name: str, *, db: Any = None) -> list[str]:
+        """The singleton keys of a key_strict_fifo queue held back by a failed job."""
+        return await queue_ops.get_blocked_keys(self.context(db), name)
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    async def send(
+        self, name: str, data: Any = None, *, db: Any = None, **options: Unpack[SendOptions]
+    ) -> uuid.UUID | None:
+        """Queue a job: its id, or None when the queue's policy dropped it."""
+        return await job_ops.send(self.context(db), name, data, **options)
+
+    async def send_after(
+        self,
+        name: str,
+        data: Any,
+        start_after: dt.datetime | dt.timedelta | float | str,
+        *,
+        db: Any = None,
+        **options: Unpack[ScheduledSendOptions],
+    ) -> uuid.UUID | None:
+        """Queue a job that becomes ready at ``start_after``."""
+        return await job_ops.send(self.context(db), name, data, start_after=start_after, **options)
+
+    async def send_throttled(
+        self,
+        name: str,
+        data: Any,
+        seconds: int,
+        key: str | None = None,
+        *,
+        db: Any = None,
+        **options: Unpack[SendOptions],
+    ) -> uuid.UUID | None:
+        """Queue a job unless one for ``key`` was sent in the current ``seconds`` slot."""
+        return await job_ops.send_throttled(
+            self.context(db), name, data, seconds=seconds, key=key, **options
+        )
+
+    async def send_debounced(
+        self,
+        name: str,
+        data: Any,
+        seconds: int,
+        key: str | None = None,
+        *,
+        db: Any = None,
+        **options: Unpack[SendOptions],
+    ) -> uuid.UUID | None:
+        """As ``send_throttled``, but a job whose slot is taken goes into the next one."""
+        return await job_ops.send_debounced(
+            self.context(db), name, data, seconds=seconds, key=key, **options
+        )
+
+    async def insert(
+        self, name: str, jobs: list[dict[str, Any]], *, return_id: bool = True, db: Any = None
+    ) -> list[uuid.UUID] | None:
+        """Queue a batch of jobs in one statement (each a dict of ``data`` and send options)."""
+        return await job_ops.insert(self.context(db), name, jobs, return_id=return_id)
+
+    async def fetch(
+        self, name: str, *, db: Any = None, **options: Unpack[FetchOptions]
+    ) -> list[Job]:
+        """Claim up to ``batch_size`` ready jobs; they are active until settled."""
+        return await job_ops.fetch(self.context(db), name, **options)
+
+    async def complete(
+        self,
+        name: str,
+        ids: Ids,
+        data: Any = None,
+        *,
+        include_queued: bool = False,
+        db: Any = None,
+    ) -> CommandResult:
+        """Complete active jobs (``include_queued``: queued ones too), storing ``data``."""
+        return await job_ops.complete(
+            self.context(db), name, ids, data, include_queued=include_queued
+        )
+
+    async def fail(self, name: str, ids: Ids, data: Any = None, *, db: Any = None) -> CommandResult:
+        """Fail jobs: retry them while retries are left, else failed and dead-lettered."""
+        return await job_ops.fail(self.context(db), name, ids, data)
+
+    async def cancel(self, name: str, ids: Ids, *, db: Any = None) -> CommandResult:
+        """Cancel jobs that have not finished."""
+        return await job_ops.cancel(self.context(db), name, ids)
+
+    async def resume(self, name: str, ids: Ids, *, db: Any = None) -> CommandResult:
+        """Bring cancelled jobs back to created."""
+        return await job_ops.resume(self.context(db), name, ids)
+
+    async def retry(self, name: str, ids: Ids, *, db: Any = None) -> CommandResult:
+        """Retry failed jobs (one more attempt each)."""
+        return await job_ops.retry(self.context(db), name, ids)
+
+    async def delete_job(self, name: str, ids: Ids, *, db: Any = None) -> CommandResult:
+        """Delete jobs whatever their state."""
+        return await job_ops.delete_job(self.context(db), name, ids)
+
+    async def touch(self, name: str, ids: Ids, *, db: Any = None) -> CommandResult:
+        """Refresh the heartbeat of active jobs."""
+        return await job_ops.touch(self.context(db), name, ids)
+
+    async def get_job_by_id(self, name: str, id: uuid.UUID | str, *, db: Any = None) -> Job | None:
+        """One job of a queue by id, or None."""
+        return await job_ops.get_job_by_id(self.context(db), name, id)
+
+    async def find_jobs(
+        self,
+        name: str,
+        *,
+        id: uuid.UUID | str | None = None,
+        key: str | None = None,
+        data: Any = None,
+        queued: bool = False,
+        db: Any = None,
+    ) -> list[Job]:
+        """Jobs of a queue by id, singleton key or data containment (``queued``: waiting only)."""
+        return await job_ops.find_jobs(
+            self.context(db), name, id=id, key=key, data=data, queued=queued
+        )

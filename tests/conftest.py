@@ -61,3 +61,24 @@ def pg_dsn() -> Iterator[str]:
         yield provisioner.url
     finally:
         provisioner.stop()
+
+
+# --------------------------------------------------------------------------- ctx
+# (appended by the queue/job operations work)
+
+import pytest_asyncio  # noqa: E402
+
+from qcore.backend import Backend  # noqa: E402
+from qcore.context import Context  # noqa: E402
+from qcore.db import Database  # noqa: E402
+
+
+@pytest_asyncio.fixture
+async def ctx(db: Database, backend: Backend, schema: str) -> Context:
+    """A Context on the backend's ``db`` and a fresh ``schema``, with qcore's (pg-boss's)
+    schema installed in it by ``qcore.schema.install_or_migrate``."""
+    from qcore.schema import install_or_migrate
+
+    context = Context(db=db, backend=backend, schema_spec=schema)
+    await install_or_migrate(context)
+    return context

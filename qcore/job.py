@@ -1,0 +1,197 @@
+"""The values the queue and job operations return: jobs, queues and command results.
+
+Field names are Python's spelling of pg-boss's columns (snake_case, seconds).
+Rows are turned into these values in one place, :meth:`Job.from_row` and
+:meth:`Queue.from_row`, so a column rename touches one line.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["POLICIES", "CommandResult", "Job", "JobState", "Policy", "Queue"]
+
+
+class JobState(str, enum.Enum):
+    """A job's state, in the order of pg-boss's ``job_state`` enum.
+
+    The order is load-bearing: ``created`` and ``retry`` are *queued*
+    (``state < 'active'``), ``completed``, ``cancelled`` and ``failed`` are
+    *stored* (``state > 'active'``).
+    """
+
+    CREATED = "created"
+    RETRY = "retry"
+    ACTIVE = "active"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+    @property
+    def rank(self) -> int:
+        """1..6, the enum's sort order in the database."""
+        return _RANK[self]
+
+    @property
+    def queued(self) -> bool:
+        """Waiting to run: ``created`` or ``retry``."""
+        return self.rank < _RANK[JobState.ACTIVE]
+
+    @property
+    def finished(self) -> bool:
+        """Settled: ``completed``, ``cancelled`` or ``failed``."""
+        return self.rank > _RANK[JobState.ACTIVE]
+
+
+_RANK = {state: i for i, state in enumerate(JobState, start=1)}
+
+
+class Policy(str, enum.Enum):
+    """A queue's policy: which jobs its unique indexes let in and how they are fetched."""
+
+    STANDARD = "standard"
+    SHORT = "short"  # at most one queued (created) job per singleton key
+    SINGLETON = "singleton"  # at most one active job per singleton key
+    STATELY = "stately"  # at most one job per state (created, retry, active) per key
+    EXCLUSIVE = "exclusive"  # at most one job queued or active per key
+    KEY_STRICT_FIFO = "key_strict_fifo"  # a key is required; one job of a key at a time, in order
+
+
+POLICIES: tuple[str, ...] = tuple(p.value for p in Policy)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One job.
+
+    ``fetch`` without ``include_metadata`` fills only the fields a worker
+    needs (``id``, ``name``, ``data``, ``retry_count``, ``expire_in_seconds``,
+    ``heartbeat_seconds``, ``group_id``, ``group_tier``) and its sort keys
+    (``priority``, ``created_on``); the other fields are then None.
+    ``get_job_by_id``, ``find_jobs`` and ``fetch(..., include_metadata=True)``
+    fill every field.
+
+    Passing a ``Job`` (rather than its id) to ``complete``, ``fail``,
+    ``cancel``, ``delete_job`` or ``touch`` fences the call on its
+    ``retry_count``: it only acts if the job is still in that attempt.
+    """
+
+    id: uuid.UUID
+    name: str
+    data: Any
+    retry_count: int
+    expire_in_seconds: int
+    heartbeat_seconds: int | None = None
+    group_id: str | None = None
+    group_tier: str | None = None
+    # -- metadata --------------------------------------------------------------------
+    priority: int | None = None
+    state: JobState | None = None
+    retry_limit: int | None = None
+    retry_delay: int | None = None
+    retry_backoff: bool | None = None
+    retry_delay_max: int | None = None
+    deletion_seconds: int | None = None
+    singleton_key: str | None = None
+    #: the throttle slot's start, UTC wall time (a naive datetime, as PostgreSQL stores it)
+    singleton_on: dt.datetime | None = None
+    start_after: dt.datetime | None = None
+    created_on: dt.datetime | None = None
+    started_on: dt.datetime | None = None
+    completed_on: dt.datetime | None = None
+    keep_until: dt.datetime | None = None
+    output: Any = None
+    dead_letter: str | None = None
+    policy: str | None = None
+    heartbeat_on: dt.datetime | None = None
+    blocked: bool | None = None
+    blocking: bool | None = None
+    pending_dependencies: int | None = None
+    source_name: str | None = None
+    source_id: uuid.UUID | None = None
+    source_created_on: dt.datetime | None = None
+    source_retry_count: int | None = None
+    source_output: Any = None
+    source_root_id: uuid.UUID | None = None
+    trace_context: Any = None
+    upsert_by_key: bool | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Job:
+        """A job from a row of the job table (any subset of its columns, named as there)."""
+        values = {
+            _JOB_FIELD.get(k, k): v for k, v in row.items() if _JOB_FIELD.get(k, k) in _JOB_FIELDS
+        }
+        state = values.get("state")
+        if state is not None:
+            values["state"] = JobState(state)
+        return cls(**values)
+
+
+_JOB_FIELD = {"expire_seconds": "expire_in_seconds"}  # column -> field, where they differ
+_JOB_FIELDS = frozenset(Job.__dataclass_fields__)
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """A queue's settings and the counts the monitor caches on its row."""
+
+    name: str
+    policy: str
+    retry_limit: int
+    retry_delay: int
+    retry_backoff: bool
+    retry_delay_max: int | None
+    expire_in_seconds: int
+    retention_seconds: int
+    delete_after_seconds: int
+    dead_letter: str | None
+    partition: bool
+    table_name: str
+    warning_queue_size: int
+    heartbeat_seconds: int | None
+    notify: bool
+    created_on: dt.datetime
+    updated_on: dt.datetime
+    # -- counts cached by the monitor (not live) ------------------------------------
+    deferred_count: int = 0
+    blocked_count: int = 0
+    queued_count: int = 0
+    ready_count: int = 0
+    active_count: int = 0
+    failed_count: int = 0
+    total_count: int = 0
+    retained_count: int | None = None
+    singletons_active: list[str] | None = field(default=None, compare=False)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Queue:
+        """A queue from a row of the queue table (named as there)."""
+        values = {_QUEUE_FIELD.get(k, k): v for k, v in row.items()}
+        return cls(**{k: v for k, v in values.items() if k in _QUEUE_FIELDS})
+
+
+_QUEUE_FIELD = {
+    "expire_seconds": "expire_in_seconds",
+    "deletion_seconds": "delete_after_seconds",
+    "warning_queued": "warning_queue_size",
+}
+_QUEUE_FIELDS = frozenset(Queue.__dataclass_fields__)
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """What a command on jobs by id did.
+
+    ``requested``: how many distinct ids were given; ``affected``: how many
+    jobs the command changed; ``ids``: those jobs' ids.
+    """
+
+    requested: int
+    affected: int
+    ids: list[uuid.UUID]

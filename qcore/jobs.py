@@ -1,0 +1,556 @@
+"""The job verbs: send and insert, fetch, and the commands that settle or move jobs.
+
+Each verb validates its input first (nothing is written for bad input), then
+runs statements built by :mod:`qcore.sql.jobs` for the context's backend:
+
+* fetch claims with ``FOR UPDATE SKIP LOCKED`` or, on engines without it,
+  with an unlocked read and an ``UPDATE`` that rechecks the state
+  (``FetchStrategy``);
+* fail is one statement of data-modifying CTEs, or the same effect as
+  several statements in one transaction with the retry backoff computed
+  here (``MutationStrategy``).
+
+Everything else is one statement on every backend. Statements outside a
+caller's transaction are run again on a retryable failure (``qcore.retry``);
+inside one they are the caller's to run again.
+
+Ids may be given as a UUID, its string, a :class:`~qcore.job.Job`, or a list
+of these. A ``Job`` fences the command on the attempt it was fetched in
+(``retry_count``): a worker whose claim lapsed cannot settle a newer attempt.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from qcore import retry as retrying
+from qcore.backend import FetchStrategy, MutationStrategy
+from qcore.context import Context
+from qcore.db import Database, Json
+from qcore.errors import DatabaseError, QueueNotFoundError, UniqueViolation, ValidationError
+from qcore.job import CommandResult, Job
+from qcore.options import (
+    check_json,
+    ids_and_fences,
+    job_id,
+    job_record,
+    normalize_output,
+    priority_bounds,
+    queue_name,
+)
+from qcore.queues import missing_queue, reduce_cached_counts
+from qcore.sql import jobs as sql
+from qcore.sql._statement import Statement
+from qcore.sql.locks import notify_channel
+
+__all__ = [
+    "Ids",
+    "cancel",
+    "complete",
+    "delete_job",
+    "fail",
+    "fetch",
+    "find_jobs",
+    "get_job_by_id",
+    "insert",
+    "resume",
+    "retry",
+    "send",
+    "send_debounced",
+    "send_throttled",
+    "touch",
+]
+
+#: what the commands accept as job ids
+Ids = uuid.UUID | str | Job | Iterable[uuid.UUID | str | Job]
+
+_CHECK_VIOLATION = "23514"
+_FOREIGN_KEY_VIOLATION = "23503"
+_MAX_BATCH = 1_000_000
+
+
+# --------------------------------------------------------------------------- send / insert
+
+
+async def send(
+    ctx: Context,
+    name: str,
+    data: Any = None,
+    *,
+    priority: int | None = None,
+    start_after: dt.datetime | dt.timedelta | float | str | None = None,
+    singleton_key: str | None = None,
+    singleton_seconds: int | None = None,
+    singleton_next_slot: bool = False,
+    retry_limit: int | None = None,
+    retry_delay: int | None = None,
+    retry_backoff: bool | None = None,
+    retry_delay_max: int | None = None,
+    expire_in_seconds: int | None = None,
+    retention_seconds: int | None = None,
+    delete_after_seconds: int | None = None,
+    heartbeat_seconds: int | None = None,
+    dead_letter: str | None = None,
+    id: uuid.UUID | str | None = None,
+    group_id: str | None = None,
+    group_tier: str | None = None,
+) -> uuid.UUID | None:
+    """Queue one job; its id, or None when the queue's policy (or a throttle slot)
+    already holds a job for it and it was dropped.
+
+    Options left None are inherited from the queue. ``start_after``: an aware
+    datetime, seconds from now (number or timedelta), or an ISO 8601 string
+    (zone-less means UTC). ``singleton_seconds`` throttles: one job per key per
+    slot of that many seconds; with ``singleton_next_slot`` a job that finds
+    its slot taken goes into the next slot instead (debounce).
+    """
+    queue_name(name)
+    record = job_record(
+        data,
+        priority=priority,
+        start_after=start_after,
+        singleton_key=singleton_key,
+        singleton_seconds=singleton_seconds,
+        singleton_next_slot=singleton_next_slot,
+        retry_limit=retry_limit,
+        retry_delay=retry_delay,
+        retry_backoff=retry_backoff,
+        retry_delay_max=retry_delay_max,
+        expire_in_seconds=expire_in_seconds,
+        retention_seconds=retention_seconds,
+        delete_after_seconds=delete_after_seconds,
+        heartbeat_seconds=heartbeat_seconds,
+        dead_letter=dead_letter,
+        id=id,
+        group_id=group_id,
+        group_tier=group_tier,
+    )
+    inserted = await _insert(ctx, name, [record])
+    if inserted:
+        return inserted[0]
+    if singleton_next_slot:
+        inserted = await _insert(ctx, name, [record], next_slot=True)
+        if inserted:
+            return inserted[0]
+    return None
+
+
+def _slot_options(seconds: int, key: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
+    taken = sorted({"singleton_seconds", "singleton_key", "singleton_next_slot"} & set(options))
+    if taken:
+        raise ValidationError(
+            f"{', '.join(taken)} cannot be given here: the slot length is `seconds` and the"
+            " key is `key`"
+        )
+    return {**options, "singleton_seconds": seconds, "singleton_key": key}
+
+
+async def send_throttled(
+    ctx: Context,
+    name: str,
+    data: Any = None,
+    *,
+    seconds: int,
+    key: str | None = None,
+    **options: Any,
+) -> uuid.UUID | None:
+    """Queue a job unless one for ``key`` was already sent in the current slot of
+    ``seconds`` (slots are aligned to the epoch); None when it was dropped."""
+    return await send(ctx, name, data, **_slot_options(seconds, key, options))
+
+
+async def send_debounced(
+    ctx: Context,
+    name: str,
+    data: Any = None,
+    *,
+    seconds: int,
+    key: str | None = None,
+    **options: Any,
+) -> uuid.UUID | None:
+    """Like :func:`send_throttled`, but a job whose slot is taken goes into the next
+    slot, starting about a second after it begins; None only if that one is taken too."""
+    slot = _slot_options(seconds, key, options)
+    return await send(ctx, name, data, singleton_next_slot=True, **slot)
+
+
+async def insert(
+    ctx: Context, name: str, jobs: Sequence[Mapping[str, Any]], *, return_id: bool = True
+) -> list[uuid.UUID] | None:
+    """Queue a batch of jobs in one statement; the ids of those inserted, in input order
+    (a job a policy index refused is left out), or None with ``return_id=False``.
+
+    Each job is a mapping with ``data`` and any of :func:`send`'s options except
+    ``singleton_next_slot``.
+    """
+    queue_name(name)
+    if isinstance(jobs, Mapping) or not isinstance(jobs, Sequence):
+        raise ValidationError(f"jobs must be a list of mappings, got {type(jobs).__name__}")
+    if len(jobs) > _MAX_BATCH:
+        raise ValidationError(f"at most {_MAX_BATCH} jobs per insert, got {len(jobs)}")
+    records = []
+    for i, job in enumerate(jobs):
+        if not isinstance(job, Mapping):
+            raise ValidationError(f"jobs[{i}] must be a mapping, got {type(job).__name__}")
+        if "singleton_next_slot" in job:
+            raise ValidationError(f"jobs[{i}]: singleton_next_slot is for send() only")
+        options = {k: v for k, v in job.items() if k != "data"}
+        try:
+            records.append(job_record(job.get("data"), **options))
+        except ValidationError as exc:
+            raise ValidationError(f"jobs[{i}]: {exc}") from None
+    ids = await _insert(ctx, name, records)
+    return ids if return_id else None
+
+
+async def _insert(
+    ctx: Context, name: str, records: list[dict[str, Any]], *, next_slot: bool = False
+) -> list[uuid.UUID]:
+    notify = ctx.backend.capabilities.listen_notify
+    statement = sql.insert_jobs(
+        ctx.q,
+        notify=notify,
+        check_dead_letters=any("dead_letter" in r for r in records),
+        next_slot=next_slot,
+    )
+    params = statement.bind(
+        queue=name,
+        jobs=Json(records),
+        channel=notify_channel(ctx.schema_spec) if notify else None,
+    )
+    try:
+        rows = await retrying.execute(ctx, statement.sql, params)
+    except DatabaseError as exc:
+        raise _insert_error(name, exc) from exc
+    row = rows[0]
+    if not row["queues"]:
+        raise missing_queue(name)
+    if row.get("missing_dead_letters"):
+        missing = sorted(row["missing_dead_letters"])
+        raise QueueNotFoundError(
+            f"dead letter queue {missing[0]!r} does not exist; create it before sending jobs"
+            " that name it"
+        )
+    inserted = set(row["ids"])
+    return [i for i in (uuid.UUID(r["id"]) for r in records) if i in inserted]
+
+
+def _insert_error(name: str, exc: DatabaseError) -> Exception:
+    text = str(exc)
+    if exc.sqlstate == _CHECK_VIOLATION and "key_strict_fifo" in text:
+        return ValidationError(
+            f"queue {name!r} has the key_strict_fifo policy: every job needs a singleton_key"
+        )
+    if exc.sqlstate == _FOREIGN_KEY_VIOLATION:
+        return QueueNotFoundError(
+            f"queue {name!r} or a dead letter queue named by the job does not exist"
+            f" (it may have just been deleted): {text}"
+        )
+    return exc
+
+
+# --------------------------------------------------------------------------- fetch
+
+
+async def fetch(
+    ctx: Context,
+    name: str,
+    *,
+    batch_size: int = 1,
+    priority: bool = True,
+    include_metadata: bool = False,
+    ignore_start_after: bool = False,
+    min_priority: int | None = None,
+    max_priority: int | None = None,
+) -> list[Job]:
+    """Claim up to ``batch_size`` ready jobs (now active) in order: highest priority
+    first (unless ``priority=False``), then oldest, then by id.
+
+    The queue's policy applies: key_strict_fifo hands out only the head job of
+    each key, and none of a key with a job active, in retry or failed;
+    singleton and stately hand out nothing for a key with an active job and
+    at most one job per key per batch. ``ignore_start_after`` also takes jobs
+    deferred to later. A fetch that lost a race on a policy index returns [].
+    """
+    queue_name(name)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValidationError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    for option, value in (
+        ("priority", priority),
+        ("include_metadata", include_metadata),
+        ("ignore_start_after", ignore_start_after),
+    ):
+        if not isinstance(value, bool):
+            raise ValidationError(f"{option} must be True or False, got {value!r}")
+    low, high = priority_bounds(min_priority, max_priority)
+    statement = sql.fetch_jobs(
+        ctx.q,
+        skip_locked=ctx.backend.fetch is FetchStrategy.SKIP_LOCKED,
+        priority=priority,
+        ignore_start_after=ignore_start_after,
+        min_priority=low is not None,
+        max_priority=high is not None,
+        include_metadata=include_metadata,
+    )
+    params = statement.bind(
+        queue=name, limit=min(batch_size, 2**31 - 1), min_priority=low, max_priority=high
+    )
+    try:
+        rows = await retrying.execute(ctx, statement.sql, params)
+    except UniqueViolation:
+        if ctx.db.in_transaction:  # the caller's transaction is aborted: theirs to handle
+            raise
+        return []  # another claimer took the key's slot first (singleton/stately index)
+    if not rows:
+        raise missing_queue(name)
+    return [Job.from_row(r) for r in rows if r["id"] is not None]
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _ids(ids: object) -> tuple[list[uuid.UUID], list[uuid.UUID], list[str]]:
+    every, plain, fences = ids_and_fences(ids)
+    return every, plain, fences
+
+
+async def _run_command(
+    ctx: Context,
+    name: str,
+    statement: Statement,
+    every: list[uuid.UUID],
+    **values: Any,
+) -> list[dict[str, Any]]:
+    rows = await retrying.execute(
+        ctx, statement.sql, statement.bind(queue=name, ids=every, **values)
+    )
+    if not rows:
+        raise missing_queue(name)
+    return [r for r in rows if r["id"] is not None]
+
+
+def _result(every: list[uuid.UUID], ids: list[uuid.UUID]) -> CommandResult:
+    return CommandResult(requested=len(every), affected=len(ids), ids=ids)
+
+
+def _fence_values(plain: list[uuid.UUID], fences: list[str]) -> dict[str, Any]:
+    return {"plain_ids": plain, "fences": fences}
+
+
+async def complete(
+    ctx: Context, name: str, ids: Ids, data: Any = None, *, include_queued: bool = False
+) -> CommandResult:
+    """Mark active jobs completed, storing ``data`` as their output (a dict as it is,
+    anything else as ``{"value": data}``). ``include_queued`` completes queued jobs too."""
+    queue_name(name)
+    every, plain, fences = _ids(ids)
+    output = normalize_output(data)
+    statement = sql.complete_jobs(ctx.q, fenced=bool(fences), include_queued=include_queued)
+    rows = await _run_command(
+        ctx, name, statement, every, output=_jsonb(output), **_fence_values(plain, fences)
+    )
+    return _result(every, [r["id"] for r in rows])
+
+
+async def cancel(ctx: Context, name: str, ids: Ids) -> CommandResult:
+    """Cancel jobs that are not finished yet (queued or active)."""
+    queue_name(name)
+    every, plain, fences = _ids(ids)
+    statement = sql.cancel_jobs(ctx.q, fenced=bool(fences))
+    rows = await _run_command(ctx, name, statement, every, **_fence_values(plain, fences))
+    return _result(every, [r["id"] for r in rows])
+
+
+async def resume(ctx: Context, name: str, ids: Ids) -> CommandResult:
+    """Bring cancelled jobs back to created (they run no earlier than now)."""
+    queue_name(name)
+    every, _, _ = _ids(ids)
+    rows = await _run_command(ctx, name, sql.resume_jobs(ctx.q), every)
+    retained = sum(1 for r in rows if r["retained"])
+    await reduce_cached_counts(ctx, name, retained=retained, total=0)
+    return _result(every, [r["id"] for r in rows])
+
+
+async def retry(ctx: Context, name: str, ids: Ids) -> CommandResult:
+    """Give failed jobs another attempt: back to retry, with one more allowed."""
+    queue_name(name)
+    every, _, _ = _ids(ids)
+    rows = await _run_command(ctx, name, sql.retry_jobs(ctx.q), every)
+    return _result(every, [r["id"] for r in rows])
+
+
+async def delete_job(ctx: Context, name: str, ids: Ids) -> CommandResult:
+    """Delete jobs, whatever their state."""
+    queue_name(name)
+    every, plain, fences = _ids(ids)
+    statement = sql.delete_jobs(ctx.q, fenced=bool(fences))
+    rows = await _run_command(ctx, name, statement, every, **_fence_values(plain, fences))
+    retained = sum(1 for r in rows if r["retained"])
+    await reduce_cached_counts(ctx, name, retained=retained, total=retained)
+    return _result(every, [r["id"] for r in rows])
+
+
+async def touch(ctx: Context, name: str, ids: Ids) -> CommandResult:
+    """Refresh the heartbeat of active jobs; ``ids`` of the result are those refreshed
+    (a job missing from it is no longer active, or no longer in that attempt)."""
+    queue_name(name)
+    every, plain, fences = _ids(ids)
+    statement = sql.touch_jobs(ctx.q, fenced=bool(fences))
+    rows = await _run_command(ctx, name, statement, every, **_fence_values(plain, fences))
+    return _result(every, [r["id"] for r in rows])
+
+
+def _jsonb(value: Any) -> Any:
+    """A parameter for a ``$n::jsonb``: SQL NULL for None, else the JSON value."""
+    return None if value is None else Json(value)
+
+
+# --------------------------------------------------------------------------- fail
+
+
+async def fail(ctx: Context, name: str, ids: Ids, data: Any = None) -> CommandResult:
+    """Fail jobs that are not finished, storing ``data`` as their output.
+
+    A job with retries left goes to retry, to run again after ``retry_delay``
+    seconds, or with ``retry_backoff`` after a random delay that doubles with
+    every attempt (capped by ``retry_delay_max``). A job out of retries is
+    failed, and a copy goes to its dead letter queue if it has one, with
+    ``source_*`` columns saying where it came from.
+    """
+    queue_name(name)
+    every, plain, fences = _ids(ids)
+    output = normalize_output(data)
+    if ctx.backend.mutation is MutationStrategy.CTE:
+        statement = sql.fail_jobs(ctx.q, fenced=bool(fences))
+        rows = await _run_command(
+            ctx, name, statement, every, output=_jsonb(output), **_fence_values(plain, fences)
+        )
+        return _result(every, [r["id"] for r in rows])
+
+    async def split(tx: Database) -> list[uuid.UUID]:
+        return await _fail_split(ctx.with_db(tx), name, every, plain, fences, output)
+
+    return _result(every, await retrying.transaction(ctx, split))
+
+
+def _backoff_seconds(row: Mapping[str, Any]) -> float:
+    """The retry delay of a failed attempt, computed as the CTE statement computes it."""
+    if not row["retry_backoff"]:
+        return float(row["retry_delay"])
+    base = max(int(row["retry_delay"]), 1)
+    half = 2 ** min(16, int(row["retry_count"]) + 1) / 2
+    delay: float = base * (half + half * random.random())
+    cap = row["retry_delay_max"]
+    return delay if cap is None else min(float(cap), delay)
+
+
+def _json_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A job row as a record of a JSON array parameter (UUIDs and times as text)."""
+    out: dict[str, Any] = {}
+    for column in sql.REINSERT_COLUMNS:
+        value = row[column]
+        if isinstance(value, (uuid.UUID, dt.datetime)):
+            value = str(value) if isinstance(value, uuid.UUID) else value.isoformat()
+        out[column] = value
+    return out
+
+
+async def _fail_split(
+    ctx: Context,
+    name: str,
+    every: list[uuid.UUID],
+    plain: list[uuid.UUID],
+    fences: list[str],
+    output: Any,
+) -> list[uuid.UUID]:
+    """Fail as separate statements in the caller's (``ctx.db``'s) transaction: delete the
+    jobs, insert those with retries left as retry, then the rest as failed together with
+    their dead letter copies. Returns the ids inserted again."""
+    remove = sql.fail_remove(ctx.q, fenced=bool(fences))
+    rows = await ctx.db.execute(
+        remove.sql, remove.bind(queue=name, ids=every, **_fence_values(plain, fences))
+    )
+    if not rows:
+        raise missing_queue(name)
+    removed = [r for r in rows if r["id"] is not None]
+    to_retry: list[dict[str, Any]] = []
+    to_fail: list[dict[str, Any]] = []
+    for row in removed:
+        record = _json_row(row)
+        limit, count = row["retry_limit"], row["retry_count"]
+        # as the CTE statement: start_after is kept only when the count reached the limit
+        record["delay"] = None if count == limit else _backoff_seconds(row)
+        (to_retry if count < limit else to_fail).append(record)
+    settled: list[uuid.UUID] = []
+    if to_retry:
+        again = sql.fail_reinsert_retry(ctx.q)
+        got = await ctx.db.execute(
+            again.sql, again.bind(rows=Json(to_retry), output=_jsonb(output))
+        )
+        retried = {r["id"] for r in got}
+        settled += [uuid.UUID(r["id"]) for r in to_retry if uuid.UUID(r["id"]) in retried]
+        for record in to_retry:  # a policy index refused it as retry: it fails instead
+            if uuid.UUID(record["id"]) not in retried:
+                to_fail.append({**record, "delay": None})
+    if to_fail:
+        failed = sql.fail_reinsert_failed(ctx.q)
+        got = await ctx.db.execute(
+            failed.sql, failed.bind(rows=Json(to_fail), output=_jsonb(output))
+        )
+        wanted = {uuid.UUID(r["id"]) for r in to_fail}
+        settled += [r["id"] for r in got if r["id"] in wanted]
+    order = {job: i for i, job in enumerate(every)}
+    return sorted(settled, key=order.__getitem__)
+
+
+# --------------------------------------------------------------------------- reads
+
+
+async def get_job_by_id(ctx: Context, name: str, id: uuid.UUID | str) -> Job | None:
+    """A job with every field; None if the queue holds no job with that id."""
+    queue_name(name)
+    statement = sql.get_job(ctx.q)
+    rows = await retrying.execute(ctx, statement.sql, statement.bind(queue=name, id=job_id(id)))
+    if not rows:
+        raise missing_queue(name)
+    return Job.from_row(rows[0]) if rows[0]["id"] is not None else None
+
+
+async def find_jobs(
+    ctx: Context,
+    name: str,
+    *,
+    id: uuid.UUID | str | None = None,
+    key: str | None = None,
+    data: Any = None,
+    queued: bool = False,
+) -> list[Job]:
+    """A queue's jobs, oldest first, filtered by any of: ``id``, singleton ``key``,
+    ``data`` (jobs whose data contains this JSON value) and ``queued`` (only jobs
+    waiting to run)."""
+    queue_name(name)
+    if key is not None and not isinstance(key, str):
+        raise ValidationError(f"key must be a string, got {key!r}")
+    if not isinstance(queued, bool):
+        raise ValidationError(f"queued must be True or False, got {queued!r}")
+    statement = sql.find_jobs(
+        ctx.q,
+        by_id=id is not None,
+        by_key=key is not None,
+        by_data=data is not None,
+        queued=queued,
+    )
+    params = statement.bind(
+        queue=name,
+        id=job_id(id) if id is not None else None,
+        key=key,
+        data=Json(check_json("data", data)),
+    )
+    rows = await retrying.execute(ctx, statement.sql, params)
+    if not rows:
+        raise missing_queue(name)
+    return [Job.from_row(r) for r in rows if r["id"] is not None]

@@ -1,0 +1,439 @@
+"""Validation of queue and job options, before anything is written.
+
+Every check raises :class:`qcore.errors.ValidationError` with a message that
+says which value was wrong and what is allowed. The rules are pg-boss's
+(``Attorney``), spelled in Python: snake_case names, durations in seconds.
+
+The functions here return plain values ready for the SQL builders: a queue's
+options as the camelCase JSON object pg-boss's ``create_queue(text, jsonb)``
+reads, and each job as one record of the JSON array a send or insert expands
+server-side.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from qcore.errors import ValidationError
+from qcore.job import POLICIES, Job
+
+__all__ = [
+    "INT4_MAX",
+    "MAX_EXPIRE_SECONDS",
+    "MAX_QUEUE_NAME_LENGTH",
+    "MIN_HEARTBEAT_SECONDS",
+    "QUEUE_OPTIONS",
+    "SEND_OPTIONS",
+    "UNSET",
+    "JobRecord",
+    "Unset",
+    "check_json",
+    "ids_and_fences",
+    "job_record",
+    "normalize_output",
+    "policy",
+    "priority_bounds",
+    "queue_name",
+    "queue_options",
+    "queue_options_json",
+]
+
+INT4_MAX: Final = 2**31 - 1
+INT4_MIN: Final = -(2**31)
+#: pg-boss sets no length limit; ours keeps names far below PostgreSQL's btree entry size
+#: (a queue name is part of every job index key) and NOTIFY's 8000-byte payload.
+MAX_QUEUE_NAME_LENGTH: Final = 255
+MAX_EXPIRE_SECONDS: Final = 86_400  # 24 hours
+MIN_HEARTBEAT_SECONDS: Final = 10
+
+_NAME = re.compile(r"[\w.\-/]+", re.ASCII)  # pg-boss: /^[\w.\-/]+$/ (JavaScript \w is ASCII)
+
+
+class Unset:
+    """The type of :data:`UNSET`: an option that was not given (None may be a value)."""
+
+    _instance: Unset | None = None
+
+    def __new__(cls) -> Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+UNSET: Final = Unset()
+
+JobRecord = dict[str, Any]
+
+
+# --------------------------------------------------------------------------- names
+
+
+def queue_name(name: object, what: str = "queue name") -> str:
+    """A valid queue name: ASCII letters, digits, ``_ . - /``; at most 255 characters."""
+    if not isinstance(name, str):
+        raise ValidationError(f"{what} must be a string, got {type(name).__name__}")
+    if not name:
+        raise ValidationError(f"{what} must not be empty")
+    if len(name) > MAX_QUEUE_NAME_LENGTH:
+        raise ValidationError(
+            f"{what} {name[:40]!r}... is {len(name)} characters long; the limit is"
+            f" {MAX_QUEUE_NAME_LENGTH}"
+        )
+    if not _NAME.fullmatch(name):
+        bad = next(c for c in name if not _NAME.fullmatch(c))
+        raise ValidationError(
+            f"{what} {name!r} contains {bad!r}; a queue name may contain only ASCII letters,"
+            " digits, underscores, hyphens, periods and forward slashes"
+        )
+    return name
+
+
+def policy(value: object) -> str:
+    """One of pg-boss's six queue policies."""
+    if isinstance(value, str) and value in POLICIES:
+        return value
+    raise ValidationError(f"policy must be one of {', '.join(POLICIES)}; got {value!r}")
+
+
+# --------------------------------------------------------------------------- scalars
+
+
+def _int(name: str, value: object, *, minimum: int = 0, maximum: int = INT4_MAX) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(f"{name} must be an integer, got {value!r}")
+    if value < minimum or value > maximum:
+        if maximum == INT4_MAX:
+            raise ValidationError(f"{name} must be an integer >= {minimum}, got {value}")
+        raise ValidationError(f"{name} must be an integer from {minimum} to {maximum}, got {value}")
+    return value
+
+
+def _bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValidationError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def _text(name: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValidationError(f"{name} must be a non-empty string, got {value!r}")
+    if "\x00" in value:
+        raise ValidationError(f"{name} may not contain a NUL character")
+    return value
+
+
+def check_json(name: str, value: Any) -> Any:
+    """``value`` if it can be stored as JSON (no NaN or Infinity, string keys); else an error."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(
+            f"{name} must be JSON-serialisable (dicts with string keys, lists, strings, numbers,"
+            f" booleans, None; no NaN or Infinity): {exc}"
+        ) from None
+    if _has_nul(value):
+        raise ValidationError(f"{name} contains a NUL character, which jsonb cannot store")
+    return value
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+def normalize_output(value: Any) -> Any:
+    """What ``complete``/``fail`` store as ``output``: None stays None, a dict is kept, an
+    exception becomes ``{"name", "message", "stack"}``, anything else ``{"value": x}``."""
+    if value is None:
+        return None
+    if isinstance(value, BaseException):
+        import traceback
+
+        stack = "".join(traceback.format_exception(type(value), value, value.__traceback__))
+        return {"name": type(value).__name__, "message": str(value), "stack": stack}
+    if isinstance(value, dict):
+        return check_json("output", value)
+    return check_json("output", {"value": value})
+
+
+# --------------------------------------------------------------------------- queues
+
+#: the keyword options of create_queue / update_queue -> pg-boss's JSON key
+QUEUE_OPTIONS: Final[Mapping[str, str]] = {
+    "policy": "policy",
+    "partition": "partition",
+    "retry_limit": "retryLimit",
+    "retry_delay": "retryDelay",
+    "retry_backoff": "retryBackoff",
+    "retry_delay_max": "retryDelayMax",
+    "expire_in_seconds": "expireInSeconds",
+    "retention_seconds": "retentionSeconds",
+    "delete_after_seconds": "deleteAfterSeconds",
+    "warning_queue_size": "warningQueueSize",
+    "dead_letter": "deadLetter",
+    "heartbeat_seconds": "heartbeatSeconds",
+    "notify": "notify",
+}
+
+
+def _retry(options: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if options.get("retry_limit") is not None:
+        out["retry_limit"] = _int("retry_limit", options["retry_limit"])
+    if options.get("retry_delay") is not None:
+        out["retry_delay"] = _int("retry_delay", options["retry_delay"])
+    if options.get("retry_backoff") is not None:
+        out["retry_backoff"] = _bool("retry_backoff", options["retry_backoff"])
+    if options.get("retry_delay_max") is not None:
+        if options.get("retry_backoff") is not True:
+            raise ValidationError(
+                "retry_delay_max caps the exponential backoff, so it can only be set together"
+                " with retry_backoff=True"
+            )
+        out["retry_delay_max"] = _int("retry_delay_max", options["retry_delay_max"])
+    return out
+
+
+def _lifetimes(options: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if options.get("expire_in_seconds") is not None:
+        out["expire_in_seconds"] = _int(
+            "expire_in_seconds", options["expire_in_seconds"], minimum=1, maximum=MAX_EXPIRE_SECONDS
+        )
+    if options.get("retention_seconds") is not None:
+        out["retention_seconds"] = _int(
+            "retention_seconds", options["retention_seconds"], minimum=1
+        )
+    if options.get("delete_after_seconds") is not None:
+        out["delete_after_seconds"] = _int(
+            "delete_after_seconds (0 keeps finished jobs forever)", options["delete_after_seconds"]
+        )
+    if options.get("heartbeat_seconds") is not None:
+        out["heartbeat_seconds"] = _int(
+            "heartbeat_seconds", options["heartbeat_seconds"], minimum=MIN_HEARTBEAT_SECONDS
+        )
+    return out
+
+
+def queue_options(name: str, options: Mapping[str, Any], *, update: bool = False) -> dict[str, Any]:
+    """The given queue options, validated, by their Python names.
+
+    For ``create_queue`` (``update=False``) a None value means "the default"
+    and is dropped. For ``update_queue`` an option left :data:`UNSET` is
+    dropped and None is kept where it clears a setting (``retry_delay_max``,
+    ``dead_letter``, ``heartbeat_seconds``).
+    """
+    unknown = sorted(set(options) - set(QUEUE_OPTIONS))
+    if unknown:
+        raise ValidationError(
+            f"unknown queue option {', '.join(unknown)}; known: {', '.join(QUEUE_OPTIONS)}"
+        )
+    given = {k: v for k, v in options.items() if v is not UNSET}
+    cleared = {k for k, v in given.items() if v is None}
+    if update:
+        not_nullable = sorted(cleared - {"retry_delay_max", "dead_letter", "heartbeat_seconds"})
+        if not_nullable:
+            raise ValidationError(
+                f"{', '.join(not_nullable)} cannot be cleared with None; give a value"
+            )
+    values = {k: v for k, v in given.items() if v is not None}
+    out: dict[str, Any] = {}
+    if "policy" in values:
+        out["policy"] = policy(values["policy"])
+    if "partition" in values:
+        out["partition"] = _bool("partition", values["partition"])
+    if "notify" in values:
+        out["notify"] = _bool("notify", values["notify"])
+    if "warning_queue_size" in values:
+        out["warning_queue_size"] = _int(
+            "warning_queue_size", values["warning_queue_size"], minimum=1
+        )
+    out.update(_retry(values))
+    out.update(_lifetimes(values))
+    if "dead_letter" in values:
+        dead_letter = queue_name(values["dead_letter"], "dead_letter")
+        if dead_letter == name:
+            raise ValidationError(f"queue {name!r} cannot be its own dead letter queue")
+        out["dead_letter"] = dead_letter
+    if update:
+        out.update({k: None for k in cleared})
+    return out
+
+
+def queue_options_json(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Validated queue options as the JSON object ``create_queue(text, jsonb)`` reads."""
+    return {QUEUE_OPTIONS[k]: v for k, v in options.items()}
+
+
+# --------------------------------------------------------------------------- jobs
+
+#: the options of send(), by their Python names (each job of insert() takes these too)
+SEND_OPTIONS: Final = (
+    "id",
+    "priority",
+    "start_after",
+    "singleton_key",
+    "singleton_seconds",
+    "singleton_next_slot",
+    "retry_limit",
+    "retry_delay",
+    "retry_backoff",
+    "retry_delay_max",
+    "expire_in_seconds",
+    "retention_seconds",
+    "delete_after_seconds",
+    "heartbeat_seconds",
+    "dead_letter",
+    "group_id",
+    "group_tier",
+)
+
+
+def _start_after(value: object) -> dict[str, Any]:
+    """The start_after fields of a job record: an absolute instant or a delay in seconds."""
+    if value is None:
+        return {}
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValidationError(
+                f"start_after {value!r} is a naive datetime; give an aware one"
+                " (e.g. datetime.now(timezone.utc) + timedelta(minutes=5)) or seconds"
+            )
+        return {"start_after": value.isoformat()}
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value) or value < 0:
+            raise ValidationError(f"start_after must be >= 0 seconds, got {value!r}")
+        return {"start_after_seconds": float(value)} if value > 0 else {}
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise ValidationError(
+                f"start_after {value!r} is not an ISO 8601 date time; give an aware datetime,"
+                " seconds (int, float or timedelta) or an ISO string like"
+                " '2030-01-01T08:00:00Z'"
+            ) from None
+        if parsed.tzinfo is None:  # pg-boss pins a zone-less date time to UTC
+            parsed = parsed.replace(tzinfo=dt.timezone.utc)
+        return {"start_after": parsed.isoformat()}
+    raise ValidationError(
+        f"start_after must be an aware datetime, seconds (int, float or timedelta) or an ISO"
+        f" 8601 string; got {type(value).__name__}"
+    )
+
+
+def job_id(value: object) -> uuid.UUID:
+    """A job id from a UUID or its string form."""
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            pass
+    raise ValidationError(f"a job id must be a UUID or a UUID string, got {value!r}")
+
+
+def job_record(data: Any = None, **options: Any) -> JobRecord:
+    """One job of a send or insert, validated, as a record of the insert's JSON array.
+
+    Keys are the insert statement's recordset columns; options left None are
+    omitted so the statement inherits them from the queue.
+    """
+    unknown = sorted(set(options) - set(SEND_OPTIONS))
+    if unknown:
+        raise ValidationError(
+            f"unknown job option {', '.join(unknown)}; known: {', '.join(SEND_OPTIONS)}"
+        )
+    given = {k: v for k, v in options.items() if v is not None}
+    record: JobRecord = {
+        "id": str(job_id(given["id"]) if "id" in given else uuid.uuid4()),
+        "data": check_json("data", data),
+    }
+    if "priority" in given:
+        record["priority"] = _int("priority", given["priority"], minimum=INT4_MIN)
+    record.update(_start_after(given.get("start_after")))
+    if "singleton_key" in given:
+        record["singleton_key"] = _text("singleton_key", given["singleton_key"])
+    if "singleton_seconds" in given:
+        record["singleton_seconds"] = _int(
+            "singleton_seconds", given["singleton_seconds"], minimum=1
+        )
+    if given.get("singleton_next_slot") and "singleton_seconds" not in record:
+        raise ValidationError("singleton_next_slot needs singleton_seconds (the slot length)")
+    if "singleton_next_slot" in given:
+        _bool("singleton_next_slot", given["singleton_next_slot"])
+    record.update(_retry(given))
+    record.update(_lifetimes(given))
+    if "dead_letter" in given:
+        record["dead_letter"] = queue_name(given["dead_letter"], "dead_letter")
+    if "group_id" in given:
+        record["group_id"] = _text("group_id", given["group_id"])
+    if "group_tier" in given:
+        if "group_id" not in record:
+            raise ValidationError("group_tier needs group_id (the tier of which group)")
+        record["group_tier"] = _text("group_tier", given["group_tier"])
+    return record
+
+
+def priority_bounds(minimum: object, maximum: object) -> tuple[int | None, int | None]:
+    """``min_priority``/``max_priority`` of a fetch, each optional, min <= max."""
+    low = None if minimum is None else _int("min_priority", minimum, minimum=INT4_MIN)
+    high = None if maximum is None else _int("max_priority", maximum, minimum=INT4_MIN)
+    if low is not None and high is not None and low > high:
+        raise ValidationError(f"min_priority ({low}) must be <= max_priority ({high})")
+    return low, high
+
+
+IdArg = uuid.UUID | str | Job
+
+
+def ids_and_fences(ids: object) -> tuple[list[uuid.UUID], list[uuid.UUID], list[str]]:
+    """Job ids given as a UUID, a string, a :class:`Job`, or an iterable of them.
+
+    Returns every distinct id, the ids to act on whatever their attempt, and
+    ``"<id>:<retry_count>"`` for each :class:`Job` given (its attempt fence).
+    """
+    items: Iterable[object]
+    if isinstance(ids, (uuid.UUID, str, Job)):
+        items = [ids]
+    elif isinstance(ids, Iterable) and not isinstance(ids, (bytes, Mapping)):
+        items = list(ids)
+    else:
+        raise ValidationError(
+            f"ids must be a UUID, a UUID string, a Job or a list of them, got {type(ids).__name__}"
+        )
+    every: dict[uuid.UUID, None] = {}
+    plain: list[uuid.UUID] = []
+    fences: list[str] = []
+    for item in items:
+        if isinstance(item, Job):
+            fences.append(f"{item.id}:{item.retry_count}")
+            every[item.id] = None
+        else:
+            value = job_id(item)
+            plain.append(value)
+            every[value] = None
+    if not every:
+        raise ValidationError("no job ids given")
+    return list(every), plain, fences

@@ -1,0 +1,353 @@
+"""The queue verbs: create, update, delete and read queues; bulk-delete their jobs.
+
+Each verb validates its arguments before anything reaches the database, then
+runs the statements of :mod:`qcore.sql.queues` through the context's adapter.
+Creating and deleting a queue run under pg-boss's ``create-queue`` and
+``delete-queue`` locks (advisory, or a lease where the engine has none), so
+qcore and pg-boss instances on one schema exclude each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+from qcore import locks, retry
+from qcore.context import Context
+from qcore.db import Database, Json
+from qcore.errors import ConfigError, DatabaseError, QueueNotFoundError, ValidationError
+from qcore.identifiers import quote
+from qcore.job import Policy, Queue
+from qcore.options import UNSET, Unset, queue_name, queue_options, queue_options_json
+from qcore.sql import queues as sql
+
+__all__ = [
+    "DELETE_BATCH_SIZE",
+    "create_queue",
+    "delete_all_jobs",
+    "delete_queue",
+    "delete_queued_jobs",
+    "delete_stored_jobs",
+    "get_blocked_keys",
+    "get_queue",
+    "get_queues",
+    "missing_queue",
+    "reduce_cached_counts",
+    "update_queue",
+]
+
+log = logging.getLogger("qcore.queues")
+
+CREATE_QUEUE_LOCK = "create-queue"
+DELETE_QUEUE_LOCK = "delete-queue"
+#: jobs deleted per statement by the bulk deletes (each batch is its own transaction)
+DELETE_BATCH_SIZE = 10_000
+LOCK_NOT_AVAILABLE = "55P03"
+_DROP_ATTEMPTS = 12
+
+
+def missing_queue(name: str) -> QueueNotFoundError:
+    """The error for an operation on a queue that does not exist."""
+    return QueueNotFoundError(
+        f"queue {name!r} does not exist; create it first with create_queue({name!r})"
+    )
+
+
+async def _require_queues(db: Database, ctx: Context, names: list[str], what: str) -> None:
+    statement = sql.queue_names(ctx.q)
+    rows = await db.execute(statement.sql, statement.bind(names=names))
+    missing = sorted(set(names) - {r["name"] for r in rows})
+    if missing:
+        raise QueueNotFoundError(
+            f"{what} queue {missing[0]!r} does not exist; create it before naming it"
+        )
+
+
+async def create_queue(
+    ctx: Context,
+    name: str,
+    *,
+    policy: str | Policy | None = None,
+    partition: bool | None = None,
+    retry_limit: int | None = None,
+    retry_delay: int | None = None,
+    retry_backoff: bool | None = None,
+    retry_delay_max: int | None = None,
+    expire_in_seconds: int | None = None,
+    retention_seconds: int | None = None,
+    delete_after_seconds: int | None = None,
+    warning_queue_size: int | None = None,
+    dead_letter: str | None = None,
+    heartbeat_seconds: int | None = None,
+    notify: bool | None = None,
+) -> None:
+    """Create a queue; nothing happens if it exists (its settings are not changed).
+
+    Options left None take pg-boss's defaults (policy ``standard``, 2 retries
+    without delay, jobs expire after 15 minutes, kept 14 days queued and 7
+    days after finishing). ``partition=True`` gives the queue its own table,
+    which only a backend with a partitioned schema shape has. ``dead_letter``
+    must name an existing queue.
+    """
+    queue_name(name)
+    given = queue_options(
+        name,
+        {
+            "policy": policy.value if isinstance(policy, Policy) else policy,
+            "partition": partition,
+            "retry_limit": retry_limit,
+            "retry_delay": retry_delay,
+            "retry_backoff": retry_backoff,
+            "retry_delay_max": retry_delay_max,
+            "expire_in_seconds": expire_in_seconds,
+            "retention_seconds": retention_seconds,
+            "delete_after_seconds": delete_after_seconds,
+            "warning_queue_size": warning_queue_size,
+            "dead_letter": dead_letter,
+            "heartbeat_seconds": heartbeat_seconds,
+            "notify": notify,
+        },
+    )
+    if given.get("partition") and not ctx.backend.schema.partitioned:
+        raise ConfigError(
+            f"partition=True gives a queue its own table partition, but the"
+            f" {ctx.backend.name} backend keeps every queue in one shared job table (its"
+            " schema shape is not partitioned); leave partition unset"
+        )
+    payload = queue_options_json({"policy": Policy.STANDARD.value, **given})
+    statement = sql.call_create_queue(ctx.q)
+
+    async def work(db: Database) -> None:
+        if "dead_letter" in given:
+            await _require_queues(db, ctx, [given["dead_letter"]], "dead letter")
+        await db.execute(statement.sql, statement.bind(name=name, options=Json(payload)))
+
+    await locks.run_locked(ctx, CREATE_QUEUE_LOCK, work)
+
+
+async def update_queue(
+    ctx: Context,
+    name: str,
+    *,
+    policy: str | Policy | Unset = UNSET,
+    partition: bool | Unset = UNSET,
+    retry_limit: int | Unset = UNSET,
+    retry_delay: int | Unset = UNSET,
+    retry_backoff: bool | Unset = UNSET,
+    retry_delay_max: int | Unset | None = UNSET,
+    expire_in_seconds: int | Unset = UNSET,
+    retention_seconds: int | Unset = UNSET,
+    delete_after_seconds: int | Unset = UNSET,
+    warning_queue_size: int | Unset = UNSET,
+    dead_letter: str | Unset | None = UNSET,
+    heartbeat_seconds: int | Unset | None = UNSET,
+    notify: bool | Unset = UNSET,
+) -> None:
+    """Change the given settings of a queue; jobs already in it keep theirs.
+
+    ``policy`` and ``partition`` cannot change (giving the current value is
+    allowed). None clears ``retry_delay_max``, ``dead_letter`` and
+    ``heartbeat_seconds``.
+    """
+    queue_name(name)
+    given = queue_options(
+        name,
+        {
+            "policy": policy.value if isinstance(policy, Policy) else policy,
+            "partition": partition,
+            "retry_limit": retry_limit,
+            "retry_delay": retry_delay,
+            "retry_backoff": retry_backoff,
+            "retry_delay_max": retry_delay_max,
+            "expire_in_seconds": expire_in_seconds,
+            "retention_seconds": retention_seconds,
+            "delete_after_seconds": delete_after_seconds,
+            "warning_queue_size": warning_queue_size,
+            "dead_letter": dead_letter,
+            "heartbeat_seconds": heartbeat_seconds,
+            "notify": notify,
+        },
+        update=True,
+    )
+    fixed = {k: given.pop(k) for k in ("policy", "partition") if k in given}
+    updates = {sql.UPDATABLE_COLUMNS[k]: v for k, v in given.items()}
+    statement = sql.update_queue(ctx.q, tuple(updates))
+
+    async def work(db: Database) -> None:
+        if fixed:
+            current = await _read_queue(ctx.with_db(db), name)
+            if current is None:
+                raise missing_queue(name)
+            for option, wanted in fixed.items():
+                have = getattr(current, option)
+                if wanted != have:
+                    raise ValidationError(
+                        f"the {option} of queue {name!r} cannot change (it is {have!r}, asked"
+                        f" for {wanted!r}); create a new queue instead"
+                    )
+        if updates.get("dead_letter") is not None:
+            await _require_queues(db, ctx, [updates["dead_letter"]], "dead letter")
+        rows = await db.execute(statement.sql, statement.bind(name=name, **updates))
+        if not rows:
+            raise missing_queue(name)
+
+    await retry.transaction(ctx, work)
+
+
+async def _read_queue(ctx: Context, name: str) -> Queue | None:
+    statement = sql.get_queues(ctx.q, by_name=True)
+    rows = await retry.execute(ctx, statement.sql, statement.bind(names=[name]))
+    return Queue.from_row(rows[0]) if rows else None
+
+
+async def get_queue(ctx: Context, name: str) -> Queue | None:
+    """A queue's settings and cached counts; None if there is no such queue."""
+    queue_name(name)
+    return await _read_queue(ctx, name)
+
+
+async def get_queues(ctx: Context, names: list[str] | None = None) -> list[Queue]:
+    """Every queue, or those in ``names``, ordered by name."""
+    if names is not None:
+        for n in names:
+            queue_name(n)
+    statement = sql.get_queues(ctx.q, by_name=names is not None)
+    rows = await retry.execute(ctx, statement.sql, statement.bind(names=names))
+    return [Queue.from_row(r) for r in rows]
+
+
+async def delete_queue(ctx: Context, name: str) -> None:
+    """Delete a queue and all its jobs; nothing happens for an unknown queue.
+
+    Refused (``ValidationError``) while another queue, or a job of another
+    queue, names it as dead letter queue. A queue in the shared job table has
+    its jobs deleted in batches first; a queue with its own partition has the
+    partition dropped.
+    """
+    queue_name(name)
+    queue = await _read_queue(ctx, name)
+    if queue is None:
+        return
+    refs = sql.dead_letter_references(ctx.q)
+    rows = await retry.execute(ctx, refs.sql, refs.bind(name=name))
+    if rows[0]["queues"] or rows[0]["jobs"]:
+        users = ", ".join(repr(n) for n in rows[0]["queues"]) or "jobs of other queues"
+        raise ValidationError(
+            f"queue {name!r} cannot be deleted: it is the dead letter queue of {users};"
+            " clear their dead_letter (update_queue(..., dead_letter=None)) first"
+        )
+    own_table = queue.partition and ctx.backend.schema.partitioned
+    if not own_table:
+        await _delete_in_batches(ctx, name, "all")
+    delay = 0.025
+    for attempt in range(1, _DROP_ATTEMPTS + 1):
+        try:
+            await locks.run_locked(ctx, DELETE_QUEUE_LOCK, lambda db: _drop(ctx.with_db(db), name))
+            return
+        except DatabaseError as exc:
+            if exc.sqlstate != LOCK_NOT_AVAILABLE or attempt == _DROP_ATTEMPTS:
+                raise
+        await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+        delay = min(delay * 2, 0.4)
+
+
+async def _drop(ctx: Context, name: str) -> None:
+    """Inside the delete-queue lock: drop the queue (its table first, if it has one)."""
+    queue = await _read_queue(ctx, name)
+    if queue is None:
+        return
+    table: str | None = None
+    if queue.partition and ctx.backend.schema.partitioned:
+        table = quote(queue.table_name)
+        exists = sql.table_exists(ctx.q)
+        rows = await ctx.db.execute(exists.sql, exists.bind(name=f"{ctx.q}.{table}"))
+        if rows[0]["present"]:
+            await ctx.db.execute(sql.lock_job_tables(ctx.q, table).sql)
+    call = sql.call_delete_queue(ctx.q)
+    await ctx.db.execute(call.sql, call.bind(name=name))
+    if table is not None:
+        bam = sql.delete_unfinished_bam(ctx.q)
+        await ctx.db.execute(bam.sql, bam.bind(table=queue.table_name))
+
+
+async def _delete_in_batches(ctx: Context, name: str, which: str) -> int:
+    """Delete a queue's queued, stored or all jobs, one batch per transaction; how many.
+
+    Inside a caller's transaction it all runs in that transaction.
+    """
+    statement = sql.delete_jobs_batch(ctx.q, which)
+    deleted = retained = 0
+    while True:
+        rows = await retry.execute(
+            ctx, statement.sql, statement.bind(name=name, limit=DELETE_BATCH_SIZE)
+        )
+        deleted += rows[0]["deleted"]
+        retained += rows[0]["retained"]
+        if rows[0]["deleted"] < DELETE_BATCH_SIZE:
+            break
+    await reduce_cached_counts(ctx, name, retained=retained, total=deleted)
+    return int(deleted)
+
+
+async def reduce_cached_counts(ctx: Context, name: str, *, retained: int, total: int) -> None:
+    """Take jobs just deleted (or resumed) off a queue's cached counts rather than waiting
+    for the monitor. Skipped inside a caller's transaction (it would hold the queue row
+    until the caller commits) and when nothing counted was removed; a failure is logged,
+    not raised: the jobs are gone, and the next monitor pass corrects the counts."""
+    if ctx.db.in_transaction or (retained <= 0 and total <= 0):
+        return
+    statement = sql.reduce_cached_counts(ctx.q)
+    try:
+        await retry.execute(
+            ctx, statement.sql, statement.bind(name=name, retained=retained, total=total)
+        )
+    except DatabaseError as exc:
+        log.warning("could not lower the cached counts of queue %r: %s", name, exc)
+
+
+async def _bulk_delete(ctx: Context, name: str, which: str) -> int:
+    queue_name(name)
+    if await _read_queue(ctx, name) is None:
+        raise missing_queue(name)
+    return await _delete_in_batches(ctx, name, which)
+
+
+async def delete_queued_jobs(ctx: Context, name: str) -> int:
+    """Delete a queue's queued jobs (created or retry); how many were deleted."""
+    return await _bulk_delete(ctx, name, "queued")
+
+
+async def delete_stored_jobs(ctx: Context, name: str) -> int:
+    """Delete a queue's finished jobs (completed, cancelled or failed); how many."""
+    return await _bulk_delete(ctx, name, "stored")
+
+
+async def delete_all_jobs(ctx: Context, name: str | None = None) -> int | None:
+    """Delete every job of a queue (how many), or with no name every job of every queue
+    at once (TRUNCATE; returns None) and zero all cached counts."""
+    if name is not None:
+        return await _bulk_delete(ctx, name, "all")
+    truncate = sql.truncate_table(ctx.q, quote("job"))
+    zero = sql.zero_cached_counts(ctx.q, one=False)
+
+    async def work(db: Database) -> None:
+        await db.execute(truncate.sql)
+        await db.execute(zero.sql)
+
+    if ctx.backend.capabilities.transactional_ddl:
+        await retry.transaction(ctx, work)
+    else:
+        await work(ctx.db)
+    return None
+
+
+async def get_blocked_keys(ctx: Context, name: str) -> list[str]:
+    """The singleton keys of a key_strict_fifo queue held up by a failed job: no job of
+    such a key runs until the failed one is retried or deleted."""
+    queue_name(name)
+    statement = sql.select_blocked_keys(ctx.q)
+    rows = await retry.execute(ctx, statement.sql, statement.bind(name=name))
+    if not rows:
+        raise missing_queue(name)
+    return [r["key"] for r in rows if r["key"] is not None]

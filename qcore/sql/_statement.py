@@ -1,0 +1,45 @@
+"""A built statement and the names of its ``$n`` parameters.
+
+Builders write placeholders by name (``p("queue")`` gives ``$1`` the first
+time and the same ``$1`` again); the resulting :class:`Statement` knows the
+order, and :meth:`Statement.bind` turns keyword values into the positional
+list an adapter takes. So a builder can leave out an optional clause, and
+its parameter with it, without renumbering anything by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Params", "Statement"]
+
+
+@dataclass(frozen=True)
+class Statement:
+    """SQL text with ``$1..$n`` placeholders and, for each, the name of its value."""
+
+    sql: str
+    params: tuple[str, ...] = ()
+
+    def bind(self, **values: Any) -> list[Any]:
+        """The positional parameters for ``execute(sql, params)``; every name must be given."""
+        missing = [n for n in self.params if n not in values]
+        if missing:
+            raise TypeError(f"missing statement parameter(s): {', '.join(missing)}")
+        return [values[n] for n in self.params]
+
+
+class Params:
+    """Hands out ``$n`` placeholders by name, in order of first use."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def __call__(self, name: str) -> str:
+        if name not in self.names:
+            self.names.append(name)
+        return f"${self.names.index(name) + 1}"
+
+    def statement(self, sql: str) -> Statement:
+        return Statement(sql, tuple(self.names))

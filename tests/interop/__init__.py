@@ -1,0 +1,1 @@
+"""Interoperability with the real pg-boss (Node.js), driven from the tests."""

@@ -1,0 +1,158 @@
+"""The real pg-boss, driven from Python tests.
+
+``run(command)`` installs the pinned pg-boss (``package.json`` and
+``package-lock.json`` next to this file) once into a cache directory —
+``$QCORE_CACHE_DIR/interop-<hash>`` or ``~/.cache/qcore/interop-<hash>``, the
+hash covering both files, so a new pin gets a new directory — and runs
+``pgboss_cli.mjs`` there with one JSON command (see that script for the
+format). Tests skip when Node.js or npm is missing (:func:`missing_tools`);
+a failing install is an error, not a skip.
+
+>>> result = run_ok({
+...     "connectionString": dsn, "schema": "pgboss", "migrate": False,
+...     "actions": [{"op": "start"}, {"op": "createQueue", "args": ["q"]},
+...                 {"op": "send", "args": ["q", {"a": 1}]}, {"op": "stop"}],
+... })
+>>> result[2]["result"]   # the id pg-boss returned from send
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "PACKAGE_FILES",
+    "PgBossError",
+    "cache_dir",
+    "ensure_installed",
+    "missing_tools",
+    "run",
+    "run_ok",
+]
+
+HERE = Path(__file__).resolve().parent
+PACKAGE_FILES = ("package.json", "package-lock.json")
+SCRIPT = "pgboss_cli.mjs"
+INSTALL_TIMEOUT_SECONDS = 600.0
+_MARKER = ".qcore-installed"
+
+
+class PgBossError(Exception):
+    """The pg-boss run failed; ``result`` is its JSON output when it produced one."""
+
+    def __init__(self, message: str, result: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+def missing_tools() -> str | None:
+    """Why pg-boss cannot run here (no node, no npm), or None."""
+    for tool in ("node", "npm"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (the pg-boss interop tests need Node.js and npm)"
+    return None
+
+
+def _digest() -> str:
+    h = hashlib.sha256()
+    for name in PACKAGE_FILES:
+        h.update(name.encode() + b"\0" + (HERE / name).read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def cache_dir() -> Path:
+    """Where this pin of pg-boss is (or will be) installed."""
+    root = os.environ.get("QCORE_CACHE_DIR")
+    base = Path(root) if root else Path.home() / ".cache" / "qcore"
+    return base / f"interop-{_digest()}"
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_installed() -> Path:
+    """Install the pinned packages into :func:`cache_dir` unless already there (safe to
+    call from several processes at once); the directory."""
+    target = cache_dir()
+    if (target / _MARKER).exists():
+        return target
+    with _file_lock(target.with_name(target.name + ".lock")):
+        if (target / _MARKER).exists():
+            return target
+        target.mkdir(parents=True, exist_ok=True)
+        for name in PACKAGE_FILES:
+            shutil.copyfile(HERE / name, target / name)
+        try:
+            done = subprocess.run(
+                ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+                cwd=target,
+                capture_output=True,
+                text=True,
+                timeout=INSTALL_TIMEOUT_SECONDS,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise PgBossError(f"npm ci in {target} took over {exc.timeout:g} s") from exc
+        if done.returncode != 0:
+            raise PgBossError(
+                f"npm ci in {target} failed ({done.returncode}): {done.stderr.strip()[-2000:]}"
+            )
+        (target / _MARKER).write_text(_digest() + "\n")
+    return target
+
+
+def run(command: Mapping[str, Any], *, timeout: float = 120.0) -> dict[str, Any]:
+    """Run one command through ``pgboss_cli.mjs``; its JSON output (``ok``, ``results``,
+    ``errors``). Raises ``PgBossError`` only when the script produced no output."""
+    target = ensure_installed()
+    shutil.copyfile(HERE / SCRIPT, target / SCRIPT)
+    try:
+        done = subprocess.run(
+            ["node", str(target / SCRIPT)],
+            input=json.dumps(command),
+            cwd=target,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise PgBossError(f"pg-boss did not finish within {exc.timeout:g} s") from exc
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    if not lines:
+        raise PgBossError(
+            f"pg-boss printed nothing (exit {done.returncode}): {done.stderr.strip()[-2000:]}"
+        )
+    try:
+        result: dict[str, Any] = json.loads(lines[-1])
+    except json.JSONDecodeError as exc:
+        raise PgBossError(f"pg-boss printed no JSON: {lines[-1][:500]}") from exc
+    return result
+
+
+def run_ok(command: Mapping[str, Any], *, timeout: float = 120.0) -> list[dict[str, Any]]:
+    """Like :func:`run`, but raise ``PgBossError`` unless every action succeeded; the
+    per-action results."""
+    result = run(command, timeout=timeout)
+    if not result.get("ok"):
+        failed = [r for r in result.get("results", []) if "error" in r]
+        detail = failed[-1]["error"] if failed else result.get("errors")
+        raise PgBossError(f"pg-boss failed: {json.dumps(detail)[:3000]}", result)
+    return list(result["results"])
