@@ -267,8 +267,9 @@ async def fetch(
     min_priority: int | None = None,
     max_priority: int | None = None,
 ) -> list[Job]:
-    """Claim up to ``batch_size`` ready jobs (now active) in order: highest priority
-    first (unless ``priority=False``), then oldest, then by id.
+    """Claim up to ``batch_size`` ready jobs (now active): highest priority first
+    (unless ``priority=False``), then oldest; jobs created together are claimed in
+    the fetch index's order. The batch is returned in (priority, created_on, id) order.
 
     The queue's policy applies: key_strict_fifo hands out only the head job of
     each key, and none of a key with a job active, in retry or failed;

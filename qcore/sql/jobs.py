@@ -309,17 +309,22 @@ def fetch_jobs(
         bounds += f" AND j.priority >= {p('min_priority')}::int"
     if max_priority:
         bounds += f" AND j.priority <= {p('max_priority')}::int"
-    order = "j.priority DESC, j.created_on, j.id" if priority else "j.created_on, j.id"
+    # Claim in the fetch index's order (i11: priority DESC, created_on): adding id here
+    # would make every fetch sort all the jobs sharing a created_on (a whole batch
+    # insert); ties are claimed in index order, and the batch is returned sorted by id too.
+    order = "j.priority DESC, j.created_on" if priority else "j.created_on"
     key_order = "priority DESC, created_on, id" if priority else "created_on, id"
+    returned = "priority DESC, created_on, id" if priority else "created_on, id"
     head_of_key = (
-        f"NOT EXISTS (SELECT 1 FROM {q}.job o WHERE o.name = j.name"
+        f"NOT EXISTS (SELECT 1 FROM {q}.job o WHERE o.name = {p('queue')}::text"
         " AND o.singleton_key = j.singleton_key AND o.id <> j.id"
         " AND (o.state IN ('retry', 'active', 'failed')"
         " OR (j.state = 'created' AND o.state = 'created' AND NOT o.blocked"
         f"{other_due} AND (o.created_on, o.id) < (j.created_on, j.id))))"
     )
     key_idle = (
-        f"NOT EXISTS (SELECT 1 FROM {q}.job a WHERE a.name = j.name AND a.state = 'active'"
+        f"NOT EXISTS (SELECT 1 FROM {q}.job a WHERE a.name = {p('queue')}::text"
+        " AND a.state = 'active'"
         " AND a.policy = j.policy"
         " AND COALESCE(a.singleton_key, '') = COALESCE(j.singleton_key, ''))"
     )
@@ -354,7 +359,7 @@ claimed AS (
   RETURNING {_returning(columns, "j")}
 )
 SELECT claimed.* FROM q LEFT JOIN claimed ON true
-ORDER BY {order.replace("j.", "claimed.")}"""
+ORDER BY {", ".join("claimed." + c for c in returned.split(", "))}"""
     return p.statement(sql)
 
 

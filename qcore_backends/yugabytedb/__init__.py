@@ -1,5 +1,6 @@
-"""YugabyteDB (YSQL): SKIP LOCKED and multi-mutation CTEs work; no partitions of
-the job table, no advisory locks by default, no LISTEN/NOTIFY unless enabled."""
+"""YugabyteDB (YSQL): SKIP LOCKED, multi-mutation CTEs, deferrable foreign keys and
+covering indexes work (the shape pg-boss builds there); no partitions of the job
+table, no advisory locks by default, no LISTEN/NOTIFY unless enabled."""
 
 from qcore.backend import (
     Backend,
@@ -17,7 +18,7 @@ BACKEND = Backend(
     kind=Kind.DISTRIBUTED,
     fetch=FetchStrategy.SKIP_LOCKED,
     mutation=MutationStrategy.CTE,
-    schema=SchemaShape(partitioned=False, deferrable_foreign_keys=False, covering_indexes=False),
+    schema=SchemaShape(partitioned=False, deferrable_foreign_keys=True, covering_indexes=True),
     lock=LockStrategy.LEASE,
     capabilities=Capabilities(
         listen_notify=False,
