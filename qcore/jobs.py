@@ -315,8 +315,8 @@ async def fetch(
 
 
 def _ids(ids: object) -> tuple[list[uuid.UUID], list[uuid.UUID], list[str]]:
-    every, plain, fences = ids_and_fences(ids)
-    return every, plain, fences
+    """Every distinct id, the unfenced ids, and the ``id:retry_count`` fences of Jobs."""
+    return ids_and_fences(ids)
 
 
 async def _run_command(

@@ -35,6 +35,7 @@ __all__ = [
     "Unset",
     "check_json",
     "ids_and_fences",
+    "job_id",
     "job_record",
     "normalize_output",
     "policy",
@@ -114,7 +115,7 @@ def _int(name: str, value: object, *, minimum: int = 0, maximum: int = INT4_MAX)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValidationError(f"{name} must be an integer, got {value!r}")
     if value < minimum or value > maximum:
-        if maximum == INT4_MAX:
+        if maximum == INT4_MAX and minimum != INT4_MIN:
             raise ValidationError(f"{name} must be an integer >= {minimum}, got {value}")
         raise ValidationError(f"{name} must be an integer from {minimum} to {maximum}, got {value}")
     return value
@@ -403,9 +404,6 @@ def priority_bounds(minimum: object, maximum: object) -> tuple[int | None, int |
     if low is not None and high is not None and low > high:
         raise ValidationError(f"min_priority ({low}) must be <= max_priority ({high})")
     return low, high
-
-
-IdArg = uuid.UUID | str | Job
 
 
 def ids_and_fences(ids: object) -> tuple[list[uuid.UUID], list[uuid.UUID], list[str]]:
