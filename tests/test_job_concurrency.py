@@ -52,11 +52,9 @@ async def pool(provisioned: Provisioner, db: Database, backend: Backend) -> Asyn
 
 @pytest.fixture(params=["native", "distributed"])
 def strategies(request: pytest.FixtureRequest, backend: Backend) -> Backend:
-    """The backend as it is, and on postgres also with CockroachDB's strategies."""
+    """The backend as it is, and with CockroachDB's strategies on the same engine."""
     if request.param == "native":
         return backend
-    if backend.name != "postgres":
-        pytest.skip("the distributed strategies run on the postgres server only")
     return dataclasses.replace(
         backend, fetch=FetchStrategy.ATOMIC_UPDATE, mutation=MutationStrategy.SPLIT
     )
@@ -164,9 +162,9 @@ async def test_concurrent_fail_and_complete(strategies: Backend, ctx: Context, p
 
 
 @pytest.fixture
-def cockroachdb(backend: Backend) -> Backend:
-    if backend.name != "cockroachdb":
-        pytest.skip("the 40001 retry path is exercised on emulated CockroachDB")
+def emulated(backend: Backend, db: Any) -> Backend:
+    if not hasattr(db, "inject_serialization_failure"):
+        pytest.skip("injecting 40001 needs the capability guard (emulated backends)")
     return backend
 
 
@@ -179,9 +177,9 @@ def _guarded(db: Any) -> Any:
 
 
 async def test_claims_survive_injected_serialization_failures(
-    cockroachdb: Backend, ctx: Context, pool: Any
+    emulated: Backend, ctx: Context, pool: Any
 ) -> None:
-    backend = cockroachdb
+    backend = emulated
     guard = _guarded(pool)
     n = 1_000
     sent = await _fill(ctx, "flaky", n)
@@ -208,9 +206,11 @@ async def test_claims_survive_injected_serialization_failures(
     await _check_exactly_once(ctx, "flaky", sent, claimed)
 
 
-async def test_split_fail_is_retried_whole(cockroachdb: Backend, ctx: Context) -> None:
+async def test_split_fail_is_retried_whole(emulated: Backend, ctx: Context) -> None:
     """A 40001 in the middle of the split fail rolls the transaction back and runs it
     again: the job is retried exactly once, never lost or doubled."""
+    split = dataclasses.replace(ctx.backend, mutation=MutationStrategy.SPLIT)
+    ctx = Context(db=ctx.db, backend=split, schema_spec=ctx.schema_spec)
     guard = _guarded(ctx.db)
     await queues.create_queue(ctx, "dlq")
     await queues.create_queue(ctx, "q", retry_limit=1, dead_letter="dlq")
