@@ -9,8 +9,10 @@ transaction.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import uuid
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypedDict
 
@@ -22,11 +24,15 @@ from qcore import queues as queue_ops
 from qcore.backend import Backend, Server
 from qcore.context import Context
 from qcore.db import Database, adapt, check_pool_options, connect
-from qcore.errors import ConfigError
+from qcore.errors import ConfigError, NotStartedError, QcoreError
+from qcore.events import Events
 from qcore.identifiers import schema_name
 from qcore.job import CommandResult, Job, Policy, Queue
 from qcore.jobs import Ids
+from qcore.notifier import Notifier
 from qcore.schema import install_or_migrate, is_installed, schema_version
+from qcore.supervisor import Supervisor, supervise
+from qcore.worker import Worker, WorkOptions
 
 __all__ = ["Boss", "FetchOptions", "QueueOptions", "ScheduledSendOptions", "SendOptions"]
 
@@ -117,6 +123,10 @@ class Boss:
         create_schema: bool = True,
         allow_schema_case_variant: bool = False,
         data_dir: str | None = None,
+        supervise: bool = True,
+        supervise_interval_seconds: float = 60.0,
+        monitor_interval_seconds: float = 60.0,
+        use_listen_notify: bool = False,
     ) -> None:
         self.backend = backends.get(backend)
         schema_name(schema)  # validate now: a bad name never reaches the database
@@ -136,6 +146,17 @@ class Boss:
             )
         if data_dir is not None and not embedded:
             raise ConfigError(f"data_dir is for an embedded backend; {self.backend.name} is not")
+        for option, value in (
+            ("supervise_interval_seconds", supervise_interval_seconds),
+            ("monitor_interval_seconds", monitor_interval_seconds),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"{option} must be a number of seconds > 0, got {value!r}")
+        self.supervise_enabled = supervise
+        self.supervise_interval_seconds = float(supervise_interval_seconds)
+        self.monitor_interval_seconds = float(monitor_interval_seconds)
+        self.use_listen_notify = use_listen_notify
+        self.events = Events()
         self.schema = schema
         self.migrate = migrate
         self.create_schema = create_schema
@@ -157,14 +178,66 @@ class Boss:
         self._db: Database | None = self._given_db
         self._server: Server | None = None
         self._ctx: Context | None = None
-        self._started = False
+        self._started = False  # background processing runs
+        self._stop_requested = asyncio.Event()
+        self._workers: dict[str, Worker] = {}
+        self._supervisor: Supervisor | None = None
+        self._notifier: Notifier | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    async def start(self) -> Boss:
-        """Open the connection, then install or migrate the schema (under the backend's lock)."""
+    async def start(self, *, attempts: int = 1) -> Boss:
+        """Open the connection, install or migrate the schema (under the backend's lock),
+        then start the background loops and the workers.
+
+        With ``attempts`` > 1 a failure is tried again after 1 s, doubling up to 30 s
+        (one ``start_retry`` warning per call); a configuration error never is.
+        ``stop()`` during a wait ends it. Calling ``start()`` again is safe.
+        """
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ConfigError(f"attempts must be an integer >= 1, got {attempts!r}")
         if self._started:
             return self
+        self._stop_requested.clear()
+        delay = 1.0
+        for attempt in range(1, attempts + 1):
+            try:
+                await self._open_and_install()
+                break
+            except ConfigError:
+                raise
+            except QcoreError as exc:
+                if attempt == attempts:
+                    raise
+                if attempt == 1:
+                    self.events.warn(
+                        "start_retry",
+                        f"start failed, trying again ({attempts - 1} attempts left): {exc}",
+                        error=str(exc),
+                    )
+                if await self._stop_requested_within(min(delay, 30.0)):
+                    raise
+                delay *= 2
+        self._started = True
+        ctx = self.context()
+        if self.use_listen_notify:
+            self._notifier = Notifier(
+                ctx, self.events, on_queue=self._wake, on_reconnect=self._wake_all
+            )
+            await self._notifier.start()
+        if self.supervise_enabled:
+            self._supervisor = Supervisor(
+                self.context,
+                self.events,
+                interval_seconds=self.supervise_interval_seconds,
+                monitor_interval_seconds=self.monitor_interval_seconds,
+            )
+            self._supervisor.start()
+        return self
+
+    async def _open_and_install(self) -> None:
+        if self._ctx is not None:
+            return
         if self._db is None:
             self._db = await self._open()
         ctx = Context(db=self._db, backend=self.backend, schema_spec=self.schema)
@@ -175,12 +248,42 @@ class Boss:
             allow_schema_case_variant=self.allow_schema_case_variant,
         )
         self._ctx = ctx
-        self._started = True
-        return self
 
-    async def stop(self) -> None:
-        """Close what qcore opened: its pool and an embedded engine. Safe to call twice."""
-        self._started = False
+    async def _stop_requested_within(self, seconds: float) -> bool:
+        try:
+            await asyncio.wait_for(self._stop_requested.wait(), seconds)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    async def stop(
+        self, *, graceful: bool = True, close: bool = True, timeout: float = 30.0
+    ) -> None:
+        """Stop fetching, let active handlers finish (up to ``timeout`` seconds; at once
+        with ``graceful=False``), fail what is still held, emit ``stopped``; then, with
+        ``close``, close what qcore opened (its pool, an embedded engine). With
+        ``close=False`` the connection stays for ``send``/``fetch`` until a later ``stop()``.
+        """
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+            raise ConfigError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        self._stop_requested.set()
+        if self._started:
+            self._started = False
+            if self._notifier is not None:
+                notifier, self._notifier = self._notifier, None
+                await notifier.stop()
+            if self._supervisor is not None:
+                supervisor, self._supervisor = self._supervisor, None
+                await supervisor.stop()
+            workers = list(self._workers.values())
+            self._workers.clear()
+            await asyncio.gather(*(w.stop(graceful=graceful, timeout=timeout) for w in workers))
+            self.events.emit("stopped")
+            await self.events.drain()
+        if close:
+            await self._close()
+
+    async def _close(self) -> None:
         self._ctx = None
         db, self._db = self._db, self._given_db
         if db is not None and db is not self._given_db:
@@ -219,7 +322,12 @@ class Boss:
 
     @property
     def started(self) -> bool:
+        """Whether background processing (workers, supervisor, notifier) runs."""
         return self._started
+
+    def on(self, event: str, callback: Callable[..., Any]) -> Callable[[], None]:
+        """Subscribe to ``error``, ``warning``, ``wip`` or ``stopped``; returns an unsubscribe."""
+        return self.events.on(event, callback)
 
     @property
     def db(self) -> Database:
@@ -229,7 +337,7 @@ class Boss:
     def context(self, db: Any = None) -> Context:
         """The operation context; with ``db``, bound to the caller's connection or transaction."""
         if self._ctx is None:
-            raise ConfigError("this Boss is not started: await boss.start() first")
+            raise NotStartedError("this Boss is not started: await boss.start() first")
         return self._ctx if db is None else self._ctx.with_db(adapt(db))
 
     async def is_installed(self) -> bool:
@@ -407,3 +515,76 @@ class Boss:
         return await job_ops.find_jobs(
             self.context(db), name, id=id, key=key, data=data, queued=queued
         )
+
+    # -- workers ---------------------------------------------------------------------------
+
+    async def work(
+        self,
+        name: str,
+        handler: Callable[[list[Job]], Any],
+        *,
+        batch_size: int = 1,
+        local_concurrency: int = 1,
+        polling_interval_seconds: float = 2.0,
+        include_metadata: bool = False,
+        priority: bool = True,
+        min_priority: int | None = None,
+        max_priority: int | None = None,
+        ignore_start_after: bool = False,
+        heartbeat_refresh_seconds: float | None = None,
+        notify_polling_interval_seconds: float | None = None,
+    ) -> str:
+        """Run ``handler(jobs)`` for jobs of queue ``name``; the worker's id.
+
+        ``handler`` may be ``async def`` or a plain function (run in a thread). Returning
+        completes the batch (the value is stored as output when ``batch_size`` is 1);
+        raising fails it with the error serialised into output. A worker registered
+        before ``start()`` succeeds takes jobs once it does.
+        """
+        options = WorkOptions(
+            batch_size=batch_size,
+            local_concurrency=local_concurrency,
+            polling_interval_seconds=polling_interval_seconds,
+            include_metadata=include_metadata,
+            priority=priority,
+            min_priority=min_priority,
+            max_priority=max_priority,
+            ignore_start_after=ignore_start_after,
+            heartbeat_refresh_seconds=heartbeat_refresh_seconds,
+            notify_polling_interval_seconds=notify_polling_interval_seconds,
+        )
+        worker = Worker(name, handler, options, context=self.context, events=self.events)
+        self._workers[worker.id] = worker
+        worker.start()
+        return worker.id
+
+    async def off_work(
+        self, name: str | None = None, *, id: str | None = None, wait: bool = True
+    ) -> None:
+        """Stop the workers of a queue (or the one with ``id``); with ``wait``, until their
+        active handlers are done."""
+        if name is None and id is None:
+            raise ConfigError("off_work needs a queue name or a worker id")
+        chosen = [
+            w
+            for w in self._workers.values()
+            if (id is None or w.id == id) and (name is None or w.name == name)
+        ]
+        for worker in chosen:
+            del self._workers[worker.id]
+        stopping = asyncio.gather(*(w.stop(graceful=True, timeout=None) for w in chosen))
+        if wait:
+            await stopping
+
+    def _wake(self, queue: str) -> None:
+        for worker in self._workers.values():
+            if worker.name == queue:
+                worker.wake()
+
+    def _wake_all(self) -> None:
+        for worker in self._workers.values():
+            worker.wake()
+
+    async def supervise(self, name: str | None = None) -> None:
+        """Run one monitor pass now: fail active jobs past their expiry or heartbeat."""
+        await supervise(self.context(), name)

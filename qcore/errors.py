@@ -13,6 +13,7 @@ __all__ = [
     "ConnectionLostError",
     "DatabaseError",
     "NotInstalledError",
+    "NotStartedError",
     "QcoreError",
     "QueueNotFoundError",
     "SchemaVersionError",
@@ -33,6 +34,10 @@ class ConfigError(QcoreError):
 
 class ValidationError(ConfigError):
     """A value passed to an operation (a name, a payload, a number) is invalid."""
+
+
+class NotStartedError(QcoreError):
+    """A ``Boss`` was used before ``start()`` succeeded or after ``stop()`` closed it."""
 
 
 class QueueNotFoundError(ValidationError):

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from qcore import Boss
-from qcore.errors import ConfigError, ValidationError
+from qcore.errors import ConfigError, NotStartedError, ValidationError
 
 pytestmark = pytest.mark.feature("lifecycle")
 
@@ -51,5 +51,5 @@ def test_an_embedded_backend_needs_none() -> None:
 
 async def test_verbs_before_start_say_so() -> None:
     boss = Boss(DSN)
-    with pytest.raises(ConfigError, match="not started"):
+    with pytest.raises(NotStartedError, match="not started"):
         boss.context()
