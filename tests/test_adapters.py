@@ -53,6 +53,10 @@ async def test_value_round_trip(subject: Subject, sql_type: str, value: Any, exp
     await check_round_trip(subject.db, sql_type, value, expected)
 
 
+async def test_in_transaction_only_where_someone_else_ends_it(subject: Subject) -> None:
+    assert subject.db.in_transaction is (CALLER_TX in subject.caps)
+
+
 async def test_rows_are_dicts_and_empty_results(subject: Subject) -> None:
     assert await subject.db.execute("SELECT 1 AS a, 'x' AS b") == [{"a": 1, "b": "x"}]
     assert await subject.db.execute("SELECT 1 AS a WHERE false") == []
@@ -139,6 +143,7 @@ async def test_statement_joins_callers_transaction(
     if CALLER_TX not in subject.caps:
         pytest.skip("this source has no caller-owned transaction to join")
     assert subject.rollback is not None
+    assert subject.db.in_transaction  # so qcore never retries inside it
     await subject.db.execute(f"INSERT INTO {table} VALUES (1, 'rolled back by the caller')")
     await subject.rollback()
     assert count(pg_dsn, table) == 0

@@ -86,8 +86,13 @@ class Database(abc.ABC):
 
     @property
     def in_transaction(self) -> bool:
-        """Whether this task is inside a transaction of this adapter."""
-        return self._active.get() is not None
+        """Whether statements run inside a transaction someone else ends: one opened with
+        ``transaction()`` in this task, or the caller's own on a connection they own.
+        Nothing run inside one is retried by qcore: an error aborts it for its owner."""
+        return self._active.get() is not None or self.joins_caller_transaction
+
+    #: statements join a transaction the caller owns (their connection or session)
+    joins_caller_transaction: bool = False
 
     async def listen(
         self, channel: str, on_message: OnMessage, on_reconnect: OnReconnect | None = None

@@ -218,7 +218,7 @@ class AsyncpgDatabase(Database):
                     async def release() -> None:
                         await pool.release(conn)
 
-                session = _AsyncpgListenSession(conn, release)
+                session = _AsyncpgListenSession(conn, release, channel)
                 await conn.add_listener(channel, session.notify)  # sends a quoted LISTEN
             except Exception as exc:
                 raise map_error(exc, "LISTEN") from exc
@@ -231,13 +231,23 @@ class AsyncpgDatabase(Database):
             await self._pool.close()
 
 
+#: the heartbeat: whether the listening session still listens on the channel
+_STILL_LISTENING = "SELECT EXISTS (SELECT 1 FROM pg_listening_channels() c WHERE c = $1::text)"
+
+
 class _AsyncpgListenSession:
+    """Notifications of one dedicated connection; when none came for ``heartbeat_seconds``
+    (pg-boss's notifyHeartbeatIntervalMs, 10 s) it checks, within
+    ``heartbeat_timeout_seconds`` (notifyHeartbeatTimeoutMs, 5 s), that the session
+    still listens on the channel, and ends (to be reopened) if not."""
+
     heartbeat_seconds = 10.0
     heartbeat_timeout_seconds = 5.0
 
-    def __init__(self, conn: Any, release: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, conn: Any, release: Callable[[], Awaitable[None]], channel: str) -> None:
         self._conn = conn
         self._release = release
+        self._channel = channel
         self._queue: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
         conn.add_termination_listener(lambda _conn: self._queue.put_nowait(None))
 
@@ -249,9 +259,17 @@ class _AsyncpgListenSession:
             try:
                 item = await asyncio.wait_for(self._queue.get(), self.heartbeat_seconds)
             except asyncio.TimeoutError:
-                await asyncio.wait_for(
-                    self._conn.fetchval("SELECT 1"), self.heartbeat_timeout_seconds
+                listening = await asyncio.wait_for(
+                    self._conn.fetchval(
+                        _STILL_LISTENING,
+                        self._channel,
+                    ),
+                    self.heartbeat_timeout_seconds,
                 )
+                if not listening:
+                    raise ConnectionLostError(
+                        f"the session no longer listens on {self._channel}"
+                    ) from None
                 continue
             if item is None or self._conn.is_closed():
                 raise ConnectionLostError("the LISTEN connection was closed")

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -140,6 +141,10 @@ class PsycopgDatabase(Database):
         await pool.open(wait=False)
         return cls(pool, owned=True, conninfo=conninfo, connect_kwargs=kwargs)
 
+    @property
+    def joins_caller_transaction(self) -> bool:  # type: ignore[override]
+        return self._conn is not None and not self._conn.autocommit
+
     async def _execute(self, sql: str, params: Sequence[Any]) -> Rows:
         if self._conn is not None:
             async with self._lock:
@@ -200,11 +205,17 @@ class PsycopgDatabase(Database):
 
         async def open_session() -> _PsycopgListenSession:
             try:
-                conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **kwargs)
+                given = {**conninfo_to_dict(conninfo), **kwargs}
+                keepalive: dict[str, Any] = {
+                    k: v for k, v in _LISTEN_KEEPALIVE.items() if k not in given
+                }
+                conn = await psycopg.AsyncConnection.connect(
+                    conninfo, autocommit=True, **keepalive, **kwargs
+                )
                 await conn.execute(f"LISTEN {quote(channel)}")
             except Exception as exc:
                 raise map_error(exc, "LISTEN") from exc
-            return _PsycopgListenSession(conn)
+            return _PsycopgListenSession(conn, channel)
 
         return await ReconnectingListener(open_session, on_message, on_reconnect).start()
 
@@ -213,18 +224,42 @@ class PsycopgDatabase(Database):
             await self._pool.close()
 
 
+#: TCP keepalive on the listening connection (pg-boss's notifyKeepAliveInitialDelayMs);
+#: libpq ignores it on a Unix socket; keepalive options the caller gave win
+_LISTEN_KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10}
+
+
+#: the heartbeat: whether the listening session still listens on the channel
+_STILL_LISTENING = "SELECT EXISTS (SELECT 1 FROM pg_listening_channels() c WHERE c = %s::text)"
+
+
 class _PsycopgListenSession:
+    """Notifications of one dedicated connection; when none came for ``heartbeat_seconds``
+    (pg-boss's notifyHeartbeatIntervalMs, 10 s) it checks, within
+    ``heartbeat_timeout_seconds`` (notifyHeartbeatTimeoutMs, 5 s), that the session
+    still listens on the channel, and ends (to be reopened) if not."""
+
     heartbeat_seconds = 10.0
     heartbeat_timeout_seconds = 5.0
 
-    def __init__(self, conn: Conn) -> None:
+    def __init__(self, conn: Conn, channel: str) -> None:
         self._conn = conn
+        self._channel = channel
 
     async def run(self, on_message: OnMessage) -> None:
         while True:
             async for note in self._conn.notifies(timeout=self.heartbeat_seconds):
                 await deliver(on_message, note.channel, note.payload)
-            await asyncio.wait_for(self._conn.execute("SELECT 1"), self.heartbeat_timeout_seconds)
+            await asyncio.wait_for(self._heartbeat(), self.heartbeat_timeout_seconds)
+
+    async def _heartbeat(self) -> None:
+        cur = await self._conn.execute(
+            _STILL_LISTENING,
+            [self._channel],
+        )
+        row = await cur.fetchone()
+        if not row or not row[0]:
+            raise ConnectionLostError(f"the session no longer listens on {self._channel}")
 
     async def close(self) -> None:
         await self._conn.close()

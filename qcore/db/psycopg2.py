@@ -96,6 +96,10 @@ class Psycopg2Database(Database):
         self.conn = conn
         self._lock = asyncio.Lock()
 
+    @property
+    def joins_caller_transaction(self) -> bool:  # type: ignore[override]
+        return not self.conn.autocommit
+
     async def _execute(self, sql: str, params: Sequence[Any]) -> Rows:
         async with self._lock:
             return await asyncio.to_thread(run_sync, self.conn, sql, params)

@@ -214,6 +214,7 @@ class SQLAlchemyDatabase(Database):
                 " AsyncEngine, AsyncConnection or AsyncSession itself"
             )
         self._source = source
+        self.joins_caller_transaction = not isinstance(source, (Engine, AsyncEngine))
         self._style = _Style(dialect)
         self._lock = asyncio.Lock()  # serialises a caller's connection or session
 
