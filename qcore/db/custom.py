@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from qcore.db._base import Bound, Database, Rows
+from qcore.db._threads import blocking
 from qcore.db._values import dumps, is_json, normalize_rows
 from qcore.errors import DatabaseError, QcoreError, database_error
 
@@ -43,7 +44,7 @@ class CustomDatabase(Database):
                 result = self._obj.execute_sql(sql, values)
             else:  # a blocking call must not stall the event loop
                 async with self._lock:
-                    result = await asyncio.to_thread(self._obj.execute_sql, sql, values)
+                    result = await blocking(self._obj.execute_sql, sql, values)
             if inspect.isawaitable(result):
                 result = await result
         except QcoreError:

@@ -25,6 +25,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from qcore.db._base import Bound, Database, Rows
 from qcore.db._placeholders import reorder, to_format
+from qcore.db._threads import blocking
 from qcore.db._values import is_json, json_value
 from qcore.errors import ConnectionLostError, DatabaseError, QcoreError, database_error
 
@@ -78,7 +79,7 @@ class _Savepoint(Bound):
         self._root = root
 
     async def _execute(self, sql: str, params: Sequence[Any]) -> Rows:
-        return await asyncio.to_thread(run_sync, self._root.conn, sql, params)
+        return await blocking(run_sync, self._root.conn, sql, params)
 
     async def _execute_script(self, sql: str) -> None:
         await self._execute(sql, ())
@@ -102,7 +103,7 @@ class Psycopg2Database(Database):
 
     async def _execute(self, sql: str, params: Sequence[Any]) -> Rows:
         async with self._lock:
-            return await asyncio.to_thread(run_sync, self.conn, sql, params)
+            return await blocking(run_sync, self.conn, sql, params)
 
     async def _execute_script(self, sql: str) -> None:
         await self._execute(sql, ())
@@ -117,13 +118,13 @@ class Psycopg2Database(Database):
                 else (f"SAVEPOINT {_SAVEPOINT}", f"RELEASE SAVEPOINT {_SAVEPOINT}")
             )
             undo = "ROLLBACK" if autocommit else f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}"
-            await asyncio.to_thread(run_sync, self.conn, begin, ())
+            await blocking(run_sync, self.conn, begin, ())
             try:
                 yield _Savepoint(self)
             except BaseException:
                 try:
-                    await asyncio.to_thread(run_sync, self.conn, undo, ())
+                    await blocking(run_sync, self.conn, undo, ())
                 except QcoreError:  # the connection is gone; the server undid it
                     pass
                 raise
-            await asyncio.to_thread(run_sync, self.conn, end, ())
+            await blocking(run_sync, self.conn, end, ())

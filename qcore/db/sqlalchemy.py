@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 
 from qcore.db._base import Bound, Database, Rows
 from qcore.db._placeholders import reorder, to_format
+from qcore.db._threads import blocking
 from qcore.db._values import dumps, is_json, json_value, normalize_rows
 from qcore.errors import (
     ConfigError,
@@ -182,12 +183,12 @@ class _SyncBound(Bound):
         text, args = self._style.bind(sql, params)
         async with self._lock:
             with _mapped(sql):
-                return await _blocking(lambda: _run(self._get(), text, args))
+                return await blocking(lambda: _run(self._get(), text, args))
 
     async def _execute_script(self, sql: str) -> None:
         async with self._lock:
             with _mapped(sql):
-                await _blocking(lambda: _run_script(self._get(), sql))
+                await blocking(lambda: _run_script(self._get(), sql))
 
 
 class SQLAlchemyDatabase(Database):
@@ -286,29 +287,14 @@ def _const(conn: AsyncConnection) -> Callable[[], Awaitable[AsyncConnection]]:
     return get
 
 
-async def _blocking(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` in a worker thread. Cancelled, it still waits for the thread before
-    re-raising: a sync connection is never used by two threads at once."""
-    task = asyncio.ensure_future(asyncio.to_thread(fn, *args))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        while not task.done():
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait([task])
-        if not task.cancelled():
-            task.exception()  # retrieved: the caller gets the cancellation
-        raise
-
-
 @asynccontextmanager
 async def _in_thread(open_cm: Callable[[], AbstractContextManager[T]]) -> AsyncIterator[T]:
     """A blocking context manager opened, entered and exited in worker threads."""
-    cm = await _blocking(open_cm)
-    value = await _blocking(cm.__enter__)
+    cm = await blocking(open_cm)
+    value = await blocking(cm.__enter__)
     try:
         yield value
     except BaseException as exc:
-        await _blocking(cm.__exit__, type(exc), exc, exc.__traceback__)
+        await blocking(cm.__exit__, type(exc), exc, exc.__traceback__)
         raise
-    await _blocking(cm.__exit__, None, None, None)
+    await blocking(cm.__exit__, None, None, None)
