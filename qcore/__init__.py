@@ -15,6 +15,7 @@ from qcore.errors import (
     ValidationError,
 )
 from qcore.job import CommandResult, Job, JobState, Policy, Queue
+from qcore.sync import SyncBoss
 
 __all__ = [
     "Backend",
@@ -32,6 +33,7 @@ __all__ = [
     "QueueNotFoundError",
     "SchemaVersionError",
     "SerializationError",
+    "SyncBoss",
     "UniqueViolation",
     "ValidationError",
 ]

@@ -31,8 +31,8 @@ from qcore.job import CommandResult, Job, Policy, Queue
 from qcore.jobs import Ids
 from qcore.notifier import Notifier
 from qcore.schema import install_or_migrate, is_installed, schema_version
-from qcore.supervisor import Supervisor, supervise
-from qcore.worker import Worker, WorkOptions
+from qcore.supervisor import Supervisor
+from qcore.worker import WipReporter, Worker, WorkerStatus, WorkOptions
 
 __all__ = ["Boss", "FetchOptions", "QueueOptions", "ScheduledSendOptions", "SendOptions"]
 
@@ -225,13 +225,15 @@ class Boss:
                 ctx, self.events, on_queue=self._wake, on_reconnect=self._wake_all
             )
             await self._notifier.start()
+        # built with supervise=False too: it serialises explicit supervise() calls and
+        # stop() waits for them; only its background loop depends on the option
+        self._supervisor = Supervisor(
+            self.context,
+            self.events,
+            interval_seconds=self.supervise_interval_seconds,
+            monitor_interval_seconds=self.monitor_interval_seconds,
+        )
         if self.supervise_enabled:
-            self._supervisor = Supervisor(
-                self.context,
-                self.events,
-                interval_seconds=self.supervise_interval_seconds,
-                monitor_interval_seconds=self.monitor_interval_seconds,
-            )
             self._supervisor.start()
         return self
 
@@ -275,11 +277,11 @@ class Boss:
             if self._supervisor is not None:
                 supervisor, self._supervisor = self._supervisor, None
                 await supervisor.stop()
-            workers = list(self._workers.values())
-            self._workers.clear()
-            await asyncio.gather(*(w.stop(graceful=graceful, timeout=timeout) for w in workers))
+            await self._stop_workers(graceful=graceful, timeout=timeout)
             self.events.emit("stopped")
             await self.events.drain()
+        elif self._workers or self._retiring:  # registered before a start() that failed
+            await self._stop_workers(graceful=graceful, timeout=timeout)
         if close:
             await self._close()
 
@@ -518,6 +520,11 @@ class Boss:
 
     # -- workers ---------------------------------------------------------------------------
 
+    #: emits ``wip`` for this instance's workers (made by the first ``work()``)
+    _wip: WipReporter | None = None
+    #: workers stopped by ``off_work`` still finishing their handlers, with their stop()
+    _retiring: dict[str, tuple[Worker, asyncio.Future[None]]] | None = None
+
     async def work(
         self,
         name: str,
@@ -536,10 +543,22 @@ class Boss:
     ) -> str:
         """Run ``handler(jobs)`` for jobs of queue ``name``; the worker's id.
 
-        ``handler`` may be ``async def`` or a plain function (run in a thread). Returning
-        completes the batch (the value is stored as output when ``batch_size`` is 1);
-        raising fails it with the error serialised into output. A worker registered
-        before ``start()`` succeeds takes jobs once it does.
+        ``handler`` may be ``async def`` or a plain function (run on a thread of its
+        own). Returning completes the batch (the value is stored as output when the
+        batch is one job); raising fails it with the error serialised into output
+        (``name``, ``message``, ``stack``). A handler runs at most the batch's
+        ``expire_in_seconds``: then the batch is failed, an async handler cancelled,
+        and every job's ``cancelled`` event set (a plain function polls it). Jobs with
+        ``heartbeat_seconds`` are touched every ``heartbeat_refresh_seconds`` (default
+        half of it) while the handler runs.
+
+        ``local_concurrency`` loops run the handler side by side; a loop that gets a
+        full batch fetches again at once, idle loops share one poll every
+        ``polling_interval_seconds`` (``notify_polling_interval_seconds``, default
+        max(30, polling interval), while a NOTIFY would wake them). A loop holds a
+        connection only for one statement at a time, so any concurrency works with
+        any pool size ``max``. A worker registered before ``start()`` succeeds emits
+        ``error`` on each poll and takes jobs once it does.
         """
         options = WorkOptions(
             batch_size=batch_size,
@@ -553,7 +572,17 @@ class Boss:
             heartbeat_refresh_seconds=heartbeat_refresh_seconds,
             notify_polling_interval_seconds=notify_polling_interval_seconds,
         )
-        worker = Worker(name, handler, options, context=self.context, events=self.events)
+        if self._wip is None:
+            self._wip = WipReporter(self.events, self.worker_statuses)
+        worker = Worker(
+            name,
+            handler,
+            options,
+            context=self.context,
+            events=self.events,
+            listening=self._listening,
+            on_change=self._wip.changed,
+        )
         self._workers[worker.id] = worker
         worker.start()
         return worker.id
@@ -561,8 +590,9 @@ class Boss:
     async def off_work(
         self, name: str | None = None, *, id: str | None = None, wait: bool = True
     ) -> None:
-        """Stop the workers of a queue (or the one with ``id``); with ``wait``, until their
-        active handlers are done."""
+        """Stop the workers of a queue (or the one with ``id``): they fetch no more, and
+        their active handlers run to the end; with ``wait``, until they have. ``stop()``
+        also waits for (and bounds by its timeout) workers still finishing this way."""
         if name is None and id is None:
             raise ConfigError("off_work needs a queue name or a worker id")
         chosen = [
@@ -570,11 +600,41 @@ class Boss:
             for w in self._workers.values()
             if (id is None or w.id == id) and (name is None or w.name == name)
         ]
+        retiring = self._retiring
+        if retiring is None:
+            retiring = self._retiring = {}
+        stopping = []
         for worker in chosen:
             del self._workers[worker.id]
-        stopping = asyncio.gather(*(w.stop(graceful=True, timeout=None) for w in chosen))
-        if wait:
-            await stopping
+            task = asyncio.ensure_future(worker.stop(graceful=True, timeout=None))
+            retiring[worker.id] = (worker, task)
+
+            def forget(_: asyncio.Future[None], key: str = worker.id) -> None:
+                retiring.pop(key, None)
+
+            task.add_done_callback(forget)
+            stopping.append(task)
+        if chosen and self._wip is not None:
+            self._wip.changed()
+        if wait and stopping:
+            await asyncio.gather(*stopping)
+
+    def worker_statuses(self) -> list[WorkerStatus]:
+        """What each running worker is doing (also the payload of the ``wip`` event)."""
+        return [w.status() for w in self._workers.values()]
+
+    async def _stop_workers(self, *, graceful: bool, timeout: float) -> None:
+        workers = [*self._workers.values(), *(w for w, _ in (self._retiring or {}).values())]
+        self._workers.clear()
+        await asyncio.gather(*(w.stop(graceful=graceful, timeout=timeout) for w in workers))
+        if self._wip is not None and workers:
+            self._wip.flush([w.status() for w in workers])
+
+    def _listening(self, queue: str) -> bool:
+        """Whether a NOTIFY for ``queue`` reaches this instance now (its listener is up;
+        the worker checks that the queue itself notifies)."""
+        notifier = self._notifier
+        return notifier is not None and notifier.available
 
     def _wake(self, queue: str) -> None:
         for worker in self._workers.values():
@@ -586,5 +646,14 @@ class Boss:
             worker.wake()
 
     async def supervise(self, name: str | None = None) -> None:
-        """Run one monitor pass now: fail active jobs past their expiry or heartbeat."""
-        await supervise(self.context(), name)
+        """Run one monitor pass now, over every queue or the queue ``name``: fail active jobs
+        past their expiry or heartbeat (retried, failed or dead-lettered as any failure).
+
+        Not gated by ``monitor_interval_seconds`` (unlike the background pass and unlike
+        pg-boss): a pass you ask for runs. One pass runs at a time; a call waits for the
+        one in flight, and ``stop()`` waits for the call. After ``stop()`` it returns
+        without running.
+        """
+        self.context()  # NotStartedError before start(), and after stop() closed the connection
+        if self._supervisor is not None:  # None after stop(close=False): nothing runs
+            await self._supervisor.run(name)

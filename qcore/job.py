@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -79,6 +80,13 @@ class Job:
     Passing a ``Job`` (rather than its id) to ``complete``, ``fail``,
     ``cancel``, ``delete_job`` or ``touch`` fences the call on its
     ``retry_count``: it only acts if the job is still in that attempt.
+
+    ``cancelled`` is set by a worker when the handler should give up on the
+    job: it ran past its expiry, the worker is stopping past its timeout, or
+    the job was lost (its heartbeat refresh found it no longer active in this
+    attempt). A plain-function handler, which runs on a thread and cannot be
+    interrupted, polls it (``job.cancelled.is_set()`` or ``.wait(seconds)``);
+    an ``async def`` handler is also cancelled. It is not part of equality.
     """
 
     id: uuid.UUID
@@ -120,6 +128,10 @@ class Job:
     source_root_id: uuid.UUID | None = None
     trace_context: Any = None
     upsert_by_key: bool | None = None
+    # -- run time (not a column) -----------------------------------------------------
+    cancelled: threading.Event = field(
+        default_factory=threading.Event, compare=False, repr=False, kw_only=True
+    )
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
@@ -134,7 +146,7 @@ class Job:
 
 
 _JOB_FIELD = {"expire_seconds": "expire_in_seconds"}  # column -> field, where they differ
-_JOB_FIELDS = frozenset(Job.__dataclass_fields__)
+_JOB_FIELDS = frozenset(Job.__dataclass_fields__) - {"cancelled"}
 
 
 @dataclass(frozen=True, slots=True)

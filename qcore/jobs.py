@@ -25,6 +25,7 @@ import datetime as dt
 import random
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from qcore import retry as retrying
@@ -48,10 +49,15 @@ from qcore.sql._statement import Statement
 from qcore.sql.locks import notify_channel
 
 __all__ = [
+    "EXPIRY_BATCH_SIZE",
+    "HEARTBEAT_LOST",
+    "TIMED_OUT",
+    "ExpiryBatch",
     "Ids",
     "cancel",
     "complete",
     "delete_job",
+    "expire",
     "fail",
     "fetch",
     "find_jobs",
@@ -377,10 +383,14 @@ async def resume(ctx: Context, name: str, ids: Ids) -> CommandResult:
 
 
 async def retry(ctx: Context, name: str, ids: Ids) -> CommandResult:
-    """Give failed jobs another attempt: back to retry, with one more allowed."""
+    """Give failed jobs another attempt: back to retry, with one more allowed. On a
+    ``notify`` queue a job that is ready now wakes listening workers."""
     queue_name(name)
     every, _, _ = _ids(ids)
-    rows = await _run_command(ctx, name, sql.retry_jobs(ctx.q), every)
+    notify = ctx.backend.capabilities.listen_notify
+    statement = sql.retry_jobs(ctx.q, notify=notify)
+    channel = notify_channel(ctx.schema_spec) if notify else None
+    rows = await _run_command(ctx, name, statement, every, channel=channel)
     return _result(every, [r["id"] for r in rows])
 
 
@@ -469,15 +479,27 @@ async def _fail_split(
     output: Any,
 ) -> list[uuid.UUID]:
     """Fail as separate statements in the caller's (``ctx.db``'s) transaction: delete the
-    jobs, insert those with retries left as retry, then the rest as failed together with
-    their dead letter copies. Returns the ids inserted again."""
+    jobs, then :func:`_reinsert_split` them. Returns the ids inserted again, in the
+    order they were asked for."""
     remove = sql.fail_remove(ctx.q, fenced=bool(fences))
     rows = await ctx.db.execute(
         remove.sql, remove.bind(queue=name, ids=every, **_fence_values(plain, fences))
     )
     if not rows:
         raise missing_queue(name)
-    removed = [r for r in rows if r["id"] is not None]
+    settled = await _reinsert_split(ctx, [r for r in rows if r["id"] is not None], output)
+    order = {job: i for i, job in enumerate(every)}
+    return sorted(settled, key=order.__getitem__)
+
+
+async def _reinsert_split(
+    ctx: Context, removed: list[dict[str, Any]], output: Any
+) -> list[uuid.UUID]:
+    """The split fail after the delete (MutationStrategy.SPLIT), in ``ctx.db``'s
+    transaction: insert the deleted jobs with retries left again as retry (the backoff
+    computed here, as the CTE statement computes it), then the rest, and any a policy
+    index refused as retry, as failed together with their dead letter copies. Returns
+    the ids inserted again. Shared by :func:`fail` and :func:`expire`."""
     to_retry: list[dict[str, Any]] = []
     to_fail: list[dict[str, Any]] = []
     for row in removed:
@@ -504,8 +526,55 @@ async def _fail_split(
         )
         wanted = {uuid.UUID(r["id"]) for r in to_fail}
         settled += [r["id"] for r in got if r["id"] in wanted]
-    order = {job: i for i, job in enumerate(every)}
-    return sorted(settled, key=order.__getitem__)
+    return settled
+
+
+# --------------------------------------------------------------------------- expiry
+
+#: the output of a job failed because it ran past ``expire_seconds`` (pg-boss's)
+TIMED_OUT: dict[str, Any] = {"value": {"message": "job timed out"}}
+#: the output of a job failed because its heartbeat is older than ``heartbeat_seconds``
+HEARTBEAT_LOST: dict[str, Any] = {"value": {"message": "job heartbeat timeout"}}
+#: the most jobs one expiry batch fails (pg-boss's batch size)
+EXPIRY_BATCH_SIZE = 1000
+
+
+@dataclass(frozen=True)
+class ExpiryBatch:
+    """What one expiry batch did: ``picked`` jobs matched (a full batch means more may be
+    waiting), ``failed`` of them were failed (the rest were settled meanwhile)."""
+
+    picked: int
+    failed: int
+
+
+async def expire(
+    ctx: Context,
+    table: str,
+    names: Sequence[str],
+    *,
+    heartbeat: bool = False,
+    limit: int = EXPIRY_BATCH_SIZE,
+) -> ExpiryBatch:
+    """Fail at most ``limit`` active jobs of the queues ``names`` (all kept in the physical
+    job table ``table``) that ran past their expiry or, with ``heartbeat``, lost their
+    heartbeat; retried, failed or dead-lettered exactly as :func:`fail` does, with the
+    output :data:`TIMED_OUT` or :data:`HEARTBEAT_LOST`.
+
+    Runs on ``ctx.db`` as it is: inside a transaction (the caller's, holding the
+    expiry lock) or, on a CTE backend, as one statement. The split strategy needs a
+    transaction: it deletes, then inserts again.
+    """
+    output = HEARTBEAT_LOST if heartbeat else TIMED_OUT
+    if ctx.backend.mutation is MutationStrategy.CTE:
+        statement = sql.expire_jobs(ctx.q, table, heartbeat=heartbeat)
+        params = statement.bind(names=list(names), limit=limit, output=Json(output))
+        row = (await ctx.db.execute(statement.sql, params))[0]
+        return ExpiryBatch(picked=int(row["picked"]), failed=int(row["failed"]))
+    remove = sql.expire_remove(ctx.q, table, heartbeat=heartbeat)
+    rows = await ctx.db.execute(remove.sql, remove.bind(names=list(names), limit=limit))
+    settled = await _reinsert_split(ctx, rows, output) if rows else []
+    return ExpiryBatch(picked=len(rows), failed=len(settled))
 
 
 # --------------------------------------------------------------------------- reads

@@ -1,21 +1,202 @@
-"""The monitor pass and its background loop. SCAFFOLD — being implemented."""
+"""The monitor pass and its background loop.
+
+A pass fails the active jobs that ran past ``expire_seconds`` and those whose
+heartbeat is older than ``heartbeat_seconds``, each retried, failed or
+dead-lettered exactly as :func:`qcore.jobs.fail` would. It works queue by queue
+as pg-boss's does (reference 6.10, 6.13, 6.14), so qcore and pg-boss instances on
+one schema share the work:
+
+1. the queues are grouped by physical job table, in chunks of 100 names;
+2. the **monitor claim** stamps ``monitor_claim_on`` on the chunk's queues that
+   are due (the background pass: last claimed at least ``monitor_interval_seconds``
+   ago) and returns them, so one instance per interval works on a queue;
+3. for the claimed queues, expiry and then heartbeat loss, in batches of at most
+   1000 jobs, repeated while a batch is full, each batch one transaction under
+   pg-boss's ``<table>failJobsByTimeout`` / ``<table>failJobsByHeartbeat`` advisory
+   lock (on a backend without advisory locks the claim is the only gate: a batch
+   deletes only jobs still matching the predicate, so two passes never fail a job
+   twice);
+4. ``monitor_on`` = now on the claimed queues.
+
+Maintenance (retention), cached stats, warnings and flows are not part of the pass
+yet.
+
+An explicit :func:`supervise` (``Boss.supervise()``) is not gated by the interval:
+it runs the pass now for every queue, or the one named, as a caller asking for a
+pass (a test, an instance run with ``supervise=False``) expects. It still stamps
+the claim, so the other instances' background passes skip those queues for an
+interval. That is a deliberate difference from pg-boss, whose ``supervise()``
+honours the interval.
+
+:class:`Supervisor` runs the background pass every ``interval_seconds`` (the first
+one interval after start, as pg-boss's timer) and serialises passes: one at a time
+per ``Boss``, an explicit one waiting for the one in flight; a background tick that
+finds a pass running skips. An error is emitted as an ``error`` event (and logged)
+and the loop goes on.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from itertools import groupby
+from typing import TypeVar
 
+from qcore import jobs, locks, retry
+from qcore.backend import FetchStrategy
 from qcore.context import Context
+from qcore.db import Database
 from qcore.events import Events
+from qcore.options import queue_name
+from qcore.queues import missing_queue
+from qcore.sql import monitor as sql
 
-__all__ = ["Supervisor", "supervise"]
+__all__ = [
+    "EXPIRY_LOCK_TIMEOUT_SECONDS",
+    "SLOW_QUERY_SECONDS",
+    "MonitorResult",
+    "Supervisor",
+    "supervise",
+]
+
+T = TypeVar("T")
+
+#: how long an expiry batch waits for its advisory lock (pg-boss's lock_timeout)
+EXPIRY_LOCK_TIMEOUT_SECONDS = 30.0
+#: a monitor statement slower than this emits a ``slow_query`` warning (pg-boss's default)
+SLOW_QUERY_SECONDS = 30.0
+
+TIMEOUT_LOCK = "failJobsByTimeout"
+HEARTBEAT_LOCK = "failJobsByHeartbeat"
 
 
-async def supervise(ctx: Context, name: str | None = None) -> None:
-    """One monitor pass now: fail active jobs past expiry or heartbeat."""
-    raise NotImplementedError
+@dataclass(frozen=True)
+class MonitorResult:
+    """What one pass did: the queues it claimed (and so worked on), and how many jobs it
+    failed for running past their expiry and for losing their heartbeat."""
+
+    claimed: tuple[str, ...] = ()
+    expired: int = 0
+    heartbeat_lost: int = 0
+
+
+def _never() -> bool:
+    return False
+
+
+async def supervise(
+    ctx: Context,
+    name: str | None = None,
+    *,
+    monitor_interval_seconds: float | None = None,
+    batch_size: int = jobs.EXPIRY_BATCH_SIZE,
+    events: Events | None = None,
+    stopping: Callable[[], bool] = _never,
+) -> MonitorResult:
+    """One monitor pass now, over every queue or the queue ``name`` (which must exist).
+
+    With ``monitor_interval_seconds`` (the background loop) only the queues whose
+    monitor claim is at least that old are worked on; without it (an explicit call)
+    every queue is. Expiry fails at most ``batch_size`` jobs per transaction.
+    ``events`` receives a ``slow_query`` warning for a statement slower than
+    :data:`SLOW_QUERY_SECONDS`. ``stopping`` is asked between steps; once it says yes
+    the pass ends (every finished batch stays committed).
+    """
+    if name is not None:
+        queue_name(name)
+    listed = sql.monitor_queues(ctx.q, by_name=name is not None)
+    rows = await _timed(events, listed.sql, retry.execute(ctx, listed.sql, listed.bind(name=name)))
+    if name is not None and not rows:
+        raise missing_queue(name)
+    claimed: list[str] = []
+    expired = heartbeat_lost = 0
+    for table, group in groupby(rows, key=lambda r: str(r["table_name"])):
+        names = [str(r["name"]) for r in group]
+        for start in range(0, len(names), sql.CLAIM_CHUNK_SIZE):
+            if stopping():
+                break
+            chunk = names[start : start + sql.CLAIM_CHUNK_SIZE]
+            mine = await _claim(ctx, chunk, monitor_interval_seconds, events)
+            if not mine:
+                continue
+            claimed += mine
+            for heartbeat in (False, True):
+                failed = await _expire(ctx, table, mine, heartbeat, batch_size, events, stopping)
+                if heartbeat:
+                    heartbeat_lost += failed
+                else:
+                    expired += failed
+            if stopping():
+                break
+            stamp = sql.stamp_monitored(ctx.q)
+            await _timed(events, stamp.sql, retry.execute(ctx, stamp.sql, stamp.bind(names=mine)))
+    return MonitorResult(tuple(sorted(claimed)), expired, heartbeat_lost)
+
+
+async def _claim(
+    ctx: Context, names: list[str], interval: float | None, events: Events | None
+) -> list[str]:
+    statement = sql.claim_monitor(
+        ctx.q,
+        gated=interval is not None,
+        skip_locked=ctx.backend.fetch is FetchStrategy.SKIP_LOCKED,
+    )
+    params = statement.bind(names=names, seconds=interval)
+    rows = await _timed(events, statement.sql, retry.execute(ctx, statement.sql, params))
+    return sorted(str(r["name"]) for r in rows)
+
+
+async def _expire(
+    ctx: Context,
+    table: str,
+    names: list[str],
+    heartbeat: bool,
+    batch_size: int,
+    events: Events | None,
+    stopping: Callable[[], bool],
+) -> int:
+    """Expiry (or heartbeat loss) for queues of one table, a batch per transaction until
+    a batch is not full; the number of jobs failed."""
+    suffix = table + (HEARTBEAT_LOCK if heartbeat else TIMEOUT_LOCK)
+
+    async def batch(tx: Database) -> jobs.ExpiryBatch:
+        await locks.advisory_lock(ctx, tx, suffix, timeout=EXPIRY_LOCK_TIMEOUT_SECONDS)
+        return await jobs.expire(
+            ctx.with_db(tx), table, names, heartbeat=heartbeat, limit=batch_size
+        )
+
+    failed = 0
+    while not stopping():
+        done = await _timed(events, f"expiry batch ({suffix})", retry.transaction(ctx, batch))
+        failed += done.failed
+        if done.picked < batch_size:
+            break
+    return failed
+
+
+async def _timed(events: Events | None, what: str, work: Awaitable[T]) -> T:
+    """Await ``work``; warn ``slow_query`` when it took over :data:`SLOW_QUERY_SECONDS`."""
+    started = time.monotonic()
+    result = await work
+    elapsed = time.monotonic() - started
+    if events is not None and elapsed > SLOW_QUERY_SECONDS:
+        events.warn(
+            "slow_query",
+            f"Warning: slow query ({elapsed:.1f} s). Your queues and/or database server"
+            " should be reviewed",
+            elapsed=elapsed,
+            sql=what,
+        )
+    return result
 
 
 class Supervisor:
+    """The background monitor pass of one ``Boss``, and the lock that keeps its passes,
+    background or explicit (:meth:`run`), one at a time."""
+
     def __init__(
         self,
         context: Callable[[], Context],
@@ -24,10 +205,74 @@ class Supervisor:
         interval_seconds: float,
         monitor_interval_seconds: float,
     ) -> None:
-        raise NotImplementedError
+        self._context = context
+        self._events = events
+        self.interval_seconds = interval_seconds
+        self.monitor_interval_seconds = monitor_interval_seconds
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._pass: asyncio.Future[None] | None = None
+        self._stopping = False
+
+    @property
+    def maintaining(self) -> bool:
+        """Whether a pass, background or explicit, is in flight."""
+        return self._lock.locked()
 
     def start(self) -> None:
-        raise NotImplementedError
+        """Run the background pass every ``interval_seconds`` (the first after one interval)."""
+        if self._task is None:
+            self._stopping = False
+            self._task = asyncio.create_task(self._loop(), name="qcore-supervisor")
+
+    async def run(self, name: str | None = None) -> MonitorResult | None:
+        """One pass now, not gated by the interval (see :func:`supervise`), after the
+        one in flight; None, without running, once :meth:`stop` was called."""
+        async with self._lock:
+            if self._stopping:
+                return None
+            return await supervise(
+                self._context(), name, events=self._events, stopping=self._is_stopping
+            )
+
+    def _is_stopping(self) -> bool:
+        return self._stopping
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_seconds)
+            if self._lock.locked():
+                continue  # an explicit pass is running: this tick has nothing to add
+            # shielded: stop() cancels the loop, not a batch halfway; the pass ends at the
+            # next step once it sees the stop, and stop() waits for it
+            self._pass = asyncio.ensure_future(self._background_pass())
+            await asyncio.shield(self._pass)
+
+    async def _background_pass(self) -> None:
+        async with self._lock:
+            if self._stopping:
+                return
+            try:
+                await supervise(
+                    self._context(),
+                    monitor_interval_seconds=self.monitor_interval_seconds,
+                    events=self._events,
+                    stopping=self._is_stopping,
+                )
+            except Exception as exc:  # a database outage, a dropped table: next time
+                self._events.emit("error", exc)
 
     async def stop(self) -> None:
-        raise NotImplementedError
+        """Cancel the loop, then wait for the pass in flight (background or explicit) to
+        end; later :meth:`run` calls return without running."""
+        self._stopping = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        running, self._pass = self._pass, None
+        if running is not None:
+            await running
+        async with self._lock:  # an explicit run() in flight
+            pass

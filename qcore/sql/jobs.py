@@ -1,5 +1,6 @@
 """SQL for the job verbs: send/insert, fetch, complete, fail, cancel, resume, retry,
-delete, touch and the job reads.
+delete, touch and the job reads; and the monitor's expiry batches, which fail jobs
+exactly as fail does.
 
 Every builder is a pure function of the quoted schema (``q``, from
 ``Context.q``) and a few flags; it returns a :class:`Statement` whose
@@ -9,7 +10,8 @@ drivers can reuse their prepared statements.
 
 Statements address the job table ``<schema>.job``: in the partitioned shape
 PostgreSQL routes each row to the queue's partition (or ``job_common``), in
-the single-table shape it is the table itself. Every timestamp is
+the single-table shape it is the table itself (the expiry batches pick from one
+physical table, as pg-boss's do). Every timestamp is
 ``<schema>.job_now()``, pg-boss's one clock.
 
 Most verbs begin with ``q``, the queue's row, and end by selecting from ``q
@@ -23,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import lru_cache
 
+from qcore.identifiers import quote
 from qcore.sql._statement import Params, Statement
 
 __all__ = [
@@ -33,6 +36,8 @@ __all__ = [
     "cancel_jobs",
     "complete_jobs",
     "delete_jobs",
+    "expire_jobs",
+    "expire_remove",
     "fail_jobs",
     "fail_reinsert_failed",
     "fail_reinsert_retry",
@@ -429,15 +434,33 @@ def resume_jobs(q: str) -> Statement:
 
 
 @lru_cache(maxsize=8)
-def retry_jobs(q: str) -> Statement:
-    """Give failed jobs one more attempt: back to retry with retry_limit + 1 (one UPDATE)."""
+def retry_jobs(q: str, *, notify: bool = False) -> Statement:
+    """Give failed jobs one more attempt: back to retry with retry_limit + 1 (one UPDATE).
+
+    ``notify`` (where LISTEN/NOTIFY exists) also sends pg_notify(channel, queue) in
+    the same statement when the queue has ``notify`` and a retried job is ready now, so
+    idle workers wake at once (pg-boss's retry does not notify; a pg-boss listener
+    simply fetches once more). Rows ``queue, id``.
+    """
     p = Params()
+    now = _now(q)
     mutation = (
         f"UPDATE {q}.job j SET state = 'retry', retry_limit = j.retry_limit + 1,"
-        f" completed_on = NULL, start_after = GREATEST(j.start_after, {_now(q)})"
-        f" WHERE {_targets(p, 'j', False)} AND j.state = 'failed' RETURNING j.id"
+        f" completed_on = NULL, start_after = GREATEST(j.start_after, {now})"
+        f" WHERE {_targets(p, 'j', False)} AND j.state = 'failed' RETURNING j.id, j.start_after"
     )
-    return p.statement(_command(q, p, mutation))
+    if not notify:
+        return p.statement(_command(q, p, mutation))
+    # an uncorrelated scalar subquery runs once; pg_notify inside count() always runs
+    notified = (
+        f"(SELECT count(pg_notify({p('channel')}::text, n.name)) FROM q n WHERE n.notify"
+        f" AND EXISTS (SELECT 1 FROM done WHERE done.start_after <= {now}))::int AS notified"
+    )
+    sql = (
+        f"WITH {_queue_cte(q, p, 'name, notify')}, done AS ({mutation})"
+        f" SELECT q.name AS queue, done.id, {notified} FROM q LEFT JOIN done ON true"
+    )
+    return p.statement(sql)
 
 
 @lru_cache(maxsize=8)
@@ -543,18 +566,13 @@ def _insert(q: str, values: Mapping[str, str]) -> str:
     return f"INSERT INTO {q}.job ({', '.join(values)}) SELECT {', '.join(values.values())}"
 
 
-@lru_cache(maxsize=8)
-def fail_jobs(q: str, *, fenced: bool = False) -> Statement:
-    """Fail jobs in one statement (MutationStrategy.CTE): delete them, insert each again
-    with the same id as retry (after its delay) or, out of retries, as failed; a re-insert
-    a policy index refuses becomes failed too; every failed job with an existing dead
-    letter queue gets a copy there.
-
-    Rows ``queue, id``: the ids of the jobs inserted again (retry or failed).
-    """
-    p = Params()
+def _fail_removed(q: str, p: Params, output: str) -> str:
+    """The CTEs that fail the jobs a preceding ``removed`` CTE deleted (``RETURNING j.*``):
+    each is inserted again with the same id as retry (after its delay) or, out of retries,
+    as failed; a re-insert a policy index refuses becomes failed too; every failed job
+    with an existing dead letter queue gets a copy there. Ends with ``settled``: the ids
+    inserted again. Shared by :func:`fail_jobs` and :func:`expire_jobs`."""
     now = _now(q)
-    output = f"{p('output')}::jsonb"
     retried = {c: f"x.{c}" for c in REINSERT_COLUMNS}
     retried.update(
         state=(
@@ -570,12 +588,7 @@ def fail_jobs(q: str, *, fenced: bool = False) -> Statement:
         heartbeat_on="NULL::timestamptz",
     )
     keep = ", ".join(REINSERT_COLUMNS)
-    sql = f"""WITH {_queue_cte(q, p)},
-removed AS (
-  DELETE FROM {q}.job j WHERE {_targets(p, "j", fenced)} AND j.state < 'completed'
-  RETURNING j.*
-),
-again AS (
+    return f"""again AS (
   {_insert(q, retried)} FROM removed x
   ON CONFLICT DO NOTHING
   RETURNING {keep}
@@ -593,8 +606,86 @@ lettered AS (
   FROM ended e JOIN {q}.queue dq ON dq.name = e.dead_letter
   RETURNING id
 ),
-settled AS (SELECT id FROM again UNION ALL SELECT id FROM refused)
+settled AS (SELECT id FROM again UNION ALL SELECT id FROM refused)"""
+
+
+@lru_cache(maxsize=8)
+def fail_jobs(q: str, *, fenced: bool = False) -> Statement:
+    """Fail jobs in one statement (MutationStrategy.CTE): delete them, then fail what was
+    deleted as :func:`_fail_removed` does (retry, failed, dead letter copy).
+
+    Rows ``queue, id``: the ids of the jobs inserted again (retry or failed).
+    """
+    p = Params()
+    sql = f"""WITH {_queue_cte(q, p)},
+removed AS (
+  DELETE FROM {q}.job j WHERE {_targets(p, "j", fenced)} AND j.state < 'completed'
+  RETURNING j.*
+),
+{_fail_removed(q, p, f"{p('output')}::jsonb")}
 SELECT q.name AS queue, settled.id FROM q LEFT JOIN settled ON true"""
+    return p.statement(sql)
+
+
+def _expired(q: str, p: Params, alias: str, heartbeat: bool) -> str:
+    """Active jobs of the queues ``names`` past their expiry (``expire_seconds`` after
+    they started) or, with ``heartbeat``, whose heartbeat is older than
+    ``heartbeat_seconds``."""
+    a, now = alias, _now(q)
+    where = f"{a}.name = ANY({p('names')}::text[]) AND {a}.state = 'active'"
+    if heartbeat:
+        return (
+            f"{where} AND {a}.heartbeat_seconds IS NOT NULL"
+            f" AND {a}.heartbeat_on + {a}.heartbeat_seconds * interval '1 second' < {now}"
+        )
+    return f"{where} AND {a}.started_on + {a}.expire_seconds * interval '1 second' < {now}"
+
+
+def _expired_batch(q: str, p: Params, table: str, heartbeat: bool) -> str:
+    """At most ``limit`` expired jobs of one physical job table, unordered (nothing
+    indexes the predicate, and a failed job no longer matches it, so the next batch
+    cannot pick it again)."""
+    return (
+        f"SELECT e.name, e.id FROM {q}.{quote(table)} e"
+        f" WHERE {_expired(q, p, 'e', heartbeat)} LIMIT {p('limit')}::int"
+    )
+
+
+@lru_cache(maxsize=64)
+def expire_jobs(q: str, table: str, *, heartbeat: bool = False) -> Statement:
+    """One expiry batch in one statement (MutationStrategy.CTE): pick at most ``limit``
+    expired jobs of the queues ``names`` in the physical job table ``table``
+    (``job_common``, ``j<hash>`` or ``job``), delete those still expired (the predicate
+    is checked again, so a job settled meanwhile is left alone) and fail them with
+    ``output`` as :func:`fail_jobs` fails jobs.
+
+    One row: ``picked`` (the batch was full when it equals ``limit``), ``failed``.
+    """
+    p = Params()
+    sql = f"""WITH picked AS ({_expired_batch(q, p, table, heartbeat)}),
+removed AS (
+  DELETE FROM {q}.{quote(table)} j
+  WHERE (j.name, j.id) IN (SELECT name, id FROM picked) AND {_expired(q, p, "j", heartbeat)}
+  RETURNING j.*
+),
+{_fail_removed(q, p, f"{p('output')}::jsonb")}
+SELECT (SELECT count(*) FROM picked)::int AS picked,
+  (SELECT count(*) FROM settled)::int AS failed"""
+    return p.statement(sql)
+
+
+@lru_cache(maxsize=64)
+def expire_remove(q: str, table: str, *, heartbeat: bool = False) -> Statement:
+    """Split expiry, step 1 (MutationStrategy.SPLIT): delete at most ``limit`` expired
+    jobs of the queues ``names`` in ``table`` and return them whole; the client then
+    fails them as a split fail does (:func:`fail_reinsert_retry`,
+    :func:`fail_reinsert_failed`). Rows: every job column."""
+    p = Params()
+    sql = (
+        f"DELETE FROM {q}.{quote(table)} j WHERE (j.name, j.id) IN"
+        f" ({_expired_batch(q, p, table, heartbeat)}) AND {_expired(q, p, 'j', heartbeat)}"
+        f" RETURNING {_returning(JOB_COLUMNS, 'j')}"
+    )
     return p.statement(sql)
 
 

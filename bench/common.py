@@ -1,0 +1,159 @@
+"""What both sides of a scenario share: the job payload, the sizes, process figures.
+
+Nothing here imports qcore at module level, so a raw-baseline child process
+loads only psycopg (its memory figure is that of a plain psycopg client);
+:func:`open_boss` imports qcore when a qcore child calls it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from qcore import Boss
+
+__all__ = [
+    "BATCH_INSERT",
+    "COUNTED",
+    "FETCH_COLUMNS",
+    "PAD",
+    "DrainCounter",
+    "open_boss",
+    "payload",
+    "peak_rss_mib",
+    "progress",
+    "quote_ident",
+    "rss_mib",
+    "shares",
+    "warm_pool",
+]
+
+#: the filler in every job's data: each payload is ``{"i": <n>, "pad": "x" * PAD}``
+PAD = 64
+#: bulk enqueue writes this many jobs per ``insert`` call
+BATCH_INSERT = 1000
+#: what a claim returns, on both sides: qcore's fetch columns (qcore.sql.jobs.FETCH_COLUMNS)
+FETCH_COLUMNS = (
+    "id",
+    "name",
+    "priority",
+    "data",
+    "created_on",
+    "retry_count",
+    "expire_seconds",
+    "heartbeat_seconds",
+    "group_id",
+    "group_tier",
+)
+
+
+def payload(i: int) -> dict[str, Any]:
+    """The data of job ``i``: the same on both sides, the same size for every job."""
+    return {"i": i, "pad": "x" * PAD}
+
+
+def shares(total: int, parts: int) -> list[int]:
+    """``total`` split into ``parts`` near-equal whole shares."""
+    base, extra = divmod(total, parts)
+    return [base + (1 if k < extra else 0) for k in range(parts)]
+
+
+def quote_ident(name: str) -> str:
+    """A double-quoted SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set size so far, in MiB.
+
+    On Linux ``VmHWM`` of ``/proc/self/status``: the high-water mark of this
+    process's own address space. Not ``ru_maxrss``, which Linux carries across
+    ``exec`` from the forked copy of the parent (so every child would report at
+    least the parent's size).
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def rss_mib() -> float:
+    """This process's resident set size now, in MiB."""
+    import psutil
+
+    return float(psutil.Process(os.getpid()).memory_info().rss) / (1024 * 1024)
+
+
+_t0 = time.monotonic()
+#: the counting adapters ``open_boss`` made (``count`` specs); their owner closes them
+COUNTED: list[Any] = []
+
+
+def progress(message: str) -> None:
+    """A progress line on stderr (stdout carries results only)."""
+    print(f"[bench {time.monotonic() - _t0:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+class DrainCounter:
+    """Jobs settled so far by the loops of one drain; ``done`` fires at the total."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.count = 0
+        self.done = asyncio.Event()
+
+    def add(self, n: int) -> None:
+        self.count += n
+        if self.count >= self.total:
+            self.done.set()
+
+    @property
+    def finished(self) -> bool:
+        return self.count >= self.total
+
+
+async def open_boss(spec: dict[str, Any], **options: Any) -> Boss:
+    """A started ``Boss`` on the scenario's schema (no supervisor: the bench measures the
+    verbs and the workers, and the supervisor may still be a scaffold).
+
+    With ``spec["count"]`` (``python -m bench profile``) it runs on qcore's own pool
+    wrapped in :class:`bench.idle.CountingDatabase`, reachable as ``boss.db``.
+    """
+    from qcore import Boss
+
+    common: dict[str, Any] = {
+        "schema": spec["schema"],
+        "backend": spec["backend"],
+        "supervise": False,
+        **options,
+    }
+    if spec.get("count"):
+        from bench.idle import CountingDatabase
+        from qcore.db import connect
+
+        pool = common.pop("max", 10)
+        inner = await connect(spec["dsn"], max=pool, application_name="qcore-bench")
+        counting = CountingDatabase(inner)
+        COUNTED.append(counting)
+        boss = Boss(db=counting, **common)
+    else:
+        boss = Boss(spec["dsn"], application_name="qcore-bench", **common)
+    await boss.start()
+    return boss
+
+
+async def warm_pool(boss: Boss, size: int) -> None:
+    """Open ``size`` pool connections before the clock starts (the raw side connects its
+    connections up front too): a few rounds of ``size`` overlapping short sleeps."""
+    for _ in range(3):
+        await asyncio.gather(*(boss.db.execute("SELECT pg_sleep(0.02)") for _ in range(size)))

@@ -1,0 +1,318 @@
+"""``SyncBoss``: the verbs of ``Boss`` for code that is not async, as one thin blocking facade.
+
+Django views, Flask handlers and scripts call ``SyncBoss`` methods; each
+one runs the same ``Boss`` coroutine on an event loop that the ``SyncBoss``
+keeps in a daemon thread of its own, and blocks until it is done. Nothing
+is implemented twice: every verb is ``Boss``'s, with its signature, options,
+checks and exceptions.
+
+A per-call ``db=`` takes the caller's *sync* connection: a psycopg2
+connection, an SQLAlchemy ``Session``, ``Connection`` or ``Engine``, or an
+object with ``execute_sql``. Its statements run in a worker thread of the
+loop while the calling thread waits, so the connection is never used by two
+threads at once. They run inside the caller's open transaction, within a
+SAVEPOINT: the caller's ``commit()`` makes the job visible with the caller's
+own writes, a ``rollback()`` removes it, and a qcore error undoes only
+qcore's part (the caller's transaction stays usable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import itertools
+import threading
+from collections.abc import Callable, Coroutine
+from types import TracebackType
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
+
+from qcore.boss import Boss
+from qcore.db import Database, adapt
+from qcore.errors import NotStartedError, QcoreError
+from qcore.worker import WorkerStatus
+
+__all__ = ["SyncBoss"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+_numbers = itertools.count(1)
+
+
+def _blocking(
+    method: Callable[Concatenate[Boss, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[SyncBoss, P], R]:
+    """The blocking twin of a ``Boss`` coroutine method: same parameters, same result."""
+
+    def verb(self: SyncBoss, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._call(_in_callers_transaction(method, self._boss, args, kwargs))
+
+    functools.update_wrapper(verb, method, assigned=("__name__", "__doc__"), updated=())
+    verb.__qualname__ = f"SyncBoss.{method.__name__}"
+    return verb
+
+
+async def _in_callers_transaction(
+    method: Callable[..., Coroutine[Any, Any, R]],
+    boss: Boss,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> R:
+    """Run one verb; a caller's connection given as ``db=`` is wrapped in a SAVEPOINT of
+    the caller's transaction (a BEGIN/COMMIT of its own on an autocommit connection), so
+    qcore treats it as the caller's transaction: nothing is retried or committed there,
+    and a failure undoes only qcore's statements."""
+    db = kwargs.get("db")
+    if db is None or isinstance(db, Database):
+        return await method(boss, *args, **kwargs)
+    async with adapt(db).transaction() as tx:
+        return await method(boss, *args, **{**kwargs, "db": tx})
+
+
+def _same_parameters_as(
+    _: Callable[Concatenate[Any, P], None],
+) -> Callable[[Callable[Concatenate[SyncBoss, P], None]], Callable[Concatenate[SyncBoss, P], None]]:
+    """Type a forwarding ``__init__`` with the parameters of another one."""
+    return lambda init: init
+
+
+class SyncBoss:
+    """A ``Boss`` for code that is not async; takes exactly ``Boss``'s arguments.
+
+    ::
+
+        with SyncBoss("postgresql://app@localhost/app") as boss:   # start() ... close()
+            boss.create_queue("email", retry_limit=3)
+            boss.send("email", {"to": "a@example.com"}, db=psycopg2_conn)  # in your transaction
+            boss.work("email", handler)             # def handler(jobs): ... (on a worker thread)
+
+    Each method blocks until the ``Boss`` coroutine it runs is done, and raises what
+    that raised (the same ``qcore.errors`` types). The coroutines run on an event
+    loop in a daemon thread this ``SyncBoss`` owns; ``close()`` (or leaving the
+    ``with`` block) stops the ``Boss``, closes what it opened and ends the thread.
+    Close every ``SyncBoss`` you create: one left open keeps its thread (and its
+    connections) until the process exits.
+
+    Any thread may call it, several at once. Calling it from its own loop thread
+    (from an ``on()`` callback, an ``async def`` handler) raises ``QcoreError``:
+    it would wait for itself forever; use the async ``boss`` there.
+
+    A work handler that is a plain function runs on a thread of its worker (one per
+    ``local_concurrency`` loop), never on the loop thread: it may block, and it may
+    call this ``SyncBoss`` (to send follow-up jobs, say). Event callbacks given to
+    ``on()`` run on the loop thread: keep them quick, and do not call the
+    ``SyncBoss`` from them.
+    """
+
+    @_same_parameters_as(Boss.__init__)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._boss = Boss(*args, **kwargs)  # bad options raise here, before a thread exists
+        self._closed = False
+        self._lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=_run_loop, args=(self._loop,), name=f"qcore-sync-{next(_numbers)}", daemon=True
+        )
+        self._thread.start()
+
+    # -- the bridge ------------------------------------------------------------------------
+
+    def _call(self, coro: Coroutine[Any, Any, R]) -> R:
+        """Run ``coro`` on the loop thread; block until it is done; its result or exception."""
+        try:
+            self._refuse_loop_thread()
+        except QcoreError:
+            coro.close()
+            raise
+        with self._lock:  # close() cannot stop the loop between this check and the schedule
+            if self._closed:
+                coro.close()
+                raise NotStartedError("this SyncBoss is closed; create a new one")
+            call = _Call(coro)
+            self._loop.call_soon_threadsafe(call.begin)
+        return call.wait(self._loop)
+
+    def _refuse_loop_thread(self) -> None:
+        if threading.get_ident() == self._thread.ident:
+            raise QcoreError(
+                "a SyncBoss method was called on the SyncBoss's own event loop thread (from"
+                " an on() callback or an async handler): it would wait for itself forever."
+                " Use the async Boss there: await sync_boss.boss.<verb>(...)"
+            )
+
+    @property
+    def boss(self) -> Boss:
+        """The async ``Boss`` inside; use it only on the loop thread (async callbacks)."""
+        return self._boss
+
+    @property
+    def started(self) -> bool:
+        """Whether background processing (workers, supervisor) runs."""
+        return self._boss.started
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` ended this ``SyncBoss``."""
+        return self._closed
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self, *, attempts: int = 1) -> SyncBoss:
+        """Open the connection, install or migrate the schema, start the background loops
+        and the workers (see ``Boss.start``); ``stop()`` from another thread ends the
+        waits between ``attempts``."""
+        self._call(self._boss.start(attempts=attempts))
+        return self
+
+    stop = _blocking(Boss.stop)
+
+    def close(self, *, graceful: bool = True, timeout: float = 30.0) -> None:
+        """``stop()`` (closing what qcore opened), then end the loop thread; afterwards
+        every method raises ``NotStartedError``. Calling it again does nothing."""
+        if self._closed:
+            return
+        self._refuse_loop_thread()  # before the finally: the thread cannot join itself
+        try:
+            self._call(self._boss.stop(graceful=graceful, timeout=timeout))
+        finally:
+            with self._lock:
+                closing, self._closed = not self._closed, True
+            if closing:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join()
+
+    def __enter__(self) -> SyncBoss:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "started" if self.started else "stopped"
+        return f"<SyncBoss {self._boss.backend.name} schema={self._boss.schema!r} {state}>"
+
+    # -- the verbs of Boss, blocking -------------------------------------------------------
+
+    def on(self, event: str, callback: Callable[..., Any]) -> Callable[[], None]:
+        """Subscribe to ``error``, ``warning``, ``wip`` or ``stopped``; returns an
+        unsubscribe. Callbacks run on the loop thread (see the class)."""
+        return self._boss.on(event, callback)
+
+    is_installed = _blocking(Boss.is_installed)
+    schema_version = _blocking(Boss.schema_version)
+
+    create_queue = _blocking(Boss.create_queue)
+    update_queue = _blocking(Boss.update_queue)
+    delete_queue = _blocking(Boss.delete_queue)
+    get_queue = _blocking(Boss.get_queue)
+    get_queues = _blocking(Boss.get_queues)
+    delete_queued_jobs = _blocking(Boss.delete_queued_jobs)
+    delete_stored_jobs = _blocking(Boss.delete_stored_jobs)
+    delete_all_jobs = _blocking(Boss.delete_all_jobs)
+    get_blocked_keys = _blocking(Boss.get_blocked_keys)
+
+    send = _blocking(Boss.send)
+    send_after = _blocking(Boss.send_after)
+    send_throttled = _blocking(Boss.send_throttled)
+    send_debounced = _blocking(Boss.send_debounced)
+    insert = _blocking(Boss.insert)
+    fetch = _blocking(Boss.fetch)
+    complete = _blocking(Boss.complete)
+    fail = _blocking(Boss.fail)
+    cancel = _blocking(Boss.cancel)
+    resume = _blocking(Boss.resume)
+    retry = _blocking(Boss.retry)
+    delete_job = _blocking(Boss.delete_job)
+    touch = _blocking(Boss.touch)
+    get_job_by_id = _blocking(Boss.get_job_by_id)
+    find_jobs = _blocking(Boss.find_jobs)
+
+    work = _blocking(Boss.work)
+    off_work = _blocking(Boss.off_work)
+    supervise = _blocking(Boss.supervise)
+
+    def worker_statuses(self) -> list[WorkerStatus]:
+        """What each running worker is doing (read on the loop thread, which changes it)."""
+        return self._call(_returning(self._boss.worker_statuses))
+
+
+# -- the loop thread -----------------------------------------------------------------------
+
+
+async def _returning(function: Callable[[], R]) -> R:
+    return function()
+
+
+class _Call(Generic[R]):
+    """One coroutine run as a task on the loop thread for a caller thread that waits.
+
+    ``asyncio.run_coroutine_threadsafe`` would do, but for one case: when the wait
+    is interrupted (``KeyboardInterrupt``) its future reports "cancelled" at once,
+    while the task may still be using the caller's connection in a worker thread.
+    Here the caller cancels the task and waits until it has unwound.
+    """
+
+    def __init__(self, coro: Coroutine[Any, Any, R]) -> None:
+        self._coro = coro
+        self._task: asyncio.Task[R] | None = None
+        self._outcome: concurrent.futures.Future[R] = concurrent.futures.Future()
+
+    def begin(self) -> None:
+        """On the loop thread: start the task."""
+        self._task = asyncio.get_running_loop().create_task(self._coro)
+        self._task.add_done_callback(self._settle)
+
+    def _settle(self, task: asyncio.Task[R]) -> None:
+        if task.cancelled():  # by close() from another thread, or by an interrupted wait
+            self._outcome.set_exception(
+                NotStartedError("the SyncBoss was closed while this call was running")
+            )
+        elif (exc := task.exception()) is not None:
+            self._outcome.set_exception(exc)
+        else:
+            self._outcome.set_result(task.result())
+
+    def _cancel(self) -> None:
+        if self._task is not None:  # begin() was scheduled first, so it has run
+            self._task.cancel()
+
+    def wait(self, loop: asyncio.AbstractEventLoop) -> R:
+        """On the caller's thread: the task's result, or its exception raised."""
+        try:
+            return self._outcome.result()
+        except BaseException:
+            if not self._outcome.done():  # the wait itself was interrupted
+                try:
+                    loop.call_soon_threadsafe(self._cancel)
+                except RuntimeError:  # the loop is closed: so is every task on it
+                    pass
+                concurrent.futures.wait([self._outcome])
+            raise
+
+
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """The body of the loop thread: run until ``close()``, then cancel what is left, wait
+    for the worker threads, and close the loop."""
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()

@@ -1,0 +1,150 @@
+"""The benchmark runs end to end with tiny sizes and writes every figure and ratio.
+
+No timing is asserted: speed is the benchmark's business (``python -m bench run``),
+not the test suite's. This only proves the bench works — every scenario runs on
+both profiles, each side's results pass the bench's own checks (same rows on both
+sides of an enqueue, every job completed exactly once in a drain), and the JSON
+holds a value wherever the table shows one.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.feature("bench"), pytest.mark.postgres]
+
+ROOT = Path(__file__).resolve().parent.parent
+THROUGHPUT = (
+    "bulk_enqueue",
+    "single_enqueue",
+    "batch_drain",
+    "worker_drain",
+    "worker_drain_batched",
+)
+DRAINS = ("batch_drain", "worker_drain", "worker_drain_batched")
+#: scenarios that need Boss.work (and LISTEN/NOTIFY): "unavailable" while those are scaffolds
+NEED_WORKERS = ("worker_drain", "worker_drain_batched", "wakeup_latency", "idle")
+
+
+def _stat_ok(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and all(isinstance(value.get(k), (int, float)) for k in ("median", "min", "max"))
+        and value["min"] <= value["median"] <= value["max"]
+        and len(value["runs"]) == 1
+    )
+
+
+@pytest.fixture(scope="module")
+def summary(pg_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "run",
+            "--dsn",
+            pg_dsn,
+            "--jobs",
+            "50",
+            "--repeat",
+            "1",
+            "--scenarios",
+            "all",
+            "--idle-seconds",
+            "4",
+            "--latency-samples",
+            "5",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "| scenario | qcore | raw baseline" in done.stdout
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def test_meta_describes_the_run(summary: dict[str, Any]) -> None:
+    meta = summary["meta"]
+    assert meta["profiles"] == ["postgres", "cockroachdb"]
+    assert meta["jobs"] == 50 and meta["repeat"] == 1
+    assert meta["cpu_count"] >= 1
+    assert meta["server"]["server_version"]
+    assert "password" not in meta["server"]["dsn"]
+
+
+@pytest.mark.parametrize("profile", ["postgres", "cockroachdb"])
+def test_every_figure_and_ratio_is_there(summary: dict[str, Any], profile: str) -> None:
+    figures = summary["profiles"][profile]
+    for name in (*THROUGHPUT, "wakeup_latency", "idle"):
+        entry = figures[name]
+        assert entry["status"] in ("ok", "n/a", "unavailable"), (name, entry)
+        if entry["status"] == "unavailable":
+            assert name in NEED_WORKERS and "not implemented" in entry["note"], (name, entry)
+            continue
+        if entry["status"] == "n/a":  # no LISTEN/NOTIFY in the cockroachdb profile
+            assert name == "wakeup_latency" and profile == "cockroachdb", (name, entry)
+            continue
+        if name in THROUGHPUT:
+            assert _stat_ok(entry["qcore"]) and _stat_ok(entry["raw"]), name
+            assert isinstance(entry["ratio"], float) and entry["ratio"] > 0, name
+            assert _stat_ok(entry["ratio_runs"]), name
+            assert entry["problems"] == [], name
+        elif name == "wakeup_latency":
+            for key in ("p50_ms", "p99_ms", "max_ms"):
+                assert _stat_ok(entry[key]), key
+            assert entry["samples_per_run"] == 5
+        else:
+            assert entry["workers"] == 10
+            for key in ("queries_per_second", "queries_per_worker_per_interval", "cpu_percent"):
+                assert _stat_ok(entry[key]), key
+    memory = figures["memory"]
+    for name in DRAINS:
+        if figures[name]["status"] == "ok":
+            assert _stat_ok(memory["qcore"][name]), name
+            assert _stat_ok(memory["raw_client"][name]), name
+
+
+def test_the_profiles_are_compared(summary: dict[str, Any]) -> None:
+    rows = summary["comparison"]["cockroachdb/postgres"]
+    for name in THROUGHPUT:
+        both = all(
+            summary["profiles"][p][name]["status"] == "ok" for p in ("postgres", "cockroachdb")
+        )
+        if both:
+            assert isinstance(rows[name]["ratio"], float), name
+
+
+def test_every_target_is_evaluated(summary: dict[str, Any]) -> None:
+    targets = {(t["target"], t["profile"]): t for t in summary["targets"]}
+    expected = [
+        ("bulk_enqueue ratio to raw", "postgres"),
+        ("single_enqueue ratio to raw", "postgres"),
+        ("batch_drain ratio to raw", "postgres"),
+        ("worker_drain ratio to raw", "postgres"),
+        ("wake-up latency p50", "postgres"),
+        ("wake-up latency p99", "postgres"),
+        ("idle queries per worker per polling interval", "postgres"),
+        ("worker process peak RSS", "postgres"),
+        ("batch_drain profile ratio cockroachdb/postgres", "cockroachdb"),
+        ("worker_drain profile ratio cockroachdb/postgres", "cockroachdb"),
+        ("worker_drain_batched profile ratio cockroachdb/postgres", "cockroachdb"),
+    ]
+    for key in expected:
+        assert key in targets, key
+        target = targets[key]
+        # met is True/False when measured, None only when qcore's half is a scaffold
+        assert target["met"] in (True, False, None)
+        assert (target["value"] is None) == (target["met"] is None)
