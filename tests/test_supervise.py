@@ -215,14 +215,17 @@ async def test_two_booted_instances_share_the_background_pass(
         supervise_interval_seconds=0.05,
         monitor_interval_seconds=3600,
     )
+    # the expired job exists before either loop runs: a pass that claimed the queue
+    # earlier would, rightly, leave it alone for the whole monitor interval
+    ctx = Context(db=db, backend=backend, schema_spec=schema)
+    await install_or_migrate(ctx)
+    await queues.create_queue(ctx, "q", retry_limit=3)
+    sent = await _started(ctx, "q")
+    await _age(ctx, sent, "started_on", 3600)
     first, second = Boss(**options), Boss(**options)
     await first.start()
     await second.start()
     try:
-        ctx = first.context()
-        await queues.create_queue(ctx, "q", retry_limit=3)
-        sent = await _started(ctx, "q")
-        await _age(ctx, sent, "started_on", 3600)
         await _until(lambda: _state(ctx, sent), "retry")
         claims = (await ctx.db.execute(f"SELECT monitor_claim_on FROM {ctx.q}.queue"))[0]
 
