@@ -9,8 +9,8 @@ a worker whose claim lapsed can never settle the job's next attempt.
 
 **Shared statements.** Loops that fetch at the same moment share one fetch
 (``batch_size`` jobs each, split in order), and loops that complete without
-output at the same moment share one ``complete``: a worker has at most one such
-statement in flight per four loops (``_lanes``), and a call that finds one free
+output at the same moment share one ``complete``: a worker has at most two such
+statements in flight (more past eight loops; ``_lanes``), and a call that finds one free
 runs at once, so merging adds no latency; it only packs what would have queued
 for a connection anyway. Fewer, fuller statements are what let a worker keep up
 with a hand-written claim/complete loop on the same pool.
@@ -206,7 +206,6 @@ class WorkerStatus:
             "max_priority": "maxPriority",
             "heartbeat_refresh_seconds": "heartbeatRefreshSeconds",
             "notify_polling_interval_seconds": "notifyPollingIntervalSeconds",
-            "priority": "priority",
         }
         return {
             "id": self.id,
@@ -310,12 +309,12 @@ class _Gate:
             self._parked.append(turn)
             try:
                 why = await turn
-            finally:
-                if not turn.done():  # cancelled while parked
-                    try:
-                        self._parked.remove(turn)
-                    except ValueError:
-                        pass
+            except BaseException:  # cancelled while parked: leave no hole behind
+                if not turn.done():
+                    self._parked.remove(turn)
+                elif not turn.cancelled() and turn.result() == _POLL:
+                    self._promote()  # the poller's role was just handed to us: pass it on
+                raise
             if why == _FETCH:
                 return
             # _POLL: the poller left; take its role (or park again if another took it)
@@ -492,10 +491,12 @@ def _refresh_seconds(jobs: Sequence[Job], option: float | None) -> float | None:
 
 def _lanes(local_concurrency: int) -> int:
     """How many fetch (and complete) statements a worker's loops may have in flight at
-    once: one per four loops. Fewer statements, each carrying the jobs of several loops,
-    beat one statement per loop (measured: worker drain, batch 1, 8 loops, against one
-    lane and against eight); two in flight keep the database busy while one returns."""
-    return max(1, local_concurrency // 4)
+    once: two, one more per four loops past eight. Measured on the drain benchmarks
+    (batch 1 with 8 loops, batch 100 with 4): one lane serialises too much, one per loop
+    merges nothing; two keep the database busy while the statements stay full."""
+    if local_concurrency == 1:
+        return 1
+    return max(2, local_concurrency // 4)
 
 
 def _now() -> dt.datetime:
@@ -520,6 +521,18 @@ def _call_sync(handler: Callable[..., Any], jobs: list[Job]) -> Any:
 def _is_async(handler: Callable[..., Any]) -> bool:
     call = getattr(handler, "__call__", None)  # noqa: B004 - an object with async __call__
     return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
+
+
+#: in an async handler's task (and the tasks it starts): the loop task running it
+_HANDLER_LOOP: contextvars.ContextVar[asyncio.Task[Any] | None] = contextvars.ContextVar(
+    "qcore_handler_loop", default=None
+)
+
+
+async def _inside(coro: Awaitable[Any], loop_task: asyncio.Task[Any] | None) -> Any:
+    """Await a handler's coroutine with ``_HANDLER_LOOP`` set in its task's context."""
+    _HANDLER_LOOP.set(loop_task)
+    return await coro
 
 
 def _consume(future: asyncio.Future[Any]) -> None:
@@ -700,6 +713,11 @@ class Worker:
         waits for that. Past the deadline every held job is failed with
         ``{"value": SHUTDOWN_MESSAGE}``, its ``cancelled`` set, async handlers
         cancelled. Calling it again can only bring the deadline closer.
+
+        Awaited inside one of this worker's async handlers, it returns without waiting
+        for that handler (whose loop settles its batch after it returns). A plain
+        handler that blocks on a stop waits for itself until the deadline: stop from
+        a thread without waiting.
         """
         loop = asyncio.get_running_loop()
         if not graceful:
@@ -717,8 +735,12 @@ class Worker:
         signal, self._stop_signal = self._stop_signal, loop.create_future()
         if signal is not None and not signal.done():
             signal.set_result(None)  # handlers' waits re-read the deadline
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        # awaited inside one of this worker's own async handlers, do not wait for the loop
+        # that waits for that handler: it settles the batch once the handler returns
+        own = _HANDLER_LOOP.get()
+        loops = [t for t in self._tasks if t is not own]
+        if loops:
+            await asyncio.gather(*loops, return_exceptions=True)
         for slot in self._slots:
             slot.close()
         if self._state != "stopped":
@@ -842,10 +864,11 @@ class Worker:
         loop = asyncio.get_running_loop()
         try:
             coro = self.handler(jobs)
-            if inspect.iscoroutine(coro):
-                return loop.create_task(coro, name=f"qcore-handler-{self.name}")
-            awaited: asyncio.Future[Any] = asyncio.ensure_future(coro)
-            return awaited
+            if not inspect.iscoroutine(coro):
+                awaited: asyncio.Future[Any] = asyncio.ensure_future(coro)
+                return awaited
+            inside = _inside(coro, asyncio.current_task())
+            return loop.create_task(inside, name=f"qcore-handler-{self.name}")
         except Exception as exc:
             failed: asyncio.Future[Any] = loop.create_future()
             failed.set_exception(exc)
@@ -854,8 +877,13 @@ class Worker:
     async def _run_handler(self, ctx: Context, jobs: list[Job], slot: _Slot) -> _Settlement:
         """Run the handler, bounded by the batch's expiry and the stop deadline, touching
         heartbeats on the way; how the batch ends."""
-        loop = asyncio.get_running_loop()
         running = self._start_handler(jobs, slot)
+        return await self._watch(ctx, jobs, slot, running)
+
+    async def _watch(
+        self, ctx: Context, jobs: list[Job], slot: _Slot, running: asyncio.Future[Any]
+    ) -> _Settlement:
+        loop = asyncio.get_running_loop()
         limit = max(j.expire_in_seconds for j in jobs)
         expires = loop.time() + limit
         refresh = _refresh_seconds(jobs, self.options.heartbeat_refresh_seconds)

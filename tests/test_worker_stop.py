@@ -59,12 +59,12 @@ async def test_graceful_stop_lets_handlers_finish_and_fires_stopped_once(sboss: 
 
     async def handler(batch: list[Job]) -> str:
         running.add(batch[0].data)
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.15)
         finished.append(batch[0].data)
         return "done"
 
     def sync_handler(batch: list[Job]) -> str:
-        time.sleep(0.3)
+        time.sleep(0.15)
         return "done"
 
     await sboss.create_queue("slow-sync")
@@ -108,8 +108,8 @@ async def test_the_timeout_fails_held_jobs_and_tells_their_handlers(sboss: Boss)
     await until(lambda: _active(sboss, "stuck", a), 3.0)
     await until(lambda: _active(sboss, "stuck-sync", s), 3.0)
     begun = time.monotonic()
-    await sboss.stop(timeout=0.3, close=False)
-    assert 0.25 < time.monotonic() - begun < 2
+    await sboss.stop(timeout=0.15, close=False)
+    assert 0.1 < time.monotonic() - begun < 2
     retried = await sboss.get_job_by_id("stuck", a)
     assert retried is not None and retried.state is JobState.RETRY  # an attempt spent
     assert retried.output == SHUT_DOWN
@@ -151,7 +151,7 @@ async def test_a_job_claimed_as_the_stop_begins(
     monkeypatch.setattr(jobs, "fetch", slow_fetch)
     await sboss.work("in-time", handler, polling_interval_seconds=0.5)
     await asyncio.wait_for(claiming.wait(), 3)
-    asyncio.get_running_loop().call_later(0.1, release.set)
+    asyncio.get_running_loop().call_later(0.05, release.set)
     await sboss.off_work("in-time")  # graceful, no time limit
     assert ran == ["in-time"]
     assert (await settled(sboss, "in-time", in_time)).state is JobState.COMPLETED
@@ -162,10 +162,10 @@ async def test_a_job_claimed_as_the_stop_begins(
     late = await send(sboss, "late")
     await sboss.work("late", handler, polling_interval_seconds=0.5)
     await asyncio.wait_for(claiming.wait(), 3)
-    asyncio.get_running_loop().call_later(0.25, release.set)
+    asyncio.get_running_loop().call_later(0.15, release.set)
     begun = time.monotonic()
-    await sboss.stop(timeout=0.05, close=False)
-    assert time.monotonic() - begun >= 0.2  # it waited for the claim to settle
+    await sboss.stop(timeout=0.02, close=False)
+    assert time.monotonic() - begun >= 0.12  # it waited for the claim to settle
     assert ran == ["in-time"]
     job = await sboss.get_job_by_id("late", late)
     assert job is not None and job.state is JobState.RETRY and job.output == SHUT_DOWN
@@ -218,14 +218,34 @@ async def test_stop_bounds_workers_still_finishing_after_off_work(sboss: Boss) -
     await asyncio.wait_for(running.wait(), 3)
     await sboss.off_work("retiring", wait=False)  # the handler goes on
     assert sboss.worker_statuses() == []
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.05)
     held = await sboss.get_job_by_id("retiring", job_id)
     assert held is not None and held.state is JobState.ACTIVE
     begun = time.monotonic()
-    await sboss.stop(timeout=0.2, close=False)
+    await sboss.stop(timeout=0.1, close=False)
     assert time.monotonic() - begun < 1.5
     job = await sboss.get_job_by_id("retiring", job_id)
     assert job is not None and job.state is JobState.FAILED and job.output == SHUT_DOWN
+
+
+async def test_a_handler_may_stop_its_own_worker(sboss: Boss) -> None:
+    await sboss.create_queue("self-stop")
+    ids = [await send(sboss, "self-stop", i) for i in range(3)]
+    seen: list[int] = []
+
+    async def handler(batch: list[Job]) -> str:
+        seen.append(batch[0].data)
+        await sboss.off_work("self-stop")  # waits for the other loops, not for itself
+        return "stopped myself"
+
+    await sboss.work("self-stop", handler, local_concurrency=1, polling_interval_seconds=0.5)
+    first = await settled(sboss, "self-stop", ids[0], timeout=3)
+    assert first.state is JobState.COMPLETED and first.output == {"value": "stopped myself"}
+    await asyncio.sleep(0.1)
+    assert seen == [0] and sboss.worker_statuses() == []
+    for job_id in ids[1:]:
+        job = await sboss.get_job_by_id("self-stop", job_id)
+        assert job is not None and job.state is JobState.CREATED
 
 
 async def test_stop_without_start_ends_workers_registered_early(
