@@ -11,7 +11,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from qcore.db._base import Bound, Database, Listener, OnMessage, OnReconnect, Rows
 from qcore.db._listen import ReconnectingListener, deliver
@@ -28,6 +28,8 @@ def map_error(exc: BaseException, sql: str | None = None) -> QcoreError:
     """The qcore exception for a psycopg or pool exception."""
     if isinstance(exc, QcoreError):
         return exc
+    if isinstance(exc, PoolClosed):
+        return ConnectionLostError(f"the connection pool is closed: {exc}", statement=sql)
     if isinstance(exc, PoolTimeout):
         return ConnectionLostError(
             f"no database connection became available: {exc}", statement=sql, retryable=True
@@ -156,7 +158,7 @@ class PsycopgDatabase(Database):
         except ConnectionLostError:
             await self._drop_broken()
             raise
-        except PoolTimeout as exc:
+        except (PoolTimeout, PoolClosed, psycopg.Error) as exc:  # checking a connection out
             raise map_error(exc, sql) from exc
 
     async def _execute_script(self, sql: str) -> None:
@@ -176,7 +178,7 @@ class PsycopgDatabase(Database):
         except ConnectionLostError:
             await self._drop_broken()
             raise
-        except PoolTimeout as exc:
+        except (PoolTimeout, PoolClosed, psycopg.Error) as exc:  # checking a connection out
             raise map_error(exc) from exc
 
     @asynccontextmanager

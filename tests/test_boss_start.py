@@ -1,0 +1,92 @@
+"""start(attempts): a database that comes up late, and configuration errors that never retry."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from matrix.provisioners import TempCluster, _free_port
+from qcore import Boss
+from qcore.errors import ConfigError, ConnectionLostError
+from qcore.events import WarningEvent
+from tests.conftest import admin_execute
+
+pytestmark = [pytest.mark.postgres, pytest.mark.feature("lifecycle")]
+
+
+def _warnings(boss: Boss) -> list[WarningEvent]:
+    seen: list[WarningEvent] = []
+    boss.on("warning", seen.append)
+    return seen
+
+
+@pytest.mark.skipif(not TempCluster.available(), reason="needs pg_ctl and initdb to start a server")
+async def test_start_waits_for_a_database_that_comes_up_late() -> None:
+    port = _free_port()
+    cluster = TempCluster(port=port)
+    boss = Boss(
+        f"postgresql://postgres@127.0.0.1:{port}/postgres",
+        schema="late",
+        supervise=False,
+        connection_timeout=2,
+    )
+    seen = _warnings(boss)
+    starting = asyncio.ensure_future(boss.start(attempts=6))
+    try:
+        await asyncio.sleep(1.5)  # the first attempts find nobody listening
+        assert not starting.done()
+        await asyncio.to_thread(cluster.start)
+        await asyncio.wait_for(starting, 60)
+        assert await boss.schema_version() == 46
+        assert [w.type for w in seen] == ["start_retry"]  # once per call, however many tries
+    finally:
+        if not starting.done():
+            starting.cancel()
+        await boss.stop()
+        await asyncio.to_thread(cluster.stop)
+
+
+async def test_last_error_after_the_attempts_run_out() -> None:
+    port = _free_port()  # nothing listens there
+    boss = Boss(f"postgresql://postgres@127.0.0.1:{port}/postgres", connection_timeout=1)
+    seen = _warnings(boss)
+    with pytest.raises(ConnectionLostError):
+        await boss.start(attempts=2)
+    assert [w.type for w in seen] == ["start_retry"]
+    await boss.stop()
+
+
+async def test_a_configuration_error_is_never_retried(pg_dsn: str) -> None:
+    boss = Boss(pg_dsn, schema="never_created", create_schema=False, supervise=False)
+    seen = _warnings(boss)
+    began = time.monotonic()
+    with pytest.raises(ConfigError, match="never_created"):
+        await boss.start(attempts=5)
+    assert time.monotonic() - began < 1.0  # no 1 s wait happened
+    assert seen == []
+    await boss.stop()
+
+
+async def test_stop_during_a_wait_ends_it() -> None:
+    port = _free_port()
+    boss = Boss(f"postgresql://postgres@127.0.0.1:{port}/postgres", connection_timeout=1)
+    starting = asyncio.ensure_future(boss.start(attempts=10))
+    await asyncio.sleep(0.3)
+    await boss.stop()
+    with pytest.raises(ConnectionLostError):
+        await asyncio.wait_for(starting, 10)
+
+
+async def test_start_again_after_a_failure_is_safe(pg_dsn: str) -> None:
+    boss = Boss(pg_dsn, schema="second_try", create_schema=False, supervise=False)
+    with pytest.raises(ConfigError):
+        await boss.start()
+    admin_execute('CREATE SCHEMA "second_try"', pg_dsn)
+    try:
+        await boss.start()
+        assert await boss.is_installed()
+    finally:
+        await boss.stop()
+        admin_execute('DROP SCHEMA "second_try" CASCADE', pg_dsn)
