@@ -197,3 +197,48 @@ async def test_pgboss_send_notifies_a_qcore_listener(pg_dsn: str, shared: Contex
         assert await asyncio.wait_for(got.get(), 15) == "loud"
     finally:
         await listener.close()
+
+
+async def test_pgboss_and_qcore_workers_drain_one_queue_together(
+    pg_dsn: str, shared: Context
+) -> None:
+    """Jobs sent by both runtimes, worked by both at once: each handled exactly once."""
+    from qcore import Boss
+
+    ctx = shared
+    await queues.create_queue(ctx, "shared")
+    ours = await jobs.insert(ctx, "shared", [{"data": {"n": i}} for i in range(800)])
+    assert ours is not None and len(ours) == 800
+    await in_thread(
+        pg_dsn,
+        ctx,
+        {"op": "insert", "args": ["shared", [{"data": {"node": i}} for i in range(200)]]},
+    )
+    sent = [r["id"] for r in await ctx.db.execute(f"SELECT id FROM {ctx.q}.job")]
+    assert len(sent) == 1000
+    boss = Boss(db=ctx.db, schema=ctx.schema_spec, supervise=False)
+    await boss.start()
+    handled_by_qcore: list[uuid.UUID] = []
+
+    async def handler(batch: list[Any]) -> None:
+        handled_by_qcore.extend(job.id for job in batch)
+        await asyncio.sleep(0.005)  # leave some of the queue to the other side
+
+    node = asyncio.ensure_future(
+        in_thread(pg_dsn, ctx, {"op": "drain", "args": ["shared", {"batchSize": 5}, 6000]})
+    )
+    await asyncio.sleep(1.0)  # pg-boss is up and polling before qcore starts
+    await boss.work(
+        "shared", handler, batch_size=5, local_concurrency=2, polling_interval_seconds=0.5
+    )
+    [handled_by_node] = await node
+    await boss.stop()
+    by_node = [uuid.UUID(i) for i in handled_by_node]
+    assert handled_by_qcore and by_node, "both runtimes should have taken a share"
+    assert not set(handled_by_qcore) & set(by_node)
+    assert sorted(handled_by_qcore + by_node) == sorted(sent)  # each exactly once
+    rows = await ctx.db.execute(
+        f"SELECT state, count(*) AS n, max(retry_count) AS retries FROM {ctx.q}.job"
+        " WHERE name = 'shared' GROUP BY state"
+    )
+    assert rows == [{"state": "completed", "n": 1000, "retries": 0}]

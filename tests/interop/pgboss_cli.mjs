@@ -13,6 +13,8 @@
 // what it returned. Besides the methods there are:
 //   { "op": "sql", "args": [text, values] }   rows of a statement on pg-boss's own pool
 //   { "op": "sleep", "args": [ms] }
+//   { "op": "drain", "args": [queue, workOptions, ms] }  runs a pg-boss worker for ms
+//                                       milliseconds; the ids of the jobs it handled
 // An action that throws ends the run unless it says "allowError": true.
 // By default the instance neither supervises nor schedules (quiet and deterministic);
 // pass them in "options" to turn them on. A started instance is stopped at the end.
@@ -75,6 +77,14 @@ async function main () {
       } else if (op === 'sleep') {
         await new Promise(resolve => setTimeout(resolve, args[0] || 0))
         result = null
+      } else if (op === 'drain') {
+        const [queue, workOptions = {}, ms = 3000] = args
+        const handled = []
+        const id = await boss.work(queue, { pollingIntervalSeconds: 0.5, ...workOptions },
+          async jobs => { for (const job of jobs) handled.push(job.id) })
+        await new Promise(resolve => setTimeout(resolve, ms))
+        await boss.offWork(queue, { id })
+        result = handled
       } else if (typeof boss[op] === 'function') {
         result = await boss[op](...args)
         if (op === 'start') started = true
