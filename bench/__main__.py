@@ -4,6 +4,7 @@
                         [--repeat R] [--scenarios a,b,…] [--compare NAME,…|none]
     python -m bench list
     python -m bench profile SCENARIO [--backend NAME] [--jobs N] [--tool cprofile|pyinstrument]
+    python -m bench report PATH [--rewrite]
 
 Progress goes to stderr; the table to stdout; the JSON to
 ``bench/results/<date>-<backend>.json`` (or ``--out``).
@@ -67,6 +68,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dsn", default=DEFAULT_DSN)
     p.add_argument("--jobs", type=int, default=FULL_JOBS)
     p.add_argument("--tool", choices=["cprofile", "pyinstrument"], default="cprofile")
+    rep = sub.add_parser("report", help="print the table of a results JSON again")
+    rep.add_argument("path", type=Path)
+    rep.add_argument(
+        "--rewrite", action="store_true", help="also rewrite the JSON's summary in place"
+    )
     return parser
 
 
@@ -77,6 +83,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{s.name:22} {s.title(FULL_JOBS)}: {s.qcore_label}")
         for name, members in GROUPS.items():
             print(f"{name:22} = {', '.join(members)}")
+        return 0
+    if args.command == "report":
+        import json
+
+        saved = json.loads(args.path.read_text())
+        summary = report.summarise(
+            {"meta": saved["meta"], "runs": saved["runs"], "notes": saved["notes"]}
+        )
+        if args.rewrite:
+            report.write_json(summary, args.path)
+        print(report.format_report(summary))
         return 0
     if args.command == "profile":
         from bench.profile import profile

@@ -18,11 +18,13 @@ if TYPE_CHECKING:
     from qcore import Boss
 
 __all__ = [
+    "APPLICATION",
     "BATCH_INSERT",
     "COUNTED",
     "FETCH_COLUMNS",
     "PAD",
     "DrainCounter",
+    "Meter",
     "open_boss",
     "payload",
     "peak_rss_mib",
@@ -94,6 +96,9 @@ def rss_mib() -> float:
     return float(psutil.Process(os.getpid()).memory_info().rss) / (1024 * 1024)
 
 
+#: the application_name of this process's connections, so its server backends can be found
+APPLICATION = f"bench-{os.getpid()}"
+
 _t0 = time.monotonic()
 #: the counting adapters ``open_boss`` made (``count`` specs); their owner closes them
 COUNTED: list[Any] = []
@@ -142,12 +147,12 @@ async def open_boss(spec: dict[str, Any], **options: Any) -> Boss:
         from qcore.db import connect
 
         pool = common.pop("max", 10)
-        inner = await connect(spec["dsn"], max=pool, application_name="qcore-bench")
+        inner = await connect(spec["dsn"], max=pool, application_name=APPLICATION)
         counting = CountingDatabase(inner)
         COUNTED.append(counting)
         boss = Boss(db=counting, **common)
     else:
-        boss = Boss(spec["dsn"], application_name="qcore-bench", **common)
+        boss = Boss(spec["dsn"], application_name=APPLICATION, **common)
     await boss.start()
     return boss
 
@@ -157,3 +162,53 @@ async def warm_pool(boss: Boss, size: int) -> None:
     connections up front too): a few rounds of ``size`` overlapping short sleeps."""
     for _ in range(3):
         await asyncio.gather(*(boss.db.execute("SELECT pg_sleep(0.02)") for _ in range(size)))
+
+
+class Meter:
+    """CPU time over the timed section: this process's, and that of the server backends
+    serving this process's connections (found by ``application_name`` in
+    ``pg_stat_activity``, read with psutil, so only when the server runs on this
+    host and its processes are readable; else ``server_cpu_s`` is None)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self._client0 = 0.0
+        self._server0: dict[int, float] | None = None
+
+    async def _server(self) -> dict[int, float] | None:
+        import psutil
+        import psycopg
+
+        try:
+            async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+                cur = await conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (APPLICATION,)
+                )
+                pids = [int(r[0]) for r in await cur.fetchall()]
+        except psycopg.Error:
+            return None
+        times: dict[int, float] = {}
+        for pid in pids:
+            try:
+                cpu = psutil.Process(pid).cpu_times()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            times[pid] = cpu.user + cpu.system
+        return times if times or not pids else None
+
+    @staticmethod
+    def _client() -> float:
+        t = os.times()
+        return t.user + t.system
+
+    async def start(self) -> None:
+        self._server0 = await self._server()
+        self._client0 = self._client()
+
+    async def stop(self) -> dict[str, Any]:
+        client = self._client() - self._client0
+        server1 = await self._server()
+        server: float | None = None
+        if self._server0 is not None and server1 is not None:
+            server = sum(t - self._server0.get(pid, 0.0) for pid, t in server1.items())
+        return {"client_cpu_s": client, "server_cpu_s": server}

@@ -19,7 +19,15 @@ from typing import Any
 
 import psycopg
 
-from bench.common import BATCH_INSERT, DrainCounter, open_boss, payload, quote_ident, warm_pool
+from bench.common import (
+    BATCH_INSERT,
+    DrainCounter,
+    Meter,
+    open_boss,
+    payload,
+    quote_ident,
+    warm_pool,
+)
 from bench.env import Env
 
 __all__ = ["batch_drain", "prepare", "verify", "worker_drain"]
@@ -87,14 +95,17 @@ async def batch_drain(spec: dict[str, Any]) -> dict[str, Any]:
                 empty_polls += 1
                 await asyncio.sleep(0.001)
 
+    meter = Meter(spec["dsn"])
     try:
         await warm_pool(boss, loops)
+        await meter.start()
         start = time.perf_counter()
         await asyncio.gather(*(loop() for _ in range(loops)))
         elapsed = time.perf_counter() - start
+        cpu = await meter.stop()
     finally:
         await boss.stop()
-    return {"elapsed": elapsed, "jobs": counter.count, "empty_polls": empty_polls}
+    return {"elapsed": elapsed, "jobs": counter.count, "empty_polls": empty_polls, **cpu}
 
 
 async def worker_drain(spec: dict[str, Any]) -> dict[str, Any]:
@@ -114,8 +125,10 @@ async def worker_drain(spec: dict[str, Any]) -> dict[str, Any]:
     )
     watcher = await psycopg.AsyncConnection.connect(spec["dsn"], autocommit=True)
     timeout = max(120.0, jobs / 50)
+    meter = Meter(spec["dsn"])
     try:
         await warm_pool(boss, min(10, concurrency + 2))
+        await meter.start()
         start = time.perf_counter()
         await boss.work(queue, handler, batch_size=batch, local_concurrency=concurrency)
         try:
@@ -132,7 +145,8 @@ async def worker_drain(spec: dict[str, Any]) -> dict[str, Any]:
             if left:
                 await asyncio.sleep(0.002)
         elapsed = time.perf_counter() - start
+        cpu = await meter.stop()
     finally:
         await watcher.close()
         await boss.stop(timeout=30)
-    return {"elapsed": elapsed, "jobs": counter.count}
+    return {"elapsed": elapsed, "jobs": counter.count, **cpu}

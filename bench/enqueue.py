@@ -12,7 +12,7 @@ import asyncio
 import time
 from typing import Any
 
-from bench.common import BATCH_INSERT, open_boss, payload, shares, warm_pool
+from bench.common import BATCH_INSERT, Meter, open_boss, payload, shares, warm_pool
 from bench.env import Env
 
 __all__ = ["bulk_enqueue", "prepare", "single_enqueue", "verify"]
@@ -81,16 +81,19 @@ async def bulk_enqueue(spec: dict[str, Any]) -> dict[str, Any]:
         for first in range(0, jobs, BATCH_INSERT)
     ]
     boss = await open_boss(spec, max=2)
+    meter = Meter(spec["dsn"])
     try:
         written = 0
+        await meter.start()
         start = time.perf_counter()
         for batch in batches:
             ids = await boss.insert(queue, batch)
             written += len(ids or ())
         elapsed = time.perf_counter() - start
+        cpu = await meter.stop()
     finally:
         await boss.stop()
-    return {"elapsed": elapsed, "jobs": written}
+    return {"elapsed": elapsed, "jobs": written, **cpu}
 
 
 async def single_enqueue(spec: dict[str, Any]) -> dict[str, Any]:
@@ -110,11 +113,14 @@ async def single_enqueue(spec: dict[str, Any]) -> dict[str, Any]:
     for count in shares(jobs, callers):
         starts.append((first, count))
         first += count
+    meter = Meter(spec["dsn"])
     try:
         await warm_pool(boss, callers)
+        await meter.start()
         start = time.perf_counter()
         await asyncio.gather(*(caller(f, n) for f, n in starts))
         elapsed = time.perf_counter() - start
+        cpu = await meter.stop()
     finally:
         await boss.stop()
-    return {"elapsed": elapsed, "jobs": sent}
+    return {"elapsed": elapsed, "jobs": sent, **cpu}

@@ -16,7 +16,9 @@ percentage of one core (psutil).
 from __future__ import annotations
 
 import asyncio
+import re
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -27,7 +29,7 @@ from bench.env import Env
 from qcore import Boss
 from qcore.db import Bound, Database, Listener, OnMessage, OnReconnect, Rows, connect
 
-__all__ = ["CountingDatabase", "idle", "prepare", "queue_names"]
+__all__ = ["CountingDatabase", "idle", "prepare", "queue_names", "statement_kind"]
 
 POLLING_INTERVAL_SECONDS = 2.0  # Boss.work's default
 
@@ -40,6 +42,24 @@ async def prepare(env: Env, jobs: int, sides: list[str]) -> dict[str, Any]:
     return {}  # the runner creates the queues
 
 
+_KINDS = (
+    ("fetch", re.compile(r"candidates AS")),
+    ("complete", re.compile(r"SET state = 'completed'")),
+    ("insert", re.compile(r"INSERT INTO \S+\.job \(")),
+    ("fail", re.compile(r"state = 'failed'|state = 'retry'")),
+    ("touch", re.compile(r"SET heartbeat_on")),
+    ("get_queue", re.compile(r"FROM \S+\.queue")),
+)
+
+
+def statement_kind(sql: str) -> str:
+    """A short name for a qcore statement (for counts by kind), else its first words."""
+    for kind, pattern in _KINDS:
+        if pattern.search(sql):
+            return kind
+    return " ".join(sql.split()[:4])[:40]
+
+
 class CountingDatabase(Database):
     """Another adapter, unchanged, with every statement and transaction counted."""
 
@@ -50,16 +70,29 @@ class CountingDatabase(Database):
         self.can_listen = inner.can_listen
         self.statements = 0
         self.transactions = 0
+        #: statements by kind (see :func:`statement_kind`)
+        self.kinds: Counter[str] = Counter()
+        #: rows returned, by kind
+        self.rows: Counter[str] = Counter()
 
     def reset(self) -> None:
         self.statements = self.transactions = 0
+        self.kinds.clear()
+        self.rows.clear()
+
+    def count(self, sql: str, rows: Rows | None) -> None:
+        self.statements += 1
+        kind = statement_kind(sql)
+        self.kinds[kind] += 1
+        self.rows[kind] += len(rows or ())
 
     async def _execute(self, sql: str, params: Sequence[Any]) -> Rows:
-        self.statements += 1
-        return await self.inner.execute(sql, params)
+        rows = await self.inner.execute(sql, params)
+        self.count(sql, rows)
+        return rows
 
     async def _execute_script(self, sql: str) -> None:
-        self.statements += 1
+        self.count(sql, None)
         await self.inner.execute_script(sql)
 
     @asynccontextmanager
@@ -85,11 +118,12 @@ class _CountingBound(Bound):
         self.driver = tx.driver
 
     async def _execute(self, sql: str, params: Sequence[Any]) -> Rows:
-        self.counter.statements += 1
-        return await self.tx.execute(sql, params)
+        rows = await self.tx.execute(sql, params)
+        self.counter.count(sql, rows)
+        return rows
 
     async def _execute_script(self, sql: str) -> None:
-        self.counter.statements += 1
+        self.counter.count(sql, None)
         await self.tx.execute_script(sql)
 
 

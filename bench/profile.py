@@ -16,6 +16,7 @@ import cProfile
 import importlib
 import io
 import pstats
+from collections import Counter
 from typing import Any
 
 from bench import common
@@ -73,6 +74,12 @@ async def _run(
         common.COUNTED.clear()
         result["statements"] = sum(c.statements for c in counted)
         result["transactions"] = sum(c.transactions for c in counted)
+        kinds: Counter[str] = Counter()
+        rows: Counter[str] = Counter()
+        for c in counted:
+            kinds.update(c.kinds)
+            rows.update(c.rows)
+        result["statements_by_kind"] = {k: (n, rows[k]) for k, n in kinds.most_common()}
         for c in counted:
             await c.close()
     return result, text
@@ -86,6 +93,10 @@ def profile(dsn: str, backend: str, scenario: str, jobs: int, tool: str) -> str:
         f"result: {result}",
         f"statements per job: {result['statements'] / handled:.3f};"
         f" transactions per job: {result['transactions'] / handled:.3f}",
+        *(
+            f"  {kind}: {n} statements, {r} rows back ({r / n if n else 0:.1f} per statement)"
+            for kind, (n, r) in result["statements_by_kind"].items()
+        ),
         "",
     ]
     return "\n".join(head) + text

@@ -37,7 +37,15 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from bench.common import FETCH_COLUMNS, DrainCounter, payload, quote_ident, shares
+from bench.common import (
+    APPLICATION,
+    FETCH_COLUMNS,
+    DrainCounter,
+    Meter,
+    payload,
+    quote_ident,
+    shares,
+)
 
 __all__ = ["bulk_enqueue", "drain", "single_enqueue"]
 
@@ -48,7 +56,7 @@ def _table(spec: dict[str, Any]) -> str:
 
 async def _connect(spec: dict[str, Any]) -> psycopg.AsyncConnection[Any]:
     return await psycopg.AsyncConnection.connect(
-        spec["dsn"], autocommit=True, application_name="raw-bench"
+        spec["dsn"], autocommit=True, application_name=APPLICATION
     )
 
 
@@ -57,7 +65,9 @@ async def bulk_enqueue(spec: dict[str, Any]) -> dict[str, Any]:
     table, queue, jobs = _table(spec), spec["queue"], int(spec["jobs"])
     rows = [(queue, payload(i)) for i in range(jobs)]
     conn = await _connect(spec)
+    meter = Meter(spec["dsn"])
     try:
+        await meter.start()
         start = time.perf_counter()
         async with (
             conn.cursor() as cur,
@@ -66,9 +76,10 @@ async def bulk_enqueue(spec: dict[str, Any]) -> dict[str, Any]:
             for name, data in rows:
                 await copy.write_row((name, Jsonb(data), "standard"))
         elapsed = time.perf_counter() - start
+        cpu = await meter.stop()
     finally:
         await conn.close()
-    return {"elapsed": elapsed, "jobs": jobs}
+    return {"elapsed": elapsed, "jobs": jobs, **cpu}
 
 
 async def single_enqueue(spec: dict[str, Any]) -> dict[str, Any]:
@@ -90,14 +101,17 @@ async def single_enqueue(spec: dict[str, Any]) -> dict[str, Any]:
     for count in shares(jobs, callers):
         starts.append((first, count))
         first += count
+    meter = Meter(spec["dsn"])
     try:
+        await meter.start()
         start = time.perf_counter()
         await asyncio.gather(*(caller(c, f, n) for c, (f, n) in zip(conns, starts, strict=True)))
         elapsed = time.perf_counter() - start
+        cpu = await meter.stop()
     finally:
         for conn in conns:
             await conn.close()
-    return {"elapsed": elapsed, "jobs": len(ids)}
+    return {"elapsed": elapsed, "jobs": len(ids), **cpu}
 
 
 def _claim_sql(table: str, *, skip_locked: bool) -> str:
@@ -199,10 +213,13 @@ async def drain(spec: dict[str, Any]) -> dict[str, Any]:
                 await asyncio.sleep(0.001)
 
     conns = [await _connect(spec) for _ in range(connections)]
+    meter = Meter(spec["dsn"])
     try:
+        await meter.start()
         start = time.perf_counter()
         await asyncio.gather(*(loop(c) for c in conns))
         elapsed = time.perf_counter() - start
+        cpu = await meter.stop()
     finally:
         for conn in conns:
             await conn.close()
@@ -211,4 +228,5 @@ async def drain(spec: dict[str, Any]) -> dict[str, Any]:
         "jobs": counter.count,
         "empty_polls": empty_polls,
         "retries": retries,
+        **cpu,
     }

@@ -94,6 +94,20 @@ def _throughput(scenario: Scenario, runs: list[dict[str, Any]]) -> dict[str, Any
         "peak_rss_mib": {side: stat(v) for side, v in rss.items() if v},
         "problems": problems,
     }
+    cpu: dict[str, dict[str, Any]] = {}
+    for side in sides:
+        per_job: dict[str, list[float]] = {"client": [], "server": []}
+        for run in runs:
+            r = run.get(side)
+            if not _ok(r) or not r.get("jobs"):  # type: ignore[union-attr]
+                continue
+            for where in ("client", "server"):
+                value = r.get(f"{where}_cpu_s")  # type: ignore[union-attr]
+                if value is not None:
+                    per_job[where].append(value / r["jobs"] * 1e6)  # type: ignore[index]
+        if per_job["client"]:
+            cpu[side] = {where: stat(v) for where, v in per_job.items() if v}
+    out["cpu_us_per_job"] = cpu
     extra = [s for s in scenario.raw_sides if s != "raw" and rates[s]]
     if extra:
         out["other_baselines"] = {
@@ -193,6 +207,8 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
     summary: dict[str, Any] = {"meta": meta, "profiles": profiles}
     summary["comparison"] = _comparison(meta["profiles"], profiles, jobs)
     summary["targets"] = _targets(meta["profiles"], profiles, summary["comparison"])
+    summary["notes"] = results["notes"]
+    summary["runs"] = results["runs"]  # every child's own result, for a closer look
     return summary
 
 
@@ -225,11 +241,19 @@ def _comparison(names: list[str], profiles: dict[str, Any], jobs: int) -> dict[s
             b = profiles[other].get(scenario.name)
             if not a or not b or scenario.kind != "throughput":
                 continue
+            qa, qb = a.get("qcore"), b.get("qcore")
+            paired = (
+                [y / x for x, y in zip(qa["runs"], qb["runs"], strict=True) if x]
+                if qa and qb and len(qa["runs"]) == len(qb["runs"])
+                else []
+            )
             rows[scenario.name] = {
                 "label": scenario.title(jobs),
-                main: a.get("qcore"),
-                other: b.get("qcore"),
-                "ratio": _ratio(b.get("qcore"), a.get("qcore")),
+                main: qa,
+                other: qb,
+                "ratio": _ratio(qb, qa),
+                # each repeat ran both profiles back to back: the ratio within each repeat
+                "ratio_runs": stat(paired),
                 "drain": scenario.drain,
             }
         out[f"{other}/{main}"] = rows
@@ -382,15 +406,18 @@ def format_report(summary: dict[str, Any]) -> str:
         for name, row in rows.items():
             t = _find(summary["targets"], f"{name} profile ratio {pair}", other)
             ratio = "—" if row["ratio"] is None else f"{row['ratio']:.2f}"
+            if row.get("ratio_runs"):
+                rr = row["ratio_runs"]
+                ratio += f" (per repeat {rr['min']:.2f}–{rr['max']:.2f})"
             lines.append(
                 f"| {row['label']} | {_fig(row[main], 'jobs/s')} | {_fig(row[other], 'jobs/s')}"
                 f" | {ratio} | {_verdict(t)} |"
             )
     lines += ["", "## targets", ""]
     for t in summary["targets"]:
-        value = "—" if t["value"] is None else f"{t['value']:.2f}"
+        value = "—" if t["value"] is None else f"{t['value']:.3f}"
         verdict = "not measured" if t["met"] is None else ("met" if t["met"] else "MISSED")
-        margin = "" if t["margin"] is None else f" (margin {t['margin']:+.2f})"
+        margin = "" if t["margin"] is None else f" (margin {t['margin']:+.3f})"
         lines.append(f"- [{t['profile']}] {t['target']} {t['goal']}: {value} — {verdict}{margin}")
     return "\n".join(lines)
 
@@ -422,6 +449,16 @@ def _profile_table(
             legend.append(
                 f"- {entry['label']}: qcore = {scenario.qcore_label}; raw = {entry['raw_label']}"
             )
+            cpu = entry.get("cpu_us_per_job", {})
+            if cpu:
+                legend.append(
+                    "  - CPU per job (µs, median): "
+                    + "; ".join(
+                        f"{side} client {v['client']['median']:.0f}"
+                        + (f" + server {v['server']['median']:.0f}" if v.get("server") else "")
+                        for side, v in cpu.items()
+                    )
+                )
             for side, other in entry.get("other_baselines", {}).items():
                 r = "—" if other["ratio"] is None else f"{other['ratio']:.2f}"
                 legend.append(
