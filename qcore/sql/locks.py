@@ -25,6 +25,7 @@ agree even for a database name holding a backslash.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from typing import Any
@@ -134,6 +135,7 @@ def set_lock_timeout(seconds: float) -> str:
     return f"SET LOCAL lock_timeout = {millis}"
 
 
+@functools.lru_cache(maxsize=64)  # on every send's path: hash once per schema
 def notify_channel(schema_spec: str) -> str:
     """The LISTEN/NOTIFY channel of a schema: ``pgboss_`` + 24 hex digits of SHA-224(N).
 
