@@ -27,33 +27,15 @@ from qcore.db import Database, adapt, check_pool_options, connect
 from qcore.errors import ConfigError, NotStartedError, QcoreError
 from qcore.events import Events
 from qcore.identifiers import schema_name
-from qcore.job import CommandResult, Job, Policy, Queue
+from qcore.job import CommandResult, Job, Queue
 from qcore.jobs import Ids
 from qcore.notifier import Notifier
+from qcore.options import QueueOptions
 from qcore.schema import install_or_migrate, is_installed, schema_version
 from qcore.supervisor import Supervisor
 from qcore.worker import WipReporter, Worker, WorkerStatus, WorkOptions
 
 __all__ = ["Boss", "FetchOptions", "QueueOptions", "ScheduledSendOptions", "SendOptions"]
-
-
-class QueueOptions(TypedDict, total=False):
-    """Options of ``create_queue`` and ``update_queue`` (seconds; unset means the default
-    on create, unchanged on update)."""
-
-    policy: str | Policy
-    partition: bool
-    retry_limit: int
-    retry_delay: int
-    retry_backoff: bool
-    retry_delay_max: int | None
-    expire_in_seconds: int
-    retention_seconds: int
-    delete_after_seconds: int
-    warning_queue_size: int
-    dead_letter: str | None
-    heartbeat_seconds: int | None
-    notify: bool
 
 
 class ScheduledSendOptions(TypedDict, total=False):

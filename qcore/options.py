@@ -18,10 +18,10 @@ import math
 import re
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 
 from qcore.errors import ValidationError
-from qcore.job import POLICIES, Job
+from qcore.job import POLICIES, Job, Policy
 
 __all__ = [
     "INT4_MAX",
@@ -30,9 +30,8 @@ __all__ = [
     "MIN_HEARTBEAT_SECONDS",
     "QUEUE_OPTIONS",
     "SEND_OPTIONS",
-    "UNSET",
     "JobRecord",
-    "Unset",
+    "QueueOptions",
     "check_json",
     "ids_and_fences",
     "job_id",
@@ -56,24 +55,25 @@ MIN_HEARTBEAT_SECONDS: Final = 10
 _NAME = re.compile(r"[\w.\-/]+", re.ASCII)  # pg-boss: /^[\w.\-/]+$/ (JavaScript \w is ASCII)
 
 
-class Unset:
-    """The type of :data:`UNSET`: an option that was not given (None may be a value)."""
+class QueueOptions(TypedDict, total=False):
+    """Options of ``create_queue`` and ``update_queue`` (seconds). Left out: the default
+    on create, unchanged on update; None on create means the default, on update it
+    clears ``retry_delay_max``, ``dead_letter`` or ``heartbeat_seconds``."""
 
-    _instance: Unset | None = None
+    policy: str | Policy
+    partition: bool
+    retry_limit: int
+    retry_delay: int
+    retry_backoff: bool
+    retry_delay_max: int | None
+    expire_in_seconds: int
+    retention_seconds: int
+    delete_after_seconds: int
+    warning_queue_size: int
+    dead_letter: str | None
+    heartbeat_seconds: int | None
+    notify: bool
 
-    def __new__(cls) -> Unset:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "UNSET"
-
-    def __bool__(self) -> bool:
-        return False
-
-
-UNSET: Final = Unset()
 
 JobRecord = dict[str, Any]
 
@@ -103,6 +103,8 @@ def queue_name(name: object, what: str = "queue name") -> str:
 
 def policy(value: object) -> str:
     """One of pg-boss's six queue policies."""
+    if isinstance(value, Policy):
+        return value.value
     if isinstance(value, str) and value in POLICIES:
         return value
     raise ValidationError(f"policy must be one of {', '.join(POLICIES)}; got {value!r}")
@@ -237,8 +239,8 @@ def queue_options(name: str, options: Mapping[str, Any], *, update: bool = False
     """The given queue options, validated, by their Python names.
 
     For ``create_queue`` (``update=False``) a None value means "the default"
-    and is dropped. For ``update_queue`` an option left :data:`UNSET` is
-    dropped and None is kept where it clears a setting (``retry_delay_max``,
+    and is dropped. For ``update_queue`` an option left out is left alone and
+    None is kept where it clears a setting (``retry_delay_max``,
     ``dead_letter``, ``heartbeat_seconds``).
     """
     unknown = sorted(set(options) - set(QUEUE_OPTIONS))
@@ -246,7 +248,7 @@ def queue_options(name: str, options: Mapping[str, Any], *, update: bool = False
         raise ValidationError(
             f"unknown queue option {', '.join(unknown)}; known: {', '.join(QUEUE_OPTIONS)}"
         )
-    given = {k: v for k, v in options.items() if v is not UNSET}
+    given = dict(options)
     cleared = {k for k, v in given.items() if v is None}
     if update:
         not_nullable = sorted(cleared - {"retry_delay_max", "dead_letter", "heartbeat_seconds"})

@@ -13,13 +13,15 @@ import asyncio
 import logging
 import random
 
+from typing_extensions import Unpack
+
 from qcore import locks, retry
 from qcore.context import Context
 from qcore.db import Database, Json
 from qcore.errors import ConfigError, DatabaseError, QueueNotFoundError, ValidationError
 from qcore.identifiers import quote
 from qcore.job import Policy, Queue
-from qcore.options import UNSET, Unset, queue_name, queue_options, queue_options_json
+from qcore.options import QueueOptions, queue_name, queue_options, queue_options_json
 from qcore.sql import queues as sql
 
 __all__ = [
@@ -64,24 +66,7 @@ async def _require_queues(db: Database, ctx: Context, names: list[str], what: st
         )
 
 
-async def create_queue(
-    ctx: Context,
-    name: str,
-    *,
-    policy: str | Policy | None = None,
-    partition: bool | None = None,
-    retry_limit: int | None = None,
-    retry_delay: int | None = None,
-    retry_backoff: bool | None = None,
-    retry_delay_max: int | None = None,
-    expire_in_seconds: int | None = None,
-    retention_seconds: int | None = None,
-    delete_after_seconds: int | None = None,
-    warning_queue_size: int | None = None,
-    dead_letter: str | None = None,
-    heartbeat_seconds: int | None = None,
-    notify: bool | None = None,
-) -> None:
+async def create_queue(ctx: Context, name: str, **options: Unpack[QueueOptions]) -> None:
     """Create a queue; nothing happens if it exists (its settings are not changed).
 
     Options left None take pg-boss's defaults (policy ``standard``, 2 retries
@@ -91,24 +76,7 @@ async def create_queue(
     must name an existing queue.
     """
     queue_name(name)
-    given = queue_options(
-        name,
-        {
-            "policy": policy.value if isinstance(policy, Policy) else policy,
-            "partition": partition,
-            "retry_limit": retry_limit,
-            "retry_delay": retry_delay,
-            "retry_backoff": retry_backoff,
-            "retry_delay_max": retry_delay_max,
-            "expire_in_seconds": expire_in_seconds,
-            "retention_seconds": retention_seconds,
-            "delete_after_seconds": delete_after_seconds,
-            "warning_queue_size": warning_queue_size,
-            "dead_letter": dead_letter,
-            "heartbeat_seconds": heartbeat_seconds,
-            "notify": notify,
-        },
-    )
+    given = queue_options(name, options)
     if given.get("partition") and not ctx.backend.schema.partitioned:
         raise ConfigError(
             f"partition=True gives a queue its own table partition, but the"
@@ -126,24 +94,7 @@ async def create_queue(
     await locks.run_locked(ctx, CREATE_QUEUE_LOCK, work)
 
 
-async def update_queue(
-    ctx: Context,
-    name: str,
-    *,
-    policy: str | Policy | Unset = UNSET,
-    partition: bool | Unset = UNSET,
-    retry_limit: int | Unset = UNSET,
-    retry_delay: int | Unset = UNSET,
-    retry_backoff: bool | Unset = UNSET,
-    retry_delay_max: int | Unset | None = UNSET,
-    expire_in_seconds: int | Unset = UNSET,
-    retention_seconds: int | Unset = UNSET,
-    delete_after_seconds: int | Unset = UNSET,
-    warning_queue_size: int | Unset = UNSET,
-    dead_letter: str | Unset | None = UNSET,
-    heartbeat_seconds: int | Unset | None = UNSET,
-    notify: bool | Unset = UNSET,
-) -> None:
+async def update_queue(ctx: Context, name: str, **options: Unpack[QueueOptions]) -> None:
     """Change the given settings of a queue; jobs already in it keep theirs.
 
     ``policy`` and ``partition`` cannot change (giving the current value is
@@ -151,25 +102,7 @@ async def update_queue(
     ``heartbeat_seconds``.
     """
     queue_name(name)
-    given = queue_options(
-        name,
-        {
-            "policy": policy.value if isinstance(policy, Policy) else policy,
-            "partition": partition,
-            "retry_limit": retry_limit,
-            "retry_delay": retry_delay,
-            "retry_backoff": retry_backoff,
-            "retry_delay_max": retry_delay_max,
-            "expire_in_seconds": expire_in_seconds,
-            "retention_seconds": retention_seconds,
-            "delete_after_seconds": delete_after_seconds,
-            "warning_queue_size": warning_queue_size,
-            "dead_letter": dead_letter,
-            "heartbeat_seconds": heartbeat_seconds,
-            "notify": notify,
-        },
-        update=True,
-    )
+    given = queue_options(name, options, update=True)
     fixed = {k: given.pop(k) for k in ("policy", "partition") if k in given}
     updates = {sql.UPDATABLE_COLUMNS[k]: v for k, v in given.items()}
     statement = sql.update_queue(ctx.q, tuple(updates))
