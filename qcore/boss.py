@@ -70,6 +70,7 @@ class FetchOptions(TypedDict, total=False):
 
     batch_size: int
     priority: bool
+    order_by_created_on: bool
     include_metadata: bool
     ignore_start_after: bool
     min_priority: int | None
@@ -517,6 +518,7 @@ class Boss:
         polling_interval_seconds: float = 2.0,
         include_metadata: bool = False,
         priority: bool = True,
+        order_by_created_on: bool = True,
         min_priority: int | None = None,
         max_priority: int | None = None,
         ignore_start_after: bool = False,
@@ -548,6 +550,7 @@ class Boss:
             polling_interval_seconds=polling_interval_seconds,
             include_metadata=include_metadata,
             priority=priority,
+            order_by_created_on=order_by_created_on,
             min_priority=min_priority,
             max_priority=max_priority,
             ignore_start_after=ignore_start_after,

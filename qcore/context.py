@@ -28,6 +28,9 @@ class Context:
     schema: str = field(init=False)
     #: the schema quoted for SQL text
     q: str = field(init=False)
+    #: queue name -> policy, as last read (a queue's policy never changes; statements
+    #: built for a policy check it, so a queue recreated with another is noticed)
+    policies: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         stored = schema_name(self.schema_spec)
@@ -40,4 +43,6 @@ class Context:
 
     def with_db(self, db: Database) -> Context:
         """The same context on another adapter (a caller's transaction, a bound connection)."""
-        return Context(db=db, backend=self.backend, schema_spec=self.schema_spec)
+        return Context(
+            db=db, backend=self.backend, schema_spec=self.schema_spec, policies=self.policies
+        )

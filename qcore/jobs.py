@@ -43,7 +43,7 @@ from qcore.options import (
     priority_bounds,
     queue_name,
 )
-from qcore.queues import missing_queue, reduce_cached_counts
+from qcore.queues import missing_queue, queue_policy, reduce_cached_counts
 from qcore.sql import jobs as sql
 from qcore.sql._statement import Statement
 from qcore.sql.locks import notify_channel
@@ -268,53 +268,67 @@ async def fetch(
     *,
     batch_size: int = 1,
     priority: bool = True,
+    order_by_created_on: bool = True,
     include_metadata: bool = False,
     ignore_start_after: bool = False,
     min_priority: int | None = None,
     max_priority: int | None = None,
 ) -> list[Job]:
-    """Claim up to ``batch_size`` ready jobs (now active): highest priority first
-    (unless ``priority=False``), then oldest; jobs created together are claimed in
-    the fetch index's order. The batch is returned in (priority, created_on, id) order.
+    """Claim up to ``batch_size`` ready jobs (now active), returned in claim order:
+    highest priority first, then oldest (``created_on``), then by id. Jobs of one
+    insert are claimed in the order they were given.
 
-    The queue's policy applies: key_strict_fifo hands out only the head job of
-    each key, and none of a key with a job active, in retry or failed;
-    singleton and stately hand out nothing for a key with an active job and
-    at most one job per key per batch. ``ignore_start_after`` also takes jobs
-    deferred to later. A fetch that lost a race on a policy index returns [].
+    ``priority=False`` ignores priority (and sorts every ready job: slower on a
+    long queue); ``order_by_created_on=False`` takes any jobs of the highest
+    priority (the cheapest claim). The queue's policy applies: key_strict_fifo
+    hands out only the head job of each key, and none of a key with a job
+    active, in retry or failed; singleton and stately hand out nothing for a key
+    with an active job and at most one job per key per batch.
+    ``ignore_start_after`` also takes jobs deferred to later. A fetch that lost
+    a race on a policy index returns [].
     """
     queue_name(name)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValidationError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     for option, value in (
         ("priority", priority),
+        ("order_by_created_on", order_by_created_on),
         ("include_metadata", include_metadata),
         ("ignore_start_after", ignore_start_after),
     ):
         if not isinstance(value, bool):
             raise ValidationError(f"{option} must be True or False, got {value!r}")
     low, high = priority_bounds(min_priority, max_priority)
-    statement = sql.fetch_jobs(
-        ctx.q,
-        skip_locked=ctx.backend.fetch is FetchStrategy.SKIP_LOCKED,
-        priority=priority,
-        ignore_start_after=ignore_start_after,
-        min_priority=low is not None,
-        max_priority=high is not None,
-        include_metadata=include_metadata,
-    )
-    params = statement.bind(
-        queue=name, limit=min(batch_size, 2**31 - 1), min_priority=low, max_priority=high
-    )
-    try:
-        rows = await retrying.execute(ctx, statement.sql, params)
-    except UniqueViolation:
-        if ctx.db.in_transaction:  # the caller's transaction is aborted: theirs to handle
-            raise
-        return []  # another claimer took the key's slot first (singleton/stately index)
-    if not rows:
-        raise missing_queue(name)
-    return [Job.from_row(r) for r in rows if r["id"] is not None]
+    for _ in range(2):
+        policy = await queue_policy(ctx, name)
+        statement = sql.fetch_jobs(
+            ctx.q,
+            skip_locked=ctx.backend.fetch is FetchStrategy.SKIP_LOCKED,
+            policy=policy,
+            priority=priority,
+            order_by_created_on=order_by_created_on,
+            ignore_start_after=ignore_start_after,
+            min_priority=low is not None,
+            max_priority=high is not None,
+            include_metadata=include_metadata,
+        )
+        params = statement.bind(
+            queue=name,
+            policy=policy,
+            limit=min(batch_size, 2**31 - 1),
+            min_priority=low,
+            max_priority=high,
+        )
+        try:
+            rows = await retrying.execute(ctx, statement.sql, params)
+        except UniqueViolation:
+            if ctx.db.in_transaction:  # the caller's transaction is aborted: theirs to handle
+                raise
+            return []  # another claimer took the key's slot first (singleton/stately index)
+        if rows:
+            return [Job.from_row(r) for r in rows if r["id"] is not None]
+        ctx.policies.pop(name, None)  # deleted, or recreated with another policy: read again
+    raise missing_queue(name)
 
 
 # --------------------------------------------------------------------------- commands

@@ -134,6 +134,17 @@ async def _read_queue(ctx: Context, name: str) -> Queue | None:
     return Queue.from_row(rows[0]) if rows else None
 
 
+async def queue_policy(ctx: Context, name: str) -> str:
+    """The queue's policy, read once and remembered on the context (QueueNotFoundError)."""
+    policy = ctx.policies.get(name)
+    if policy is None:
+        queue = await _read_queue(ctx, name)
+        if queue is None:
+            raise missing_queue(name)
+        policy = ctx.policies[name] = queue.policy
+    return policy
+
+
 async def get_queue(ctx: Context, name: str) -> Queue | None:
     """A queue's settings and cached counts; None if there is no such queue."""
     queue_name(name)
@@ -159,6 +170,7 @@ async def delete_queue(ctx: Context, name: str) -> None:
     partition dropped.
     """
     queue_name(name)
+    ctx.policies.pop(name, None)
     queue = await _read_queue(ctx, name)
     if queue is None:
         return

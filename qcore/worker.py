@@ -126,6 +126,7 @@ class WorkOptions:
     polling_interval_seconds: float = 2.0
     include_metadata: bool = False
     priority: bool = True
+    order_by_created_on: bool = True
     min_priority: int | None = None
     max_priority: int | None = None
     ignore_start_after: bool = False
@@ -138,7 +139,7 @@ class WorkOptions:
         _seconds(
             "polling_interval_seconds", self.polling_interval_seconds, MIN_POLLING_INTERVAL_SECONDS
         )
-        for option in ("include_metadata", "priority", "ignore_start_after"):
+        for option in ("include_metadata", "priority", "order_by_created_on", "ignore_start_after"):
             if not isinstance(getattr(self, option), bool):
                 raise ConfigError(f"{option} must be True or False, got {getattr(self, option)!r}")
         priority_bounds(self.min_priority, self.max_priority)
@@ -647,6 +648,7 @@ class Worker:
         self._async = _is_async(handler)
         self._fetch_options: dict[str, Any] = {
             "priority": options.priority,
+            "order_by_created_on": options.order_by_created_on,
             "include_metadata": options.include_metadata,
             "ignore_start_after": options.ignore_start_after,
             "min_priority": options.min_priority,

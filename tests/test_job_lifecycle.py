@@ -256,7 +256,8 @@ async def test_insert_batch_inherits_from_the_queue(ctx: Context) -> None:
         explicit["group_tier"],
     ) == (1, 2, False, 10, 0, 10, 3, "k", "g", "gold")
     assert explicit["keep_until"] - explicit["start_after"] == dt.timedelta(seconds=200)
-    assert explicit["created_on"] == inherited["created_on"]  # one statement
+    # one statement: its rows are created a microsecond apart, in input order
+    assert explicit["created_on"] - inherited["created_on"] == dt.timedelta(microseconds=1)
     assert await jobs.insert(ctx, "q", [{"data": 3}], return_id=False) is None
     assert await count(ctx, "job", "name = $1", "q") == 3
 
@@ -310,12 +311,58 @@ async def test_priority_then_age_then_id(ctx: Context) -> None:
     assert [j.id for j in by_age] == sent
 
 
-async def test_one_batch_ties_are_broken_by_id(ctx: Context) -> None:
+async def test_an_insert_is_claimed_in_input_order(ctx: Context) -> None:
     await queues.create_queue(ctx, "q")
-    ids = await jobs.insert(ctx, "q", [{"data": i} for i in range(20)])  # one created_on
+    ids = await jobs.insert(ctx, "q", [{"data": i} for i in range(20)])
     assert ids is not None
-    fetched = await jobs.fetch(ctx, "q", batch_size=20)
-    assert [j.id for j in fetched] == sorted(ids)
+    claimed = []
+    for _ in range(4):
+        claimed += [j.id for j in await jobs.fetch(ctx, "q", batch_size=5)]
+    assert claimed == ids
+
+
+async def test_ties_on_created_on_are_claimed_by_id(ctx: Context) -> None:
+    """pg-boss's own batch insert gives every row one created_on: then the id decides,
+    across fetches too (not only within the batch returned)."""
+    await queues.create_queue(ctx, "q")
+    rows = await ctx.db.execute(
+        f"INSERT INTO {ctx.q}.job (id, name, data, policy) SELECT gen_random_uuid(), 'q',"
+        " to_jsonb(i), 'standard' FROM generate_series(1, 20) AS i RETURNING id, created_on"
+    )
+    assert len({r["created_on"] for r in rows}) == 1
+    claimed = []
+    for _ in range(4):
+        claimed += [j.id for j in await jobs.fetch(ctx, "q", batch_size=5)]
+    assert claimed == sorted(uuid.UUID(str(r["id"])) for r in rows)
+
+
+async def test_order_by_created_on_false_takes_the_highest_priority(ctx: Context) -> None:
+    await queues.create_queue(ctx, "q")
+    high = {await jobs.send(ctx, "q", priority=9) for _ in range(3)}
+    for _ in range(3):
+        await jobs.send(ctx, "q", priority=1)
+    got = await jobs.fetch(ctx, "q", batch_size=3, order_by_created_on=False)
+    assert {j.id for j in got} == high
+    rest = await jobs.fetch(ctx, "q", batch_size=10, priority=False, order_by_created_on=False)
+    assert len(rest) == 3 and {j.priority for j in rest} == {1}
+    with pytest.raises(ValidationError, match="order_by_created_on must be True or False"):
+        await jobs.fetch(ctx, "q", order_by_created_on="yes")  # type: ignore[arg-type]
+
+
+async def test_fetch_notices_a_queue_recreated_with_another_policy(ctx: Context) -> None:
+    """The fetch statement is built for the policy last read; a queue deleted and created
+    again elsewhere (another process: no shared memory) is read again."""
+    await queues.create_queue(ctx, "q")
+    assert await jobs.fetch(ctx, "q") == []  # remembers "standard"
+    elsewhere = Context(db=ctx.db, backend=ctx.backend, schema_spec=ctx.schema_spec)
+    await queues.delete_queue(elsewhere, "q")
+    await queues.create_queue(elsewhere, "q", policy="singleton")
+    for _ in range(2):
+        await jobs.send(elsewhere, "q", singleton_key="k")
+    assert len(await jobs.fetch(ctx, "q", batch_size=10)) == 1  # one per key: singleton
+    await queues.delete_queue(elsewhere, "q")
+    with pytest.raises(QueueNotFoundError):
+        await jobs.fetch(ctx, "q")
 
 
 async def test_priority_bounds(ctx: Context) -> None:

@@ -237,7 +237,9 @@ def insert_jobs(
         "group_id": "r.group_id",
         "group_tier": "r.group_tier",
         "start_after": "t.start_after",
-        "created_on": now,
+        # rows of one insert are created a microsecond apart, in input order: claim order
+        # (priority, created_on, id) is then insertion order, and the fetch index serves it
+        "created_on": f"{now} + (r.ordinal - 1) * interval '1 microsecond'",
         "keep_until": (
             "t.start_after + COALESCE(r.retention_seconds, q.retention_seconds,"
             f" {_DEFAULT_RETENTION_SECONDS}) * interval '1 second'"
@@ -246,7 +248,7 @@ def insert_jobs(
         "policy": "q.policy",
         "heartbeat_seconds": "COALESCE(r.heartbeat_seconds, q.heartbeat_seconds)",
     }
-    ctes = [queue, f"r AS (SELECT * FROM {records})"]
+    ctes = [queue, f"r AS (SELECT *, row_number() OVER () AS ordinal FROM {records})"]
     guard = ""
     if check_dead_letters:
         ctes.append(
@@ -284,88 +286,101 @@ def fetch_jobs(
     q: str,
     *,
     skip_locked: bool,
+    policy: str = "standard",
     priority: bool = True,
+    order_by_created_on: bool = True,
     ignore_start_after: bool = False,
     min_priority: bool = False,
     max_priority: bool = False,
     include_metadata: bool = False,
 ) -> Statement:
-    """Claim up to ``limit`` ready jobs of a queue: mark them active and return them.
+    """Claim up to ``limit`` ready jobs of a queue with ``policy``: mark them active and
+    return them.
 
-    One statement. ``skip_locked`` (FetchStrategy.SKIP_LOCKED) locks the
-    candidates FOR UPDATE SKIP LOCKED, so concurrent claimers take disjoint
-    rows; without it (ATOMIC_UPDATE, for engines without SKIP LOCKED) the
-    candidates are read unlocked and the UPDATE rechecks ``state < 'active'``,
-    so a row two claimers both picked goes to one of them and the other
-    simply gets fewer. The queue's policy shapes the candidates:
-    key_strict_fifo takes only the head of each key and nothing from a key
-    with a job active, in retry or failed; singleton and stately skip keys
-    with an active job and take one job per key per batch.
+    One statement, built for one policy so the server plans only what that policy
+    needs (a queue's policy never changes; the statement checks it). ``skip_locked``
+    (FetchStrategy.SKIP_LOCKED) locks the candidates FOR UPDATE SKIP LOCKED, so
+    concurrent claimers take disjoint rows; without it (ATOMIC_UPDATE, for
+    engines without SKIP LOCKED) the candidates are read unlocked and the UPDATE
+    rechecks ``state < 'active'``, so a row two claimers both picked goes to one
+    of them and the other simply gets fewer. key_strict_fifo takes only the head
+    of each key and nothing from a key with a job active, in retry or failed;
+    singleton and stately skip keys with an active job and take one job per key
+    per batch.
+
+    Claim order: ``priority DESC`` (unless ``priority=False``), then ``created_on,
+    id`` (unless ``order_by_created_on=False``). Jobs inserted together have
+    distinct ``created_on`` (see :func:`insert_jobs`), so the id only orders
+    pg-boss's batches, whose rows share one.
 
     Rows: the claimed jobs (``FETCH_COLUMNS`` or, with ``include_metadata``,
-    every column); one row of NULLs when none; no row for an unknown queue.
+    every column) in claim order; one row of NULLs when none; no row, and nothing
+    claimed, when the queue does not exist or has another policy.
     """
     p = Params()
     now = _now(q)
     due = "" if ignore_start_after else f" AND j.start_after <= {now}"
-    other_due = "" if ignore_start_after else f" AND o.start_after <= {now}"
     bounds = ""
     if min_priority:
         bounds += f" AND j.priority >= {p('min_priority')}::int"
     if max_priority:
         bounds += f" AND j.priority <= {p('max_priority')}::int"
-    # Claim in the fetch index's order (i11: priority DESC, created_on): adding id here
-    # would make every fetch sort all the jobs sharing a created_on (a whole batch
-    # insert); ties are claimed in index order, and the batch is returned sorted by id too.
-    order = "j.priority DESC, j.created_on" if priority else "j.created_on"
-    key_order = "priority DESC, created_on, id" if priority else "created_on, id"
-    returned = "priority DESC, created_on, id" if priority else "created_on, id"
-    head_of_key = (
-        f"NOT EXISTS (SELECT 1 FROM {q}.job o WHERE o.name = {p('queue')}::text"
-        " AND o.singleton_key = j.singleton_key AND o.id <> j.id"
-        " AND (o.state IN ('retry', 'active', 'failed')"
-        " OR (j.state = 'created' AND o.state = 'created' AND NOT o.blocked"
-        f"{other_due} AND (o.created_on, o.id) < (j.created_on, j.id))))"
+    keys = (["priority DESC"] if priority else []) + (
+        ["created_on", "id"] if order_by_created_on else []
     )
-    key_idle = (
-        f"NOT EXISTS (SELECT 1 FROM {q}.job a WHERE a.name = {p('queue')}::text"
-        " AND a.state = 'active'"
-        " AND a.policy = j.policy"
-        " AND COALESCE(a.singleton_key, '') = COALESCE(j.singleton_key, ''))"
-    )
+    order = f" ORDER BY {', '.join('j.' + k for k in keys)}" if keys else ""
+    returned = ", ".join("claimed." + k for k in keys or ["id"])
+    if policy == "key_strict_fifo":
+        other_due = "" if ignore_start_after else f" AND o.start_after <= {now}"
+        shape = (
+            f" AND NOT EXISTS (SELECT 1 FROM {q}.job o WHERE o.name = {p('queue')}::text"
+            " AND o.singleton_key = j.singleton_key AND o.id <> j.id"
+            " AND (o.state IN ('retry', 'active', 'failed')"
+            " OR (j.state = 'created' AND o.state = 'created' AND NOT o.blocked"
+            f"{other_due} AND (o.created_on, o.id) < (j.created_on, j.id))))"
+        )
+    elif policy in ("singleton", "stately"):
+        shape = (
+            f" AND NOT EXISTS (SELECT 1 FROM {q}.job a WHERE a.name = {p('queue')}::text"
+            " AND a.state = 'active' AND a.policy = j.policy"
+            " AND COALESCE(a.singleton_key, '') = COALESCE(j.singleton_key, ''))"
+        )
+    else:
+        shape = ""
     lock = " FOR UPDATE OF j SKIP LOCKED" if skip_locked else ""
     recheck = "" if skip_locked else " AND j.state < 'active'"
     columns = JOB_COLUMNS if include_metadata else FETCH_COLUMNS
-    queue = _queue_cte(q, p, "name, policy")
-    sql = f"""WITH {queue},
-candidates AS (
+    ctes = [
+        f"q AS (SELECT name FROM {q}.queue WHERE name = {p('queue')}::text"
+        f" AND policy = {p('policy')}::text)",
+        f"""candidates AS (
   SELECT j.id, j.singleton_key, j.priority, j.created_on
   FROM {q}.job j
-  WHERE j.name = {p("queue")}::text AND j.state < 'active' AND NOT j.blocked{due}{bounds}
-    AND CASE (SELECT policy FROM q)
-      WHEN 'key_strict_fifo' THEN {head_of_key}
-      WHEN 'singleton' THEN {key_idle}
-      WHEN 'stately' THEN {key_idle}
-      ELSE true END
-  ORDER BY {order}
-  LIMIT {p("limit")}::int{lock}
-),
-chosen AS (
-  SELECT c.id FROM candidates c
-  WHERE (SELECT policy FROM q) NOT IN ('singleton', 'stately')
-    OR c.id IN (SELECT DISTINCT ON (COALESCE(singleton_key, '')) id FROM candidates
-                ORDER BY COALESCE(singleton_key, ''), {key_order})
-),
-claimed AS (
+  WHERE EXISTS (SELECT 1 FROM q) AND j.name = {p("queue")}::text AND j.state < 'active'
+    AND NOT j.blocked{due}{bounds}{shape}
+  {order} LIMIT {p("limit")}::int{lock}
+)""",
+    ]
+    chosen = "candidates"
+    if policy in ("singleton", "stately"):
+        # one job per key per batch: the first of each key in claim order
+        key_order = ", ".join(["COALESCE(singleton_key, '')", *(keys or ["id"])])
+        ctes.append(
+            "chosen AS (SELECT DISTINCT ON (COALESCE(singleton_key, '')) id FROM candidates"
+            f" ORDER BY {key_order})"
+        )
+        chosen = "chosen"
+    ctes.append(
+        f"""claimed AS (
   UPDATE {q}.job j SET state = 'active', started_on = {now}, heartbeat_on = {now},
     retry_count = CASE WHEN j.started_on IS NULL THEN j.retry_count ELSE j.retry_count + 1 END
-  FROM chosen
-  WHERE j.name = {p("queue")}::text AND j.id = chosen.id{recheck}
+  FROM {chosen} c
+  WHERE j.name = {p("queue")}::text AND j.id = c.id{recheck}
   RETURNING {_returning(columns, "j")}
-)
-SELECT claimed.* FROM q LEFT JOIN claimed ON true
-ORDER BY {", ".join("claimed." + c for c in returned.split(", "))}"""
-    return p.statement(sql)
+)"""
+    )
+    select = f"SELECT claimed.* FROM q LEFT JOIN claimed ON true ORDER BY {returned}"
+    return p.statement(f"WITH {', '.join(ctes)}\n{select}")
 
 
 # --------------------------------------------------------------------------- settle
