@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import uuid
 from collections.abc import Callable
 from types import TracebackType
@@ -21,7 +22,7 @@ from typing_extensions import Unpack
 from qcore import backends
 from qcore import jobs as job_ops
 from qcore import queues as queue_ops
-from qcore.backend import Backend, Server
+from qcore.backend import Backend, FetchStrategy, Server
 from qcore.context import Context
 from qcore.db import Database, adapt, check_pool_options, connect
 from qcore.errors import ConfigError, NotStartedError, QcoreError
@@ -30,10 +31,10 @@ from qcore.identifiers import schema_name
 from qcore.job import CommandResult, Job, Queue
 from qcore.jobs import Ids
 from qcore.notifier import Notifier
-from qcore.options import QueueOptions
+from qcore.options import QueueOptions, check_batch_size
 from qcore.schema import install_or_migrate, is_installed, schema_version
 from qcore.supervisor import Supervisor
-from qcore.worker import WipReporter, Worker, WorkerStatus, WorkOptions
+from qcore.worker import Coalescer, WipReporter, Worker, WorkerStatus, WorkOptions
 
 __all__ = ["Boss", "FetchOptions", "QueueOptions", "ScheduledSendOptions", "SendOptions"]
 
@@ -164,6 +165,8 @@ class Boss:
         self._started = False  # background processing runs
         self._stop_requested = asyncio.Event()
         self._workers: dict[str, Worker] = {}
+        #: fetch() calls sharing one statement, per queue and options (unlocked claims only)
+        self._shared_fetches: dict[tuple[Any, ...], Coalescer[tuple[Context, int], list[Job]]] = {}
         self._supervisor: Supervisor | None = None
         self._notifier: Notifier | None = None
 
@@ -441,8 +444,35 @@ class Boss:
     async def fetch(
         self, name: str, *, db: Any = None, **options: Unpack[FetchOptions]
     ) -> list[Job]:
-        """Claim up to ``batch_size`` ready jobs; they are active until settled."""
-        return await job_ops.fetch(self.context(db), name, **options)
+        """Claim up to ``batch_size`` ready jobs; they are active until settled.
+
+        Where claims are unlocked (atomic-update fetch), concurrent calls of this
+        instance for one queue and the same options share one statement instead of
+        racing each other for the same rows (not with ``db=``).
+        """
+        ctx = self.context(db)
+        if db is not None or self.backend.fetch is not FetchStrategy.ATOMIC_UPDATE:
+            return await job_ops.fetch(ctx, name, **options)
+        size = check_batch_size(options.pop("batch_size", 1))
+        try:
+            key = (name, tuple(sorted(options.items())))
+            shared = self._shared_fetches.get(key)
+        except TypeError:  # an unhashable (so invalid) option: fetch says what is wrong
+            return await job_ops.fetch(ctx, name, **options)
+        if shared is None:
+            shared = Coalescer(functools.partial(self._fetch_shared, name, dict(options)))
+            self._shared_fetches[key] = shared
+        return await shared((ctx, size))
+
+    @staticmethod
+    async def _fetch_shared(
+        name: str, options: dict[str, Any], requests: list[tuple[Context, int]]
+    ) -> list[list[Job]]:
+        """One fetch for every call waiting at once; the jobs dealt out in order."""
+        sizes = [n for _, n in requests]
+        jobs = await job_ops.fetch(requests[0][0], name, batch_size=sum(sizes), **options)
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        return [jobs[start : start + n] for start, n in zip(starts, sizes, strict=True)]
 
     async def complete(
         self,
@@ -567,6 +597,7 @@ class Boss:
             events=self.events,
             listening=self._listening,
             on_change=self._wip.changed,
+            unlocked_claims=self.backend.fetch is FetchStrategy.ATOMIC_UPDATE,
         )
         self._workers[worker.id] = worker
         worker.start()

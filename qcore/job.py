@@ -129,24 +129,37 @@ class Job:
     trace_context: Any = None
     upsert_by_key: bool | None = None
     # -- run time (not a column) -----------------------------------------------------
-    cancelled: threading.Event = field(
-        default_factory=threading.Event, compare=False, repr=False, kw_only=True
-    )
+    _cancelled: threading.Event | None = field(default=None, init=False, compare=False, repr=False)
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the handler should give up on the job (made on first use)."""
+        event = self._cancelled
+        if event is None:
+            with _CANCELLED_LOCK:
+                event = self._cancelled
+                if event is None:
+                    event = threading.Event()
+                    object.__setattr__(self, "_cancelled", event)
+        return event
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
         """A job from a row of the job table (any subset of its columns, named as there)."""
-        values = {
-            _JOB_FIELD.get(k, k): v for k, v in row.items() if _JOB_FIELD.get(k, k) in _JOB_FIELDS
-        }
+        values = {_JOB_FIELD[k]: v for k, v in row.items() if k in _JOB_FIELD}
         state = values.get("state")
         if state is not None:
             values["state"] = JobState(state)
         return cls(**values)
 
 
-_JOB_FIELD = {"expire_seconds": "expire_in_seconds"}  # column -> field, where they differ
-_JOB_FIELDS = frozenset(Job.__dataclass_fields__) - {"cancelled"}
+_CANCELLED_LOCK = threading.Lock()
+#: column -> field, for every column a Job carries (named alike but for expire_seconds)
+_JOB_FIELD = {
+    **{f: f for f in Job.__dataclass_fields__ if not f.startswith("_")},
+    "expire_seconds": "expire_in_seconds",
+}
+del _JOB_FIELD["expire_in_seconds"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,8 @@ from qcore.db import Database, Json
 from qcore.errors import DatabaseError, QueueNotFoundError, UniqueViolation, ValidationError
 from qcore.job import CommandResult, Job
 from qcore.options import (
+    JobRecord,
+    check_batch_size,
     check_json,
     ids_and_fences,
     job_id,
@@ -42,6 +44,7 @@ from qcore.options import (
     normalize_output,
     priority_bounds,
     queue_name,
+    records_json,
 )
 from qcore.queues import missing_queue, queue_policy, reduce_cached_counts
 from qcore.sql import jobs as sql
@@ -135,11 +138,12 @@ async def send(
         group_id=group_id,
         group_tier=group_tier,
     )
-    inserted = await _insert(ctx, name, [record])
+    text = records_json([record], numbered=False)
+    inserted = await _insert(ctx, name, [record], text)
     if inserted:
         return inserted[0]
     if singleton_next_slot:
-        inserted = await _insert(ctx, name, [record], next_slot=True)
+        inserted = await _insert(ctx, name, [record], text, next_slot=True)
         if inserted:
             return inserted[0]
     return None
@@ -209,40 +213,58 @@ async def insert(
             records.append(job_record(job.get("data"), **options))
         except ValidationError as exc:
             raise ValidationError(f"jobs[{i}]: {exc}") from None
-    ids = await _insert(ctx, name, records)
+    ids = await _insert(ctx, name, records, records_json(records, numbered=True))
     return ids if return_id else None
 
 
 async def _insert(
-    ctx: Context, name: str, records: list[dict[str, Any]], *, next_slot: bool = False
+    ctx: Context, name: str, records: list[JobRecord], text: str, *, next_slot: bool = False
 ) -> list[uuid.UUID]:
+    """Run the insert statement for ``records`` (``text``: their JSON array).
+
+    Into a queue last seen with the standard policy, and without throttling, only a
+    duplicate id can conflict: the statement then skips ON CONFLICT (cheaper) and
+    runs again with it if one does (outside a caller's transaction only, which a
+    conflict would abort)."""
     notify = ctx.backend.capabilities.listen_notify
-    statement = sql.insert_jobs(
-        ctx.q,
-        notify=notify,
-        check_dead_letters=any("dead_letter" in r for r in records),
-        next_slot=next_slot,
+    expect_no_conflict = (
+        ctx.policies.get(name) == "standard"
+        and not ctx.db.in_transaction
+        and not any("singleton_seconds" in r for r in records)
     )
-    params = statement.bind(
-        queue=name,
-        jobs=Json(records),
-        channel=notify_channel(ctx.schema_spec) if notify else None,
-    )
-    try:
-        rows = await retrying.execute(ctx, statement.sql, params)
-    except DatabaseError as exc:
-        raise _insert_error(name, exc) from exc
+    channel = notify_channel(ctx.schema_spec) if notify else None
+    for drop_conflicts in (False, True) if expect_no_conflict else (True,):
+        statement = sql.insert_jobs(
+            ctx.q,
+            notify=notify,
+            check_dead_letters=any("dead_letter" in r for r in records),
+            next_slot=next_slot,
+            drop_conflicts=drop_conflicts,
+        )
+        params = statement.bind(queue=name, jobs=Json(records, text), channel=channel)
+        try:
+            rows = await retrying.execute(ctx, statement.sql, params)
+            break
+        except UniqueViolation:
+            if drop_conflicts:
+                raise
+        except DatabaseError as exc:
+            raise _insert_error(name, exc) from exc
     row = rows[0]
     if not row["queues"]:
         raise missing_queue(name)
+    ctx.policies[name] = row["policy"]
     if row.get("missing_dead_letters"):
         missing = sorted(row["missing_dead_letters"])
         raise QueueNotFoundError(
             f"dead letter queue {missing[0]!r} does not exist; create it before sending jobs"
             " that name it"
         )
+    ids = [uuid.UUID(r["id"]) for r in records]
+    if len(row["ids"]) == len(ids):
+        return ids
     inserted = set(row["ids"])
-    return [i for i in (uuid.UUID(r["id"]) for r in records) if i in inserted]
+    return [i for i in ids if i in inserted]
 
 
 def _insert_error(name: str, exc: DatabaseError) -> Exception:
@@ -288,8 +310,7 @@ async def fetch(
     a race on a policy index returns [].
     """
     queue_name(name)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValidationError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    check_batch_size(batch_size)
     for option, value in (
         ("priority", priority),
         ("order_by_created_on", order_by_created_on),

@@ -32,6 +32,7 @@ __all__ = [
     "SEND_OPTIONS",
     "JobRecord",
     "QueueOptions",
+    "check_batch_size",
     "check_json",
     "ids_and_fences",
     "job_id",
@@ -149,6 +150,23 @@ def check_json(name: str, value: Any) -> Any:
     if _has_nul(value):
         raise ValidationError(f"{name} contains a NUL character, which jsonb cannot store")
     return value
+
+
+def records_json(records: list[JobRecord], *, numbered: bool) -> str:
+    """The job records as one JSON array, encoded once; ValidationError (naming the job
+    when ``numbered``) if a job's ``data`` cannot be stored as jsonb."""
+    try:
+        text = json.dumps(records, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        text = None
+    if text is None or "\\u0000" in text:  # find the job at fault (or a false alarm)
+        for i, record in enumerate(records):
+            try:
+                check_json("data", record["data"])
+            except ValidationError as exc:
+                raise ValidationError(f"jobs[{i}]: {exc}" if numbered else str(exc)) from None
+    assert text is not None  # every other field is validated: only data can fail
+    return text
 
 
 def _has_nul(value: Any) -> bool:
@@ -358,7 +376,8 @@ def job_id(value: object) -> uuid.UUID:
 
 
 def job_record(data: Any = None, **options: Any) -> JobRecord:
-    """One job of a send or insert, validated, as a record of the insert's JSON array.
+    """One job of a send or insert, validated but for ``data`` (see :func:`records_json`),
+    as a record of the insert's JSON array.
 
     Keys are the insert statement's recordset columns; options left None are
     omitted so the statement inherits them from the queue.
@@ -371,7 +390,7 @@ def job_record(data: Any = None, **options: Any) -> JobRecord:
     given = {k: v for k, v in options.items() if v is not None}
     record: JobRecord = {
         "id": str(job_id(given["id"]) if "id" in given else uuid.uuid4()),
-        "data": check_json("data", data),
+        "data": data,
     }
     if "priority" in given:
         record["priority"] = _int("priority", given["priority"], minimum=INT4_MIN)
@@ -397,6 +416,13 @@ def job_record(data: Any = None, **options: Any) -> JobRecord:
             raise ValidationError("group_tier needs group_id (the tier of which group)")
         record["group_tier"] = _text("group_tier", given["group_tier"])
     return record
+
+
+def check_batch_size(value: object) -> int:
+    """A fetch's ``batch_size``: an integer >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValidationError(f"batch_size must be an integer >= 1, got {value!r}")
+    return value
 
 
 def priority_bounds(minimum: object, maximum: object) -> tuple[int | None, int | None]:

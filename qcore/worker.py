@@ -81,6 +81,7 @@ __all__ = [
     "MIN_POLLING_INTERVAL_SECONDS",
     "SHUTDOWN_MESSAGE",
     "WIP_INTERVAL_SECONDS",
+    "Coalescer",
     "WipReporter",
     "WorkOptions",
     "Worker",
@@ -382,7 +383,7 @@ class _Request(Generic[T, R]):
         return self.value  # type: ignore[return-value]
 
 
-class _Coalescer(Generic[T, R]):
+class Coalescer(Generic[T, R]):
     """At most ``lanes`` statements at a time for many callers: a call made while every
     lane is busy waits, and the calls that waited run together as one statement when a
     lane frees (the first of them runs it: no task of its own). A call that finds a lane
@@ -633,6 +634,7 @@ class Worker:
         events: Events,
         listening: Callable[[str], bool] | None = None,
         on_change: Callable[[], None] | None = None,
+        unlocked_claims: bool = False,
     ) -> None:
         queue_name(name)
         if not callable(handler):
@@ -657,8 +659,11 @@ class Worker:
         self._gate = _Gate()
         # loops fetching or completing at the same moment share one statement
         lanes = _lanes(options.local_concurrency)
-        self._fetch: _Coalescer[Context, list[Job]] = _Coalescer(self._fetch_for, lanes)
-        self._complete: _Coalescer[tuple[Context, list[Job]], None] = _Coalescer(
+        # unlocked claims (atomic-update fetch) in flight together would race for one set of rows
+        self._fetch: Coalescer[Context, list[Job]] = Coalescer(
+            self._fetch_for, 1 if unlocked_claims else lanes
+        )
+        self._complete: Coalescer[tuple[Context, list[Job]], None] = Coalescer(
             self._complete_for, lanes
         )
         self._tasks: list[asyncio.Task[None]] = []

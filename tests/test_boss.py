@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+from typing import Any
+
 import pytest
 
 from qcore import Boss
+from qcore.backend import Backend, FetchStrategy
 from qcore.errors import QueueNotFoundError, ValidationError
 from qcore.job import JobState
 
@@ -58,3 +63,19 @@ async def test_start_is_idempotent_and_stop_keeps_a_given_connection(boss: Boss)
     await boss.stop()
     assert await db.execute("SELECT 1 AS one") == [{"one": 1}]  # the caller's: still open
     await boss.start()
+
+
+async def test_unlocked_claims_of_one_instance_share_a_statement(
+    db: Any, backend: Backend, schema: str
+) -> None:
+    """With the atomic-update fetch, four concurrent fetch() calls of one Boss would race
+    for the same candidate rows; sharing one statement, each gets its full batch."""
+    unlocked = dataclasses.replace(backend, fetch=FetchStrategy.ATOMIC_UPDATE)
+    async with Boss(db=db, backend=unlocked, schema=schema) as boss:
+        await boss.create_queue("q")
+        await boss.insert("q", [{"data": i} for i in range(40)])
+        batches = await asyncio.gather(*(boss.fetch("q", batch_size=10) for _ in range(4)))
+        assert [len(b) for b in batches] == [10, 10, 10, 10]
+        assert len({j.id for b in batches for j in b}) == 40
+        with pytest.raises(ValidationError, match="batch_size must be an integer >= 1"):
+            await boss.fetch("q", batch_size=0)

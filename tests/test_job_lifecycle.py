@@ -365,6 +365,21 @@ async def test_fetch_notices_a_queue_recreated_with_another_policy(ctx: Context)
         await jobs.fetch(ctx, "q")
 
 
+async def test_send_drops_a_policy_conflict_whatever_policy_it_last_saw(ctx: Context) -> None:
+    """A send into a queue last seen as standard skips ON CONFLICT; when the queue was
+    recreated elsewhere as short (one queued job per key) the conflict still drops the
+    job instead of raising, and a duplicate id too."""
+    await queues.create_queue(ctx, "q")
+    first = await jobs.send(ctx, "q")  # remembers "standard"
+    assert first is not None and await jobs.send(ctx, "q", id=first) is None
+    elsewhere = Context(db=ctx.db, backend=ctx.backend, schema_spec=ctx.schema_spec)
+    await queues.delete_queue(elsewhere, "q")
+    await queues.create_queue(elsewhere, "q", policy="short")
+    assert await jobs.send(elsewhere, "q", singleton_key="k") is not None
+    assert await jobs.send(ctx, "q", singleton_key="k") is None
+    assert await count(ctx, "job", "name = $1", "q") == 1
+
+
 async def test_priority_bounds(ctx: Context) -> None:
     await queues.create_queue(ctx, "q")
     for p in range(5):

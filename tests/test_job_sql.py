@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
+import json
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,7 @@ from qcore.options import (
     queue_name,
     queue_options,
     queue_options_json,
+    records_json,
 )
 from qcore.sql import jobs as sql
 from qcore.sql import queues as queue_sql
@@ -193,6 +195,17 @@ def test_job_and_queue_from_rows() -> None:
 # --------------------------------------------------------------------------- validation
 
 
+def _encoded(*data: Any, numbered: bool = False) -> str:
+    return records_json([job_record(d) for d in data], numbered=numbered)
+
+
+def test_records_json_is_one_compact_array() -> None:
+    text = records_json([job_record("back\\u0000slash"), job_record([1.5])], numbered=True)
+    decoded = json.loads(text)
+    assert [r["data"] for r in decoded] == ["back\\u0000slash", [1.5]]  # no NUL: not refused
+    assert ", " not in text and ": " not in text
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
@@ -211,9 +224,10 @@ def test_job_and_queue_from_rows() -> None:
         (lambda: queue_options("q", {"notify": 1}), "True or False"),
         (lambda: queue_options("q", {"dead_letter": "q"}), "own dead letter"),
         (lambda: queue_options("q", {"colour": "red"}), "unknown queue option colour"),
-        (lambda: job_record(float("inf")), "NaN or Infinity"),
-        (lambda: job_record({"t": dt.datetime.now()}), "JSON-serialisable"),
-        (lambda: job_record("a\x00b"), "NUL"),
+        (lambda: _encoded(float("inf")), "^data must be JSON-serialisable.*NaN or Infinity"),
+        (lambda: _encoded({"t": dt.datetime.now()}), "JSON-serialisable"),
+        (lambda: _encoded("a\x00b"), "^data contains a NUL"),
+        (lambda: _encoded(1, {"k": {1, 2}}, numbered=True), r"^jobs\[1\]: data must be JSON"),
         (lambda: job_record(None, priority=True), "priority"),
         (lambda: job_record(None, start_after=float("nan")), "start_after"),
         (lambda: job_record(None, id="nope"), "UUID"),

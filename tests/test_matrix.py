@@ -647,6 +647,7 @@ def test_runner_fails_on_a_failing_backend(pytester: pytest.Pytester, tmp_path: 
 @pytest.mark.parametrize("name", ["postgres", "cockroachdb", "yugabytedb", "citus"])
 def test_compose_file_matches_the_provisioning_spec(name: str) -> None:
     import yaml
+
     spec = backends.get(name).provisioning
     assert spec is not None
     compose = yaml.safe_load((ROOT / "docker" / f"{name}.yml").read_text())

@@ -1,5 +1,5 @@
 """The worker's pieces that decide without I/O: who of the idle loops fetches when
-(``_Gate``), how concurrent statements are merged (``_Coalescer``), the options and
+(``_Gate``), how concurrent statements are merged (``Coalescer``), the options and
 the status report. Queue behaviour itself is tested on real databases in
 ``test_worker*.py``."""
 
@@ -13,8 +13,8 @@ import pytest
 from qcore.errors import ConfigError
 from qcore.job import Job
 from qcore.worker import (
+    Coalescer,
     WorkOptions,
-    _Coalescer,
     _Gate,
     _refresh_seconds,
 )
@@ -91,7 +91,7 @@ async def test_the_coalescer_merges_what_arrives_while_a_statement_runs() -> Non
         await release.wait()
         return [i * 10 for i in items]
 
-    merge: _Coalescer[int, int] = _Coalescer(run, lanes=1)
+    merge: Coalescer[int, int] = Coalescer(run, lanes=1)
     calls = [asyncio.create_task(merge(i)) for i in range(5)]
     await asyncio.sleep(0.01)
     assert runs == [[0]]  # the first runs at once, the rest wait
@@ -118,7 +118,7 @@ async def test_the_coalescer_keeps_its_lanes_through_errors_and_cancellation() -
         finally:
             active -= 1
 
-    merge: _Coalescer[int, int] = _Coalescer(run, lanes=2)
+    merge: Coalescer[int, int] = Coalescer(run, lanes=2)
     results = await asyncio.gather(*(merge(i) for i in range(6)), return_exceptions=True)
     assert all(isinstance(r, RuntimeError) for r in results)  # every caller learns it
     assert peak == 2

@@ -17,16 +17,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["JSON_OIDS", "Json", "dumps", "is_json", "json_value", "normalize_rows"]
+__all__ = ["JSON_OIDS", "Json", "dumps", "is_json", "json_value", "normalize_rows", "verbatim"]
 
 JSON_OIDS = frozenset({114, 3802})  # json, jsonb
 
 
 @dataclass(frozen=True, slots=True)
 class Json:
-    """A parameter to send as jsonb, whatever its Python type."""
+    """A parameter to send as jsonb, whatever its Python type; ``text``, when the
+    caller has encoded ``value`` already, is sent as it is."""
 
     value: Any
+    text: str | None = None
 
 
 def is_json(value: Any) -> bool:
@@ -40,8 +42,15 @@ def json_value(value: Any) -> Any:
 
 
 def dumps(value: Any) -> str:
-    """JSON text of a jsonb parameter."""
+    """JSON text of a jsonb parameter (encoded once: drivers are handed this text)."""
+    if isinstance(value, Json) and value.text is not None:
+        return value.text
     return json.dumps(json_value(value), separators=(",", ":"))
+
+
+def verbatim(text: str) -> str:
+    """The ``dumps`` a driver's JSON wrapper gets for text that :func:`dumps` made."""
+    return text
 
 
 def normalize_rows(

@@ -15,7 +15,7 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from qcore.db._base import Bound, Database, Listener, OnMessage, OnReconnect, Rows
 from qcore.db._listen import ReconnectingListener, deliver
-from qcore.db._values import is_json, json_value
+from qcore.db._values import dumps, is_json, verbatim
 from qcore.errors import ConnectionLostError, DatabaseError, QcoreError, database_error
 from qcore.identifiers import quote
 
@@ -50,7 +50,7 @@ def values(params: Sequence[Any]) -> list[Any] | None:
     """Parameters as psycopg dumps them (jsonb wrapped); None when there are none."""
     if not params:
         return None
-    return [Jsonb(json_value(v)) if is_json(v) else v for v in params]
+    return [Jsonb(dumps(v), dumps=verbatim) if is_json(v) else v for v in params]
 
 
 async def run(conn: Conn, sql: str, params: Sequence[Any]) -> Rows:

@@ -26,7 +26,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from qcore.db._base import Bound, Database, Rows
 from qcore.db._placeholders import reorder, to_format
 from qcore.db._threads import blocking
-from qcore.db._values import is_json, json_value
+from qcore.db._values import dumps, is_json, verbatim
 from qcore.errors import ConnectionLostError, DatabaseError, QcoreError, database_error
 
 __all__ = ["Psycopg2Database", "map_error"]
@@ -58,7 +58,7 @@ def run_sync(conn: Any, sql: str, params: Sequence[Any]) -> Rows:
                 cur.execute(
                     text,
                     [
-                        psycopg2.extras.Json(json_value(v)) if is_json(v) else v
+                        psycopg2.extras.Json(dumps(v), dumps=verbatim) if is_json(v) else v
                         for v in reorder(order, params)
                     ],
                 )

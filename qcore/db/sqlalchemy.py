@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 from qcore.db._base import Bound, Database, Rows
 from qcore.db._placeholders import reorder, to_format
 from qcore.db._threads import blocking
-from qcore.db._values import dumps, is_json, json_value, normalize_rows
+from qcore.db._values import dumps, is_json, normalize_rows, verbatim
 from qcore.errors import (
     ConfigError,
     ConnectionLostError,
@@ -104,11 +104,11 @@ class _Style:
         if dialect.driver == "psycopg":
             from psycopg.types.json import Jsonb
 
-            self.json = lambda v: Jsonb(json_value(v))
+            self.json = lambda v: Jsonb(dumps(v), dumps=verbatim)
         elif dialect.driver == "psycopg2":
             from psycopg2.extras import Json
 
-            self.json = lambda v: Json(json_value(v))
+            self.json = lambda v: Json(dumps(v), dumps=verbatim)
 
     def bind(self, sql: str, params: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:
         values = [self.json(v) if is_json(v) else v for v in params]

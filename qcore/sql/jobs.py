@@ -174,19 +174,26 @@ def _queue_cte(q: str, p: Params, columns: str = "name") -> str:
 
 @lru_cache(maxsize=64)
 def insert_jobs(
-    q: str, *, notify: bool = False, check_dead_letters: bool = False, next_slot: bool = False
+    q: str,
+    *,
+    notify: bool = False,
+    check_dead_letters: bool = False,
+    next_slot: bool = False,
+    drop_conflicts: bool = True,
 ) -> Statement:
     """Insert a batch of jobs given as one JSON array, unset options taken from the queue.
 
     Same on every backend: one INSERT ... SELECT from ``jsonb_to_recordset``,
     ON CONFLICT DO NOTHING so a policy or throttle index silently drops a job.
+    Without ``drop_conflicts`` a conflict raises instead (cheaper where none is
+    expected: a standard queue, no throttle, so only a duplicate id could).
     ``notify`` adds pg_notify(channel, queue) when the queue has ``notify`` and
     a row is ready now (only where LISTEN/NOTIFY exists). ``check_dead_letters``
     inserts nothing if a job names a dead letter queue that does not exist, and
     reports it. ``next_slot`` is debounce's second attempt: the next throttle
     slot, starting about a second after that slot begins.
 
-    Result (one row): ``queues`` (0 = unknown queue), ``ids`` (those inserted),
+    Result (one row): ``queues`` (0 = unknown queue), ``policy``, ``ids`` (those inserted),
     ``missing_dead_letters``, ``notified``.
     """
     p = Params()
@@ -260,10 +267,12 @@ def insert_jobs(
         f"added AS (INSERT INTO {q}.job ({', '.join(columns)})"
         f" SELECT {', '.join(columns.values())}"
         f" FROM r CROSS JOIN q CROSS JOIN LATERAL (SELECT {start_after} AS start_after) t"
-        f" {guard} ON CONFLICT DO NOTHING RETURNING id, start_after)"
+        f" {guard}{' ON CONFLICT DO NOTHING' if drop_conflicts else ''}"
+        " RETURNING id, start_after)"
     )
     select = [
         "(SELECT count(*) FROM q)::int AS queues",
+        "(SELECT policy FROM q) AS policy",
         "COALESCE((SELECT array_agg(id) FROM added), ARRAY[]::uuid[]) AS ids",
     ]
     if check_dead_letters:
