@@ -206,6 +206,9 @@ async def insert(
     for i, job in enumerate(jobs):
         if not isinstance(job, Mapping):
             raise ValidationError(f"jobs[{i}] must be a mapping, got {type(job).__name__}")
+        if len(job) == 1 and "data" in job:  # nothing but a payload (checked when encoded)
+            records.append({"data": job["data"]})
+            continue
         if "singleton_next_slot" in job:
             raise ValidationError(f"jobs[{i}]: singleton_next_slot is for send() only")
         options = {k: v for k, v in job.items() if k != "data"}
@@ -260,11 +263,8 @@ async def _insert(
             f"dead letter queue {missing[0]!r} does not exist; create it before sending jobs"
             " that name it"
         )
-    ids = [uuid.UUID(r["id"]) for r in records]
-    if len(row["ids"]) == len(ids):
-        return ids
-    inserted = set(row["ids"])
-    return [i for i in ids if i in inserted]
+    ids: list[uuid.UUID] = row["ids"]
+    return ids
 
 
 def _insert_error(name: str, exc: DatabaseError) -> Exception:

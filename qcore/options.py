@@ -380,7 +380,8 @@ def job_record(data: Any = None, **options: Any) -> JobRecord:
     as a record of the insert's JSON array.
 
     Keys are the insert statement's recordset columns; options left None are
-    omitted so the statement inherits them from the queue.
+    omitted so the statement inherits them from the queue (and an id left out is
+    made by the server).
     """
     unknown = sorted(set(options) - set(SEND_OPTIONS))
     if unknown:
@@ -388,10 +389,9 @@ def job_record(data: Any = None, **options: Any) -> JobRecord:
             f"unknown job option {', '.join(unknown)}; known: {', '.join(SEND_OPTIONS)}"
         )
     given = {k: v for k, v in options.items() if v is not None}
-    record: JobRecord = {
-        "id": str(job_id(given["id"]) if "id" in given else uuid.uuid4()),
-        "data": data,
-    }
+    record: JobRecord = {"data": data}
+    if "id" in given:
+        record["id"] = str(job_id(given["id"]))
     if "priority" in given:
         record["priority"] = _int("priority", given["priority"], minimum=INT4_MIN)
     record.update(_start_after(given.get("start_after")))

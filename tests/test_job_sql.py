@@ -281,7 +281,9 @@ def test_job_record() -> None:
     )
     assert record["data"] == {"a": [1]} and record["priority"] == -3
     assert record["start_after"] == when.isoformat() and record["retry_delay_max"] == 4
-    assert uuid.UUID(record["id"])
+    assert "id" not in record  # the server makes it
+    given = uuid.uuid4()
+    assert job_record(None, id=given)["id"] == str(given)
     immediate = job_record(None, start_after=0)
     assert "start_after" not in immediate and "start_after_seconds" not in immediate
     assert job_record(None, start_after=dt.timedelta(seconds=90))["start_after_seconds"] == 90

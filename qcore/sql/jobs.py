@@ -193,7 +193,8 @@ def insert_jobs(
     reports it. ``next_slot`` is debounce's second attempt: the next throttle
     slot, starting about a second after that slot begins.
 
-    Result (one row): ``queues`` (0 = unknown queue), ``policy``, ``ids`` (those inserted),
+    Result (one row): ``queues`` (0 = unknown queue), ``policy``, ``ids`` (those
+    inserted, in input order; the server makes the ids not given),
     ``missing_dead_letters``, ``notified``.
     """
     p = Params()
@@ -225,7 +226,7 @@ def insert_jobs(
         f" * floor(({epoch} + {offset}) / r.singleton_seconds))::float8) AT TIME ZONE 'UTC' END"
     )
     columns = {
-        "id": "r.id",
+        "id": "COALESCE(r.id, gen_random_uuid())",
         "name": "q.name",
         "priority": "COALESCE(r.priority, 0)",
         "data": "r.data",
@@ -268,12 +269,13 @@ def insert_jobs(
         f" SELECT {', '.join(columns.values())}"
         f" FROM r CROSS JOIN q CROSS JOIN LATERAL (SELECT {start_after} AS start_after) t"
         f" {guard}{' ON CONFLICT DO NOTHING' if drop_conflicts else ''}"
-        " RETURNING id, start_after)"
+        " RETURNING id, start_after, created_on)"
     )
     select = [
         "(SELECT count(*) FROM q)::int AS queues",
         "(SELECT policy FROM q) AS policy",
-        "COALESCE((SELECT array_agg(id) FROM added), ARRAY[]::uuid[]) AS ids",
+        # created_on is distinct per row and follows the input: the ids in input order
+        "COALESCE((SELECT array_agg(id ORDER BY created_on) FROM added), ARRAY[]::uuid[]) AS ids",
     ]
     if check_dead_letters:
         select.append("(SELECT array_agg(dead_letter) FROM missing) AS missing_dead_letters")
