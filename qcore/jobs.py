@@ -230,21 +230,31 @@ async def _insert(
     runs again with it if one does (outside a caller's transaction only, which a
     conflict would abort)."""
     notify = ctx.backend.capabilities.listen_notify
+    check_dead_letters = any("dead_letter" in r for r in records)
+    one = len(records) == 1 and not check_dead_letters  # send's plain INSERT ... SELECT
     expect_no_conflict = (
         ctx.policies.get(name) == "standard"
         and not ctx.db.in_transaction
         and not any("singleton_seconds" in r for r in records)
     )
-    channel = notify_channel(ctx.schema_spec) if notify else None
+    # the array's one object, or the array
+    payload = {"job": Json(records[0], text[1:-1])} if one else {"jobs": Json(records, text)}
     for drop_conflicts in (False, True) if expect_no_conflict else (True,):
-        statement = sql.insert_jobs(
-            ctx.q,
-            notify=notify,
-            check_dead_letters=any("dead_letter" in r for r in records),
-            next_slot=next_slot,
-            drop_conflicts=drop_conflicts,
+        if one:
+            statement = sql.send_job(
+                ctx.q, notify=notify, next_slot=next_slot, drop_conflicts=drop_conflicts
+            )
+        else:
+            statement = sql.insert_jobs(
+                ctx.q,
+                notify=notify,
+                check_dead_letters=check_dead_letters,
+                next_slot=next_slot,
+                drop_conflicts=drop_conflicts,
+            )
+        params = statement.bind(
+            queue=name, channel=notify_channel(ctx.schema_spec) if notify else None, **payload
         )
-        params = statement.bind(queue=name, jobs=Json(records, text), channel=channel)
         try:
             rows = await retrying.execute(ctx, statement.sql, params)
             break
@@ -253,6 +263,13 @@ async def _insert(
                 raise
         except DatabaseError as exc:
             raise _insert_error(name, exc) from exc
+    if one:
+        if rows:
+            ctx.policies[name] = rows[0]["policy"]
+            return [rows[0]["id"]]
+        ctx.policies.pop(name, None)
+        await queue_policy(ctx, name)  # no row: an unknown queue (raises), or a dropped job
+        return []
     row = rows[0]
     if not row["queues"]:
         raise missing_queue(name)

@@ -40,11 +40,17 @@ def _job_statements(skip_locked: bool, split: bool) -> dict[str, Statement]:
     built = {
         "insert": sql.insert_jobs(Q),
         "insert_checked": sql.insert_jobs(Q, check_dead_letters=True, next_slot=True),
+        "insert_unchecked": sql.insert_jobs(Q, drop_conflicts=False),
+        "send": sql.send_job(Q),
+        "send_next_slot": sql.send_job(Q, next_slot=True, drop_conflicts=False),
         "fetch": sql.fetch_jobs(Q, skip_locked=skip_locked),
+        "fetch_strict_fifo": sql.fetch_jobs(Q, skip_locked=skip_locked, policy="key_strict_fifo"),
+        "fetch_one_per_key": sql.fetch_jobs(Q, skip_locked=skip_locked, policy="stately"),
         "fetch_all_options": sql.fetch_jobs(
             Q,
             skip_locked=skip_locked,
             priority=False,
+            order_by_created_on=False,
             ignore_start_after=True,
             min_priority=True,
             max_priority=True,
@@ -110,8 +116,9 @@ def test_fetch_strategies() -> None:
 
 
 def test_notify_only_when_asked() -> None:
-    assert "listen_notify" in features_used(sql.insert_jobs(Q, notify=True).sql)
-    assert "listen_notify" not in features_used(sql.insert_jobs(Q).sql)
+    for build in (sql.insert_jobs, sql.send_job):
+        assert "listen_notify" in features_used(build(Q, notify=True).sql)
+        assert "listen_notify" not in features_used(build(Q).sql)
 
 
 def test_parameters_are_named_and_numbered() -> None:

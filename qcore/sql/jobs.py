@@ -48,6 +48,7 @@ __all__ = [
     "insert_jobs",
     "resume_jobs",
     "retry_jobs",
+    "send_job",
     "touch_jobs",
 ]
 
@@ -172,40 +173,12 @@ def _queue_cte(q: str, p: Params, columns: str = "name") -> str:
 # --------------------------------------------------------------------------- insert
 
 
-@lru_cache(maxsize=64)
-def insert_jobs(
-    q: str,
-    *,
-    notify: bool = False,
-    check_dead_letters: bool = False,
-    next_slot: bool = False,
-    drop_conflicts: bool = True,
-) -> Statement:
-    """Insert a batch of jobs given as one JSON array, unset options taken from the queue.
-
-    Same on every backend: one INSERT ... SELECT from ``jsonb_to_recordset``,
-    ON CONFLICT DO NOTHING so a policy or throttle index silently drops a job.
-    Without ``drop_conflicts`` a conflict raises instead (cheaper where none is
-    expected: a standard queue, no throttle, so only a duplicate id could).
-    ``notify`` adds pg_notify(channel, queue) when the queue has ``notify`` and
-    a row is ready now (only where LISTEN/NOTIFY exists). ``check_dead_letters``
-    inserts nothing if a job names a dead letter queue that does not exist, and
-    reports it. ``next_slot`` is debounce's second attempt: the next throttle
-    slot, starting about a second after that slot begins.
-
-    Result (one row): ``queues`` (0 = unknown queue), ``policy``, ``ids`` (those
-    inserted, in input order; the server makes the ids not given),
-    ``missing_dead_letters``, ``notified``.
-    """
-    p = Params()
+def _new_job(q: str, *, next_slot: bool, created_on: str) -> tuple[str, dict[str, str]]:
+    """A new job's column values from a send record ``r`` and its queue's row ``q``:
+    the ``start_after`` expression (given to the row as ``t.start_after``) and
+    every column's expression. ``next_slot`` is debounce's second attempt: the
+    next throttle slot, starting about a second after that slot begins."""
     now = _now(q)
-    queue = _queue_cte(
-        q,
-        p,
-        "name, policy, retry_limit, retry_delay, retry_backoff, retry_delay_max, expire_seconds,"
-        " retention_seconds, deletion_seconds, dead_letter, heartbeat_seconds, notify",
-    )
-    records = _recordset(p, "jobs", _SEND_RECORD)
     epoch = f"extract(epoch FROM {now})::float8"
     if next_slot:
         offset = "r.singleton_seconds"
@@ -225,7 +198,7 @@ def insert_jobs(
         "CASE WHEN r.singleton_seconds IS NOT NULL THEN to_timestamp((r.singleton_seconds"
         f" * floor(({epoch} + {offset}) / r.singleton_seconds))::float8) AT TIME ZONE 'UTC' END"
     )
-    columns = {
+    return start_after, {
         "id": "COALESCE(r.id, gen_random_uuid())",
         "name": "q.name",
         "priority": "COALESCE(r.priority, 0)",
@@ -245,9 +218,7 @@ def insert_jobs(
         "group_id": "r.group_id",
         "group_tier": "r.group_tier",
         "start_after": "t.start_after",
-        # rows of one insert are created a microsecond apart, in input order: claim order
-        # (priority, created_on, id) is then insertion order, and the fetch index serves it
-        "created_on": f"{now} + (r.ordinal - 1) * interval '1 microsecond'",
+        "created_on": created_on,
         "keep_until": (
             "t.start_after + COALESCE(r.retention_seconds, q.retention_seconds,"
             f" {_DEFAULT_RETENTION_SECONDS}) * interval '1 second'"
@@ -256,6 +227,49 @@ def insert_jobs(
         "policy": "q.policy",
         "heartbeat_seconds": "COALESCE(r.heartbeat_seconds, q.heartbeat_seconds)",
     }
+
+
+def _conflicts(drop: bool) -> str:
+    return " ON CONFLICT DO NOTHING" if drop else ""
+
+
+@lru_cache(maxsize=64)
+def insert_jobs(
+    q: str,
+    *,
+    notify: bool = False,
+    check_dead_letters: bool = False,
+    next_slot: bool = False,
+    drop_conflicts: bool = True,
+) -> Statement:
+    """Insert a batch of jobs given as one JSON array, unset options taken from the queue.
+
+    Same on every backend: one INSERT ... SELECT from ``jsonb_to_recordset``,
+    ON CONFLICT DO NOTHING so a policy or throttle index silently drops a job.
+    Without ``drop_conflicts`` a conflict raises instead (cheaper where none is
+    expected: a standard queue, no throttle, so only a duplicate id could).
+    ``notify`` adds pg_notify(channel, queue) when the queue has ``notify`` and
+    a row is ready now (only where LISTEN/NOTIFY exists). ``check_dead_letters``
+    inserts nothing if a job names a dead letter queue that does not exist, and
+    reports it. ``next_slot``: see :func:`_new_job`.
+
+    Result (one row): ``queues`` (0 = unknown queue), ``policy``, ``ids`` (those
+    inserted, in input order; the server makes the ids not given),
+    ``missing_dead_letters``, ``notified``.
+    """
+    p = Params()
+    now = _now(q)
+    queue = _queue_cte(
+        q,
+        p,
+        "name, policy, retry_limit, retry_delay, retry_backoff, retry_delay_max, expire_seconds,"
+        " retention_seconds, deletion_seconds, dead_letter, heartbeat_seconds, notify",
+    )
+    records = _recordset(p, "jobs", _SEND_RECORD)
+    # rows of one insert are created a microsecond apart, in input order: claim order
+    # (priority, created_on, id) is then insertion order, and the fetch index serves it
+    created_on = f"{now} + (r.ordinal - 1) * interval '1 microsecond'"
+    start_after, columns = _new_job(q, next_slot=next_slot, created_on=created_on)
     ctes = [queue, f"r AS (SELECT *, row_number() OVER () AS ordinal FROM {records})"]
     guard = ""
     if check_dead_letters:
@@ -268,8 +282,7 @@ def insert_jobs(
         f"added AS (INSERT INTO {q}.job ({', '.join(columns)})"
         f" SELECT {', '.join(columns.values())}"
         f" FROM r CROSS JOIN q CROSS JOIN LATERAL (SELECT {start_after} AS start_after) t"
-        f" {guard}{' ON CONFLICT DO NOTHING' if drop_conflicts else ''}"
-        " RETURNING id, start_after, created_on)"
+        f" {guard}{_conflicts(drop_conflicts)} RETURNING id, start_after, created_on)"
     )
     select = [
         "(SELECT count(*) FROM q)::int AS queues",
@@ -287,6 +300,37 @@ def insert_jobs(
             " AS notified"
         )
     return p.statement(f"WITH {', '.join(ctes)} SELECT {', '.join(select)}")
+
+
+@lru_cache(maxsize=32)
+def send_job(
+    q: str, *, notify: bool = False, next_slot: bool = False, drop_conflicts: bool = True
+) -> Statement:
+    """Insert one job given as a JSON object, unset options taken from the queue.
+
+    The single-row form of :func:`insert_jobs` (same on every backend): a plain
+    INSERT ... SELECT from the queue row and ``jsonb_to_record``, no CTEs, so
+    the server does a third less work for a send. Rows: ``id, policy`` (and,
+    with ``notify``, ``notified``) of the job inserted; none when the queue does
+    not exist or a policy or throttle index dropped the job.
+    """
+    p = Params()
+    now = _now(q)
+    start_after, columns = _new_job(q, next_slot=next_slot, created_on=now)
+    spec = ", ".join(f"{name} {kind}" for name, kind in _SEND_RECORD.items())
+    returning = "j.id, j.policy"
+    if notify:
+        returning += (
+            f", (SELECT count(pg_notify({p('channel')}::text, n.name)) FROM {q}.queue n"
+            f" WHERE n.name = j.name AND n.notify AND j.start_after <= {now})::int AS notified"
+        )
+    sql = (
+        f"INSERT INTO {q}.job AS j ({', '.join(columns)}) SELECT {', '.join(columns.values())}"
+        f" FROM {q}.queue q CROSS JOIN jsonb_to_record({p('job')}::jsonb) AS r({spec})"
+        f" CROSS JOIN LATERAL (SELECT {start_after} AS start_after) t"
+        f" WHERE q.name = {p('queue')}::text{_conflicts(drop_conflicts)} RETURNING {returning}"
+    )
+    return p.statement(sql)
 
 
 # --------------------------------------------------------------------------- fetch
