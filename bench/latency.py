@@ -5,7 +5,10 @@ worker keeps the default 2 s polling interval, so a wake-up that LISTEN/NOTIFY
 missed shows up as a polling delay in the tail. Each sample waits for the
 worker to go idle again (the handler, the complete and an empty fetch are
 over) before the next ``send``. The clock is ``time.perf_counter`` of the
-one process that both sends and handles.
+one process that both sends and handles. Each sample is also split in two:
+``send`` returning (its INSERT and commit, which waits for the server's WAL
+flush) and the wake after it (NOTIFY delivered, the worker's fetch and its
+commit, the handler called), so a tail can be told apart.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ async def wakeup_latency(spec: dict[str, Any]) -> dict[str, Any]:
 
     latencies: list[float] = []
     send_times: list[float] = []
+    wake_times: list[float] = []
     try:
         await boss.work(queue, handler)
         await asyncio.sleep(0.5)  # the first poll finds nothing; the worker now waits
@@ -70,6 +74,7 @@ async def wakeup_latency(spec: dict[str, Any]) -> dict[str, Any]:
             if i >= 0:
                 latencies.append((started[i] - t0) * 1000)
                 send_times.append((t1 - t0) * 1000)
+                wake_times.append((started[i] - t1) * 1000)
             await asyncio.sleep(IDLE_GAP_SECONDS)
     finally:
         await boss.stop(timeout=10)
@@ -80,4 +85,7 @@ async def wakeup_latency(spec: dict[str, Any]) -> dict[str, Any]:
         "max_ms": max(latencies),
         "mean_ms": statistics.fmean(latencies),
         "send_p50_ms": percentile(send_times, 50),
+        "send_p99_ms": percentile(send_times, 99),
+        "wake_p50_ms": percentile(wake_times, 50),
+        "wake_p99_ms": percentile(wake_times, 99),
     }

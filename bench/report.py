@@ -139,7 +139,11 @@ def _latency(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "p50_ms": stat([r["p50_ms"] for r in ok]),
         "p99_ms": stat([r["p99_ms"] for r in ok]),
         "max_ms": stat([r["max_ms"] for r in ok]),
-        "send_p50_ms": stat([r["send_p50_ms"] for r in ok]),
+        **{
+            key: stat([r[key] for r in ok])
+            for key in ("send_p50_ms", "send_p99_ms", "wake_p50_ms", "wake_p99_ms")
+            if ok and key in ok[0]
+        },
         "samples_per_run": ok[0]["samples"] if ok else 0,
     }
 
@@ -490,6 +494,13 @@ def _profile_table(
                 f" samples per run; max {_fig(entry['max_ms'], 'ms')}; send() itself"
                 f" {_fig(entry['send_p50_ms'], 'ms')} (p50)"
             )
+            if "wake_p99_ms" in entry:
+                legend.append(
+                    f"  - split: send() returning (INSERT + commit) p50"
+                    f" {_fig(entry['send_p50_ms'], 'ms')}, p99 {_fig(entry['send_p99_ms'], 'ms')};"
+                    f" after it, to the handler (NOTIFY, fetch + commit) p50"
+                    f" {_fig(entry['wake_p50_ms'], 'ms')}, p99 {_fig(entry['wake_p99_ms'], 'ms')}"
+                )
         else:
             if status == "unavailable":
                 lines.append(f"| {entry['label']} | {entry['note']} | — | | |")

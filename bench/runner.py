@@ -441,7 +441,10 @@ def _progress_line(scenario: Scenario, result: dict[str, Any]) -> None:
         if scenario.kind == "throughput":
             text = f"{side} {r['jobs'] / r['elapsed']:,.0f} jobs/s"
         elif scenario.kind == "latency":
-            text = f"p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms"
+            text = (
+                f"p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms"
+                f" (send p99 {r['send_p99_ms']:.2f}, wake after send p99 {r['wake_p99_ms']:.2f})"
+            )
         else:
             text = (
                 f"{r['queries_per_second']:.2f} q/s, {r['cpu_percent']:.2f}% CPU,"
