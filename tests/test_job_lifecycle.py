@@ -126,7 +126,13 @@ async def test_attempt_fence(ctx: Context) -> None:
     assert (await jobs.complete(ctx, "q", first)).affected == 0  # the lapsed attempt
     assert (await jobs.touch(ctx, "q", first)).affected == 0
     assert (await jobs.touch(ctx, "q", second)).affected == 1
-    assert (await jobs.complete(ctx, "q", second)).affected == 1
+    other = await jobs.send(ctx, "q")
+    [third] = await jobs.fetch(ctx, "q")
+    assert third.id == other
+    # one call, mixed: a lapsed attempt, a current one, and a plain id
+    mixed = await jobs.touch(ctx, "q", [first, third, second.id])
+    assert (mixed.requested, sorted(mixed.ids)) == (2, sorted([second.id, third.id]))
+    assert (await jobs.complete(ctx, "q", [first, second, third])).affected == 2
 
 
 async def test_cancel_resume(ctx: Context) -> None:
