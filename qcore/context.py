@@ -7,12 +7,22 @@ public facade and can be tested on their own.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from qcore.backend import Backend
 from qcore.db import Database
 from qcore.identifiers import quote, schema_name
 
-__all__ = ["Context"]
+__all__ = ["Context", "QueueRoute"]
+
+
+class QueueRoute(NamedTuple):
+    """What the hot statements need to know of a queue: its policy and its physical
+    job table (``job_common``, its own partition, or ``job`` in the single-table
+    shape). Neither changes while the queue exists."""
+
+    policy: str
+    table: str
 
 
 @dataclass(frozen=True)
@@ -28,9 +38,9 @@ class Context:
     schema: str = field(init=False)
     #: the schema quoted for SQL text
     q: str = field(init=False)
-    #: queue name -> policy, as last read (a queue's policy never changes; statements
-    #: built for a policy check it, so a queue recreated with another is noticed)
-    policies: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    #: queue name -> its route, as last read; statements built for a route check it
+    #: against the queue row, so a queue deleted or recreated elsewhere is noticed
+    routes: dict[str, QueueRoute] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         stored = schema_name(self.schema_spec)
@@ -44,5 +54,5 @@ class Context:
     def with_db(self, db: Database) -> Context:
         """The same context on another adapter (a caller's transaction, a bound connection)."""
         return Context(
-            db=db, backend=self.backend, schema_spec=self.schema_spec, policies=self.policies
+            db=db, backend=self.backend, schema_spec=self.schema_spec, routes=self.routes
         )

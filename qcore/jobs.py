@@ -24,13 +24,13 @@ from __future__ import annotations
 import datetime as dt
 import random
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from qcore import retry as retrying
 from qcore.backend import FetchStrategy, MutationStrategy
-from qcore.context import Context
+from qcore.context import Context, QueueRoute
 from qcore.db import Database, Json
 from qcore.errors import DatabaseError, QueueNotFoundError, UniqueViolation, ValidationError
 from qcore.job import CommandResult, Job
@@ -46,7 +46,7 @@ from qcore.options import (
     queue_name,
     records_json,
 )
-from qcore.queues import missing_queue, queue_policy, reduce_cached_counts
+from qcore.queues import missing_queue, queue_route, reduce_cached_counts
 from qcore.sql import jobs as sql
 from qcore.sql._statement import Statement
 from qcore.sql.locks import notify_channel
@@ -74,10 +74,13 @@ __all__ = [
     "touch",
 ]
 
+T = TypeVar("T")
+
 #: what the commands accept as job ids
 Ids = uuid.UUID | str | Job | Iterable[uuid.UUID | str | Job]
 
 _CHECK_VIOLATION = "23514"
+_UNDEFINED_TABLE = "42P01"
 _FOREIGN_KEY_VIOLATION = "23503"
 _MAX_BATCH = 1_000_000
 
@@ -230,50 +233,55 @@ async def _insert(
     runs again with it if one does (outside a caller's transaction only, which a
     conflict would abort)."""
     notify = ctx.backend.capabilities.listen_notify
+    channel = notify_channel(ctx.schema_spec) if notify else None
     check_dead_letters = any("dead_letter" in r for r in records)
     one = len(records) == 1 and not check_dead_letters  # send's plain INSERT ... SELECT
-    expect_no_conflict = (
-        ctx.policies.get(name) == "standard"
-        and not ctx.db.in_transaction
-        and not any("singleton_seconds" in r for r in records)
-    )
     # the array's one object, or the array
     payload = {"job": Json(records[0], text[1:-1])} if one else {"jobs": Json(records, text)}
-    for drop_conflicts in (False, True) if expect_no_conflict else (True,):
-        if one:
-            statement = sql.send_job(
-                ctx.q, notify=notify, next_slot=next_slot, drop_conflicts=drop_conflicts
-            )
-        else:
-            statement = sql.insert_jobs(
-                ctx.q,
-                notify=notify,
-                check_dead_letters=check_dead_letters,
-                next_slot=next_slot,
-                drop_conflicts=drop_conflicts,
-            )
-        params = statement.bind(
-            queue=name, channel=notify_channel(ctx.schema_spec) if notify else None, **payload
-        )
-        try:
-            rows = await retrying.execute(ctx, statement.sql, params)
-            break
-        except UniqueViolation:
-            if drop_conflicts:
-                raise
-        except DatabaseError as exc:
-            raise _insert_error(name, exc) from exc
+    throttled = any("singleton_seconds" in r for r in records)
+
+    async def attempt(route: QueueRoute) -> list[dict[str, Any]] | None:
+        expect_no_conflict = route.policy == "standard" and not throttled
+        drop_conflicts = not expect_no_conflict or ctx.db.in_transaction
+        while True:
+            if one:
+                statement = sql.send_job(
+                    ctx.q,
+                    notify=notify,
+                    next_slot=next_slot,
+                    drop_conflicts=drop_conflicts,
+                    table=route.table,
+                )
+            else:
+                statement = sql.insert_jobs(
+                    ctx.q,
+                    notify=notify,
+                    check_dead_letters=check_dead_letters,
+                    next_slot=next_slot,
+                    drop_conflicts=drop_conflicts,
+                    table=route.table,
+                )
+            params = statement.bind(queue=name, table=route.table, channel=channel, **payload)
+            try:
+                rows = await retrying.execute(ctx, statement.sql, params)
+            except UniqueViolation:
+                if drop_conflicts:
+                    raise
+                drop_conflicts = True  # a duplicate id: dropped, as pg-boss drops it
+                continue
+            except DatabaseError as exc:
+                if exc.sqlstate == _UNDEFINED_TABLE:
+                    raise
+                raise _insert_error(name, exc) from exc
+            found = bool(rows) if one else bool(rows[0]["queues"])
+            return rows if found else None
+
+    # a send that finds no row for an unchanged route was dropped by a policy index
+    dropped: list[dict[str, Any]] | None = [] if one else None
+    rows = await _routed(ctx, name, attempt, unchanged=dropped)
     if one:
-        if rows:
-            ctx.policies[name] = rows[0]["policy"]
-            return [rows[0]["id"]]
-        ctx.policies.pop(name, None)
-        await queue_policy(ctx, name)  # no row: an unknown queue (raises), or a dropped job
-        return []
+        return [rows[0]["id"]] if rows else []
     row = rows[0]
-    if not row["queues"]:
-        raise missing_queue(name)
-    ctx.policies[name] = row["policy"]
     if row.get("missing_dead_letters"):
         missing = sorted(row["missing_dead_letters"])
         raise QueueNotFoundError(
@@ -337,22 +345,25 @@ async def fetch(
         if not isinstance(value, bool):
             raise ValidationError(f"{option} must be True or False, got {value!r}")
     low, high = priority_bounds(min_priority, max_priority)
-    for _ in range(2):
-        policy = await queue_policy(ctx, name)
+    skip_locked = ctx.backend.fetch is FetchStrategy.SKIP_LOCKED
+
+    async def attempt(route: QueueRoute) -> list[Job] | None:
         statement = sql.fetch_jobs(
             ctx.q,
-            skip_locked=ctx.backend.fetch is FetchStrategy.SKIP_LOCKED,
-            policy=policy,
+            skip_locked=skip_locked,
+            policy=route.policy,
             priority=priority,
             order_by_created_on=order_by_created_on,
             ignore_start_after=ignore_start_after,
             min_priority=low is not None,
             max_priority=high is not None,
             include_metadata=include_metadata,
+            table=route.table,
         )
         params = statement.bind(
             queue=name,
-            policy=policy,
+            policy=route.policy,
+            table=route.table,
             limit=min(batch_size, 2**31 - 1),
             min_priority=low,
             max_priority=high,
@@ -363,9 +374,40 @@ async def fetch(
             if ctx.db.in_transaction:  # the caller's transaction is aborted: theirs to handle
                 raise
             return []  # another claimer took the key's slot first (singleton/stately index)
-        if rows:
-            return [Job.from_row(r) for r in rows if r["id"] is not None]
-        ctx.policies.pop(name, None)  # deleted, or recreated with another policy: read again
+        if not rows:
+            return None
+        return [Job.from_row(r) for r in rows if r["id"] is not None]
+
+    return await _routed(ctx, name, attempt)
+
+
+async def _routed(
+    ctx: Context,
+    name: str,
+    attempt: Callable[[QueueRoute], Awaitable[T | None]],
+    *,
+    unchanged: T | None = None,
+) -> T:
+    """Run ``attempt`` with the queue's route (policy and job table, read once per
+    context). None back means no queue row matched that route, and a missing table
+    that the table is gone: the queue was deleted, or recreated elsewhere. The route
+    is read again (QueueNotFoundError if the queue is gone) and the attempt made once
+    more; where that finds the same route, ``unchanged`` is the answer if given."""
+    route = await queue_route(ctx, name)
+    for _ in range(2):
+        try:
+            result = await attempt(route)
+        except DatabaseError as exc:
+            if exc.sqlstate != _UNDEFINED_TABLE or ctx.db.in_transaction:
+                raise
+            result = None
+        if result is not None:
+            return result
+        ctx.routes.pop(name, None)
+        fresh = await queue_route(ctx, name)
+        if fresh == route and unchanged is not None:
+            return unchanged
+        route = fresh
     raise missing_queue(name)
 
 
@@ -408,11 +450,19 @@ async def complete(
     queue_name(name)
     every, plain, fences = _ids(ids)
     output = normalize_output(data)
-    statement = sql.complete_jobs(ctx.q, fenced=bool(fences), include_queued=include_queued)
-    rows = await _run_command(
-        ctx, name, statement, every, output=_jsonb(output), **_fence_values(plain, fences)
-    )
-    return _result(every, [r["id"] for r in rows])
+
+    async def attempt(route: QueueRoute) -> list[dict[str, Any]] | None:
+        statement = sql.complete_jobs(
+            ctx.q, fenced=bool(fences), include_queued=include_queued, table=route.table
+        )
+        values = _fence_values(plain, fences)
+        params = statement.bind(
+            queue=name, ids=every, table=route.table, output=_jsonb(output), **values
+        )
+        rows = await retrying.execute(ctx, statement.sql, params)
+        return [r for r in rows if r["id"] is not None] if rows else None
+
+    return _result(every, [r["id"] for r in await _routed(ctx, name, attempt)])
 
 
 async def cancel(ctx: Context, name: str, ids: Ids) -> CommandResult:

@@ -16,7 +16,7 @@ import random
 from typing_extensions import Unpack
 
 from qcore import locks, retry
-from qcore.context import Context
+from qcore.context import Context, QueueRoute
 from qcore.db import Database, Json
 from qcore.errors import ConfigError, DatabaseError, QueueNotFoundError, ValidationError
 from qcore.identifiers import quote
@@ -134,15 +134,16 @@ async def _read_queue(ctx: Context, name: str) -> Queue | None:
     return Queue.from_row(rows[0]) if rows else None
 
 
-async def queue_policy(ctx: Context, name: str) -> str:
-    """The queue's policy, read once and remembered on the context (QueueNotFoundError)."""
-    policy = ctx.policies.get(name)
-    if policy is None:
+async def queue_route(ctx: Context, name: str) -> QueueRoute:
+    """The queue's policy and job table, read once and remembered on the context
+    (QueueNotFoundError)."""
+    route = ctx.routes.get(name)
+    if route is None:
         queue = await _read_queue(ctx, name)
         if queue is None:
             raise missing_queue(name)
-        policy = ctx.policies[name] = queue.policy
-    return policy
+        route = ctx.routes[name] = QueueRoute(queue.policy, queue.table_name)
+    return route
 
 
 async def get_queue(ctx: Context, name: str) -> Queue | None:
@@ -170,7 +171,7 @@ async def delete_queue(ctx: Context, name: str) -> None:
     partition dropped.
     """
     queue_name(name)
-    ctx.policies.pop(name, None)
+    ctx.routes.pop(name, None)
     queue = await _read_queue(ctx, name)
     if queue is None:
         return

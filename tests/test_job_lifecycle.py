@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from qcore import jobs, queues
+from qcore.backend import Backend
 from qcore.context import Context
 from qcore.db import Database
 from qcore.errors import ConfigError, QueueNotFoundError, ValidationError
@@ -369,6 +370,55 @@ async def test_fetch_notices_a_queue_recreated_with_another_policy(ctx: Context)
     await queues.delete_queue(elsewhere, "q")
     with pytest.raises(QueueNotFoundError):
         await jobs.fetch(ctx, "q")
+
+
+@pytest.fixture
+def partitioned(backend: Backend) -> Backend:
+    if not backend.schema.partitioned:
+        pytest.skip(f"{backend.name} keeps every queue in one shared job table")
+    return backend
+
+
+async def test_verbs_follow_a_queue_moved_to_another_table(
+    partitioned: Backend, ctx: Context
+) -> None:
+    """send, insert, fetch and complete go straight to the queue's physical job table,
+    as last read. Recreated elsewhere with its own partition, its partition dropped,
+    then recreated again: each verb notices, reads the queue again and acts on the
+    right table, or says the queue does not exist."""
+    await queues.create_queue(ctx, "q")
+    await jobs.send(ctx, "q")
+    [job] = await jobs.fetch(ctx, "q")
+    await jobs.complete(ctx, "q", job)  # every route is now read: job_common
+    elsewhere = Context(db=ctx.db, backend=ctx.backend, schema_spec=ctx.schema_spec)
+    await queues.delete_queue(elsewhere, "q")
+    await queues.create_queue(elsewhere, "q", partition=True)
+
+    sent = await jobs.send(ctx, "q")
+    assert sent is not None
+    assert await jobs.insert(ctx, "q", [{"data": 1}, {"data": 2}]) is not None
+    table = (await queues.get_queue(ctx, "q")).table_name  # type: ignore[union-attr]
+    assert table != "job_common"
+    assert await count(ctx, table, "name = $1", "q") == 3
+    claimed = await jobs.fetch(ctx, "q", batch_size=10)
+    assert claimed[0].id == sent and len(claimed) == 3
+    assert (await jobs.complete(ctx, "q", claimed)).affected == 3
+
+    await queues.delete_queue(elsewhere, "q")  # its partition is dropped
+    for verb in (
+        lambda: jobs.send(ctx, "q"),
+        lambda: jobs.insert(ctx, "q", [{"data": 1}, {"data": 2}]),
+        lambda: jobs.fetch(ctx, "q"),
+        lambda: jobs.complete(ctx, "q", claimed),
+    ):
+        with pytest.raises(QueueNotFoundError):
+            await verb()
+    await queues.create_queue(elsewhere, "q", partition=True)  # the same table name again
+    await jobs.fetch(ctx, "q")
+    await queues.delete_queue(elsewhere, "q")
+    await queues.create_queue(elsewhere, "q", partition=True)
+    assert await jobs.send(ctx, "q") is not None  # a table of that name, made anew
+    assert len(await jobs.fetch(ctx, "q")) == 1
 
 
 async def test_send_drops_a_policy_conflict_whatever_policy_it_last_saw(ctx: Context) -> None:

@@ -166,8 +166,24 @@ def _targets(p: Params, alias: str, fenced: bool) -> str:
     return where
 
 
-def _queue_cte(q: str, p: Params, columns: str = "name") -> str:
-    return f"q AS (SELECT {columns} FROM {q}.queue WHERE name = {p('queue')}::text)"
+def _queue_cte(q: str, p: Params, columns: str = "name", table: str | None = None) -> str:
+    return (
+        f"q AS (SELECT {columns} FROM {q}.queue WHERE name = {p('queue')}::text"
+        f"{_table_check(p, table)})"
+    )
+
+
+def _job_table(q: str, table: str | None) -> str:
+    """The table a statement addresses: the queue's own physical job table when the
+    caller knows it (as pg-boss does: no partition routing, no other partition
+    planned or locked), else ``job`` (partitioned: PostgreSQL routes by name)."""
+    return f"{q}.{quote(table)}" if table else f"{q}.job"
+
+
+def _table_check(p: Params, table: str | None, alias: str = "") -> str:
+    """With a known table: the queue row must still name it (else the statement finds
+    no queue, and the caller reads the route again)."""
+    return f" AND {alias}table_name = {p('table')}::text" if table else ""
 
 
 # --------------------------------------------------------------------------- insert
@@ -241,6 +257,7 @@ def insert_jobs(
     check_dead_letters: bool = False,
     next_slot: bool = False,
     drop_conflicts: bool = True,
+    table: str | None = None,
 ) -> Statement:
     """Insert a batch of jobs given as one JSON array, unset options taken from the queue.
 
@@ -251,7 +268,7 @@ def insert_jobs(
     ``notify`` adds pg_notify(channel, queue) when the queue has ``notify`` and
     a row is ready now (only where LISTEN/NOTIFY exists). ``check_dead_letters``
     inserts nothing if a job names a dead letter queue that does not exist, and
-    reports it. ``next_slot``: see :func:`_new_job`.
+    reports it. ``next_slot``: see :func:`_new_job`. ``table``: see :func:`_job_table`.
 
     Result (one row): ``queues`` (0 = unknown queue), ``policy``, ``ids`` (those
     inserted, in input order; the server makes the ids not given),
@@ -264,6 +281,7 @@ def insert_jobs(
         p,
         "name, policy, retry_limit, retry_delay, retry_backoff, retry_delay_max, expire_seconds,"
         " retention_seconds, deletion_seconds, dead_letter, heartbeat_seconds, notify",
+        table,
     )
     records = _recordset(p, "jobs", _SEND_RECORD)
     # rows of one insert are created a microsecond apart, in input order: claim order
@@ -279,7 +297,7 @@ def insert_jobs(
         )
         guard = "WHERE NOT EXISTS (SELECT 1 FROM missing)"
     ctes.append(
-        f"added AS (INSERT INTO {q}.job ({', '.join(columns)})"
+        f"added AS (INSERT INTO {_job_table(q, table)} ({', '.join(columns)})"
         f" SELECT {', '.join(columns.values())}"
         f" FROM r CROSS JOIN q CROSS JOIN LATERAL (SELECT {start_after} AS start_after) t"
         f" {guard}{_conflicts(drop_conflicts)} RETURNING id, start_after, created_on)"
@@ -304,7 +322,12 @@ def insert_jobs(
 
 @lru_cache(maxsize=32)
 def send_job(
-    q: str, *, notify: bool = False, next_slot: bool = False, drop_conflicts: bool = True
+    q: str,
+    *,
+    notify: bool = False,
+    next_slot: bool = False,
+    drop_conflicts: bool = True,
+    table: str | None = None,
 ) -> Statement:
     """Insert one job given as a JSON object, unset options taken from the queue.
 
@@ -312,7 +335,8 @@ def send_job(
     INSERT ... SELECT from the queue row and ``jsonb_to_record``, no CTEs, so
     the server does a third less work for a send. Rows: ``id, policy`` (and,
     with ``notify``, ``notified``) of the job inserted; none when the queue does
-    not exist or a policy or throttle index dropped the job.
+    not exist (or no longer has ``table``) or a policy or throttle index dropped
+    the job.
     """
     p = Params()
     now = _now(q)
@@ -325,10 +349,12 @@ def send_job(
             f" WHERE n.name = j.name AND n.notify AND j.start_after <= {now})::int AS notified"
         )
     sql = (
-        f"INSERT INTO {q}.job AS j ({', '.join(columns)}) SELECT {', '.join(columns.values())}"
+        f"INSERT INTO {_job_table(q, table)} AS j ({', '.join(columns)})"
+        f" SELECT {', '.join(columns.values())}"
         f" FROM {q}.queue q CROSS JOIN jsonb_to_record({p('job')}::jsonb) AS r({spec})"
         f" CROSS JOIN LATERAL (SELECT {start_after} AS start_after) t"
-        f" WHERE q.name = {p('queue')}::text{_conflicts(drop_conflicts)} RETURNING {returning}"
+        f" WHERE q.name = {p('queue')}::text{_table_check(p, table, 'q.')}"
+        f"{_conflicts(drop_conflicts)} RETURNING {returning}"
     )
     return p.statement(sql)
 
@@ -348,9 +374,10 @@ def fetch_jobs(
     min_priority: bool = False,
     max_priority: bool = False,
     include_metadata: bool = False,
+    table: str | None = None,
 ) -> Statement:
-    """Claim up to ``limit`` ready jobs of a queue with ``policy``: mark them active and
-    return them.
+    """Claim up to ``limit`` ready jobs of a queue with ``policy`` (in ``table``, see
+    :func:`_job_table`): mark them active and return them.
 
     One statement, built for one policy so the server plans only what that policy
     needs (a queue's policy never changes; the statement checks it). ``skip_locked``
@@ -370,10 +397,11 @@ def fetch_jobs(
 
     Rows: the claimed jobs (``FETCH_COLUMNS`` or, with ``include_metadata``,
     every column) in claim order; one row of NULLs when none; no row, and nothing
-    claimed, when the queue does not exist or has another policy.
+    claimed, when the queue does not exist or has another policy or table.
     """
     p = Params()
     now = _now(q)
+    jobs = _job_table(q, table)
     due = "" if ignore_start_after else f" AND j.start_after <= {now}"
     bounds = ""
     if min_priority:
@@ -388,7 +416,7 @@ def fetch_jobs(
     if policy == "key_strict_fifo":
         other_due = "" if ignore_start_after else f" AND o.start_after <= {now}"
         shape = (
-            f" AND NOT EXISTS (SELECT 1 FROM {q}.job o WHERE o.name = {p('queue')}::text"
+            f" AND NOT EXISTS (SELECT 1 FROM {jobs} o WHERE o.name = {p('queue')}::text"
             " AND o.singleton_key = j.singleton_key AND o.id <> j.id"
             " AND (o.state IN ('retry', 'active', 'failed')"
             " OR (j.state = 'created' AND o.state = 'created' AND NOT o.blocked"
@@ -396,7 +424,7 @@ def fetch_jobs(
         )
     elif policy in ("singleton", "stately"):
         shape = (
-            f" AND NOT EXISTS (SELECT 1 FROM {q}.job a WHERE a.name = {p('queue')}::text"
+            f" AND NOT EXISTS (SELECT 1 FROM {jobs} a WHERE a.name = {p('queue')}::text"
             " AND a.state = 'active' AND a.policy = j.policy"
             " AND COALESCE(a.singleton_key, '') = COALESCE(j.singleton_key, ''))"
         )
@@ -407,10 +435,10 @@ def fetch_jobs(
     columns = JOB_COLUMNS if include_metadata else FETCH_COLUMNS
     ctes = [
         f"q AS (SELECT name FROM {q}.queue WHERE name = {p('queue')}::text"
-        f" AND policy = {p('policy')}::text)",
+        f" AND policy = {p('policy')}::text{_table_check(p, table)})",
         f"""candidates AS (
   SELECT j.id, j.singleton_key, j.priority, j.created_on
-  FROM {q}.job j
+  FROM {jobs} j
   WHERE EXISTS (SELECT 1 FROM q) AND j.name = {p("queue")}::text AND j.state < 'active'
     AND NOT j.blocked{due}{bounds}{shape}
   {order} LIMIT {p("limit")}::int{lock}
@@ -427,7 +455,7 @@ def fetch_jobs(
         chosen = "chosen"
     ctes.append(
         f"""claimed AS (
-  UPDATE {q}.job j SET state = 'active', started_on = {now}, heartbeat_on = {now},
+  UPDATE {jobs} j SET state = 'active', started_on = {now}, heartbeat_on = {now},
     retry_count = CASE WHEN j.started_on IS NULL THEN j.retry_count ELSE j.retry_count + 1 END
   FROM {chosen} c
   WHERE j.name = {p("queue")}::text AND j.id = c.id{recheck}
@@ -441,20 +469,23 @@ def fetch_jobs(
 # --------------------------------------------------------------------------- settle
 
 
-def _command(q: str, p: Params, mutation: str, result: str = "id") -> str:
+def _command(q: str, p: Params, mutation: str, result: str = "id", table: str | None = None) -> str:
     """A command CTE wrapped in the queue guard: rows ``queue, <result columns>``."""
     cols = ", ".join(f"done.{c}" for c in result.split(", "))
     return (
-        f"WITH {_queue_cte(q, p)}, done AS ({mutation})"
+        f"WITH {_queue_cte(q, p, table=table)}, done AS ({mutation})"
         f" SELECT q.name AS queue, {cols} FROM q LEFT JOIN done ON true"
     )
 
 
-@lru_cache(maxsize=16)
-def complete_jobs(q: str, *, fenced: bool = False, include_queued: bool = False) -> Statement:
+@lru_cache(maxsize=256)
+def complete_jobs(
+    q: str, *, fenced: bool = False, include_queued: bool = False, table: str | None = None
+) -> Statement:
     """Mark active jobs completed with an output (same on every backend: one UPDATE).
 
     ``include_queued`` also completes queued jobs and releases flow-blocked ones.
+    ``table``: see :func:`_job_table`.
     """
     p = Params()
     now = _now(q)
@@ -462,11 +493,11 @@ def complete_jobs(q: str, *, fenced: bool = False, include_queued: bool = False)
     state = "j.state < 'completed'" if include_queued else "j.state = 'active'"
     release = ", blocked = false, pending_dependencies = 0" if include_queued else ""
     mutation = (
-        f"UPDATE {q}.job j SET state = 'completed', completed_on = {now},"
+        f"UPDATE {_job_table(q, table)} j SET state = 'completed', completed_on = {now},"
         f" output = {p('output')}::jsonb{release}"
         f" WHERE {where} AND {state} RETURNING j.id"
     )
-    return p.statement(_command(q, p, mutation))
+    return p.statement(_command(q, p, mutation, table=table))
 
 
 @lru_cache(maxsize=8)
