@@ -422,16 +422,19 @@ def _ids(ids: object) -> tuple[list[uuid.UUID], list[uuid.UUID], list[str]]:
 async def _run_command(
     ctx: Context,
     name: str,
-    statement: Statement,
+    build: Callable[[str], Statement],
     every: list[uuid.UUID],
     **values: Any,
 ) -> list[dict[str, Any]]:
-    rows = await retrying.execute(
-        ctx, statement.sql, statement.bind(queue=name, ids=every, **values)
-    )
-    if not rows:
-        raise missing_queue(name)
-    return [r for r in rows if r["id"] is not None]
+    """Run a command built for the queue's job table (``build(table)``); its rows."""
+
+    async def attempt(route: QueueRoute) -> list[dict[str, Any]] | None:
+        statement = build(route.table)
+        params = statement.bind(queue=name, ids=every, table=route.table, **values)
+        rows = await retrying.execute(ctx, statement.sql, params)
+        return [r for r in rows if r["id"] is not None] if rows else None
+
+    return await _routed(ctx, name, attempt)
 
 
 def _result(every: list[uuid.UUID], ids: list[uuid.UUID]) -> CommandResult:
@@ -469,8 +472,13 @@ async def cancel(ctx: Context, name: str, ids: Ids) -> CommandResult:
     """Cancel jobs that are not finished yet (queued or active)."""
     queue_name(name)
     every, plain, fences = _ids(ids)
-    statement = sql.cancel_jobs(ctx.q, fenced=bool(fences))
-    rows = await _run_command(ctx, name, statement, every, **_fence_values(plain, fences))
+    rows = await _run_command(
+        ctx,
+        name,
+        lambda table: sql.cancel_jobs(ctx.q, fenced=bool(fences), table=table),
+        every,
+        **_fence_values(plain, fences),
+    )
     return _result(every, [r["id"] for r in rows])
 
 
@@ -478,7 +486,7 @@ async def resume(ctx: Context, name: str, ids: Ids) -> CommandResult:
     """Bring cancelled jobs back to created (they run no earlier than now)."""
     queue_name(name)
     every, _, _ = _ids(ids)
-    rows = await _run_command(ctx, name, sql.resume_jobs(ctx.q), every)
+    rows = await _run_command(ctx, name, lambda table: sql.resume_jobs(ctx.q, table=table), every)
     retained = sum(1 for r in rows if r["retained"])
     await reduce_cached_counts(ctx, name, retained=retained, total=0)
     return _result(every, [r["id"] for r in rows])
@@ -490,9 +498,14 @@ async def retry(ctx: Context, name: str, ids: Ids) -> CommandResult:
     queue_name(name)
     every, _, _ = _ids(ids)
     notify = ctx.backend.capabilities.listen_notify
-    statement = sql.retry_jobs(ctx.q, notify=notify)
     channel = notify_channel(ctx.schema_spec) if notify else None
-    rows = await _run_command(ctx, name, statement, every, channel=channel)
+    rows = await _run_command(
+        ctx,
+        name,
+        lambda table: sql.retry_jobs(ctx.q, notify=notify, table=table),
+        every,
+        channel=channel,
+    )
     return _result(every, [r["id"] for r in rows])
 
 
@@ -500,8 +513,13 @@ async def delete_job(ctx: Context, name: str, ids: Ids) -> CommandResult:
     """Delete jobs, whatever their state."""
     queue_name(name)
     every, plain, fences = _ids(ids)
-    statement = sql.delete_jobs(ctx.q, fenced=bool(fences))
-    rows = await _run_command(ctx, name, statement, every, **_fence_values(plain, fences))
+    rows = await _run_command(
+        ctx,
+        name,
+        lambda table: sql.delete_jobs(ctx.q, fenced=bool(fences), table=table),
+        every,
+        **_fence_values(plain, fences),
+    )
     retained = sum(1 for r in rows if r["retained"])
     await reduce_cached_counts(ctx, name, retained=retained, total=retained)
     return _result(every, [r["id"] for r in rows])
@@ -512,8 +530,13 @@ async def touch(ctx: Context, name: str, ids: Ids) -> CommandResult:
     (a job missing from it is no longer active, or no longer in that attempt)."""
     queue_name(name)
     every, plain, fences = _ids(ids)
-    statement = sql.touch_jobs(ctx.q, fenced=bool(fences))
-    rows = await _run_command(ctx, name, statement, every, **_fence_values(plain, fences))
+    rows = await _run_command(
+        ctx,
+        name,
+        lambda table: sql.touch_jobs(ctx.q, fenced=bool(fences), table=table),
+        every,
+        **_fence_values(plain, fences),
+    )
     return _result(every, [r["id"] for r in rows])
 
 
@@ -538,9 +561,13 @@ async def fail(ctx: Context, name: str, ids: Ids, data: Any = None) -> CommandRe
     every, plain, fences = _ids(ids)
     output = normalize_output(data)
     if ctx.backend.mutation is MutationStrategy.CTE:
-        statement = sql.fail_jobs(ctx.q, fenced=bool(fences))
         rows = await _run_command(
-            ctx, name, statement, every, output=_jsonb(output), **_fence_values(plain, fences)
+            ctx,
+            name,
+            lambda _table: sql.fail_jobs(ctx.q, fenced=bool(fences)),  # re-inserts via job
+            every,
+            output=_jsonb(output),
+            **_fence_values(plain, fences),
         )
         return _result(every, [r["id"] for r in rows])
 

@@ -410,6 +410,9 @@ async def test_verbs_follow_a_queue_moved_to_another_table(
         lambda: jobs.insert(ctx, "q", [{"data": 1}, {"data": 2}]),
         lambda: jobs.fetch(ctx, "q"),
         lambda: jobs.complete(ctx, "q", claimed),
+        lambda: jobs.cancel(ctx, "q", claimed),
+        lambda: jobs.touch(ctx, "q", claimed),
+        lambda: jobs.delete_job(ctx, "q", sent),
     ):
         with pytest.raises(QueueNotFoundError):
             await verb()
@@ -417,8 +420,12 @@ async def test_verbs_follow_a_queue_moved_to_another_table(
     await jobs.fetch(ctx, "q")
     await queues.delete_queue(elsewhere, "q")
     await queues.create_queue(elsewhere, "q", partition=True)
-    assert await jobs.send(ctx, "q") is not None  # a table of that name, made anew
+    again = await jobs.send(ctx, "q")  # a table of that name, made anew
+    assert again is not None
+    assert (await jobs.cancel(ctx, "q", again)).affected == 1
+    assert (await jobs.resume(ctx, "q", again)).affected == 1
     assert len(await jobs.fetch(ctx, "q")) == 1
+    assert (await jobs.delete_job(ctx, "q", again)).affected == 1
 
 
 async def test_send_drops_a_policy_conflict_whatever_policy_it_last_saw(ctx: Context) -> None:
