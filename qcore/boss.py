@@ -597,7 +597,6 @@ class Boss:
             events=self.events,
             listening=self._listening,
             on_change=self._wip.changed,
-            unlocked_claims=self.backend.fetch is FetchStrategy.ATOMIC_UPDATE,
         )
         self._workers[worker.id] = worker
         worker.start()

@@ -492,10 +492,11 @@ def _refresh_seconds(jobs: Sequence[Job], option: float | None) -> float | None:
 
 
 def _lanes(local_concurrency: int) -> int:
-    """How many fetch (and complete) statements a worker's loops may have in flight at
-    once: two, one more per four loops past eight. Measured on the drain benchmarks
-    (batch 1 with 8 loops, batch 100 with 4): one lane serialises too much, one per loop
-    merges nothing; two keep the database busy while the statements stay full."""
+    """How many complete statements a worker's loops may have in flight at once: two,
+    one more per four loops past eight (fetches: one). Measured on the drain
+    benchmarks (batch 1 with 8 loops, batch 100 with 4): one fetch in flight and the
+    others merged into the next claims the most per second; completes, which never
+    collide, keep the database busy in two lanes while their statements stay full."""
     if local_concurrency == 1:
         return 1
     return max(2, local_concurrency // 4)
@@ -634,7 +635,6 @@ class Worker:
         events: Events,
         listening: Callable[[str], bool] | None = None,
         on_change: Callable[[], None] | None = None,
-        unlocked_claims: bool = False,
     ) -> None:
         queue_name(name)
         if not callable(handler):
@@ -658,13 +658,11 @@ class Worker:
         }
         self._gate = _Gate()
         # loops fetching or completing at the same moment share one statement
-        lanes = _lanes(options.local_concurrency)
-        # unlocked claims (atomic-update fetch) in flight together would race for one set of rows
-        self._fetch: Coalescer[Context, list[Job]] = Coalescer(
-            self._fetch_for, 1 if unlocked_claims else lanes
-        )
+        # one fetch in flight: loops asking meanwhile share the next (unlocked claims in
+        # flight together would also race for one set of rows); completes in lanes
+        self._fetch: Coalescer[Context, list[Job]] = Coalescer(self._fetch_for)
         self._complete: Coalescer[tuple[Context, list[Job]], None] = Coalescer(
-            self._complete_for, lanes
+            self._complete_for, _lanes(options.local_concurrency)
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._slots: list[_Slot] = []
