@@ -14,6 +14,11 @@ Everything else is one statement on every backend. Statements outside a
 caller's transaction are run again on a retryable failure (``qcore.retry``);
 inside one they are the caller's to run again.
 
+Most verbs address the queue's own physical job table, as pg-boss does (no
+partition routing, no other partition planned or locked): its route, the
+policy and table read once per context and checked by every statement, so a
+queue deleted or recreated by another process is noticed and read again.
+
 Ids may be given as a UUID, its string, a :class:`~qcore.job.Job`, or a list
 of these. A ``Job`` fences the command on the attempt it was fetched in
 (``retry_count``): a worker whose claim lapsed cannot settle a newer attempt.
@@ -83,6 +88,39 @@ _CHECK_VIOLATION = "23514"
 _UNDEFINED_TABLE = "42P01"
 _FOREIGN_KEY_VIOLATION = "23503"
 _MAX_BATCH = 1_000_000
+
+
+# --------------------------------------------------------------------------- routes
+
+
+async def _routed(
+    ctx: Context,
+    name: str,
+    attempt: Callable[[QueueRoute], Awaitable[T | None]],
+    *,
+    unchanged: T | None = None,
+) -> T:
+    """Run ``attempt`` with the queue's route (policy and job table, read once per
+    context). None back means no queue row matched that route, and a missing table
+    that the table is gone: the queue was deleted, or recreated elsewhere. The route
+    is read again (QueueNotFoundError if the queue is gone) and the attempt made once
+    more; where that finds the same route, ``unchanged`` is the answer if given."""
+    route = await queue_route(ctx, name)
+    for _ in range(2):
+        try:
+            result = await attempt(route)
+        except DatabaseError as exc:
+            if exc.sqlstate != _UNDEFINED_TABLE or ctx.db.in_transaction:
+                raise
+            result = None
+        if result is not None:
+            return result
+        ctx.routes.pop(name, None)
+        fresh = await queue_route(ctx, name)
+        if fresh == route and unchanged is not None:
+            return unchanged
+        route = fresh
+    raise missing_queue(name)
 
 
 # --------------------------------------------------------------------------- send / insert
@@ -226,12 +264,12 @@ async def insert(
 async def _insert(
     ctx: Context, name: str, records: list[JobRecord], text: str, *, next_slot: bool = False
 ) -> list[uuid.UUID]:
-    """Run the insert statement for ``records`` (``text``: their JSON array).
+    """Run the insert statement for ``records`` (``text``: their JSON array): one
+    job through send's plain INSERT ... SELECT, a batch through the recordset.
 
-    Into a queue last seen with the standard policy, and without throttling, only a
-    duplicate id can conflict: the statement then skips ON CONFLICT (cheaper) and
-    runs again with it if one does (outside a caller's transaction only, which a
-    conflict would abort)."""
+    Into a standard queue, without throttling, only a duplicate id can conflict:
+    the statement then skips ON CONFLICT (cheaper) and runs again with it if one
+    does (outside a caller's transaction only, which a conflict would abort)."""
     notify = ctx.backend.capabilities.listen_notify
     channel = notify_channel(ctx.schema_spec) if notify else None
     check_dead_letters = any("dead_letter" in r for r in records)
@@ -379,36 +417,6 @@ async def fetch(
         return [Job.from_row(r) for r in rows if r["id"] is not None]
 
     return await _routed(ctx, name, attempt)
-
-
-async def _routed(
-    ctx: Context,
-    name: str,
-    attempt: Callable[[QueueRoute], Awaitable[T | None]],
-    *,
-    unchanged: T | None = None,
-) -> T:
-    """Run ``attempt`` with the queue's route (policy and job table, read once per
-    context). None back means no queue row matched that route, and a missing table
-    that the table is gone: the queue was deleted, or recreated elsewhere. The route
-    is read again (QueueNotFoundError if the queue is gone) and the attempt made once
-    more; where that finds the same route, ``unchanged`` is the answer if given."""
-    route = await queue_route(ctx, name)
-    for _ in range(2):
-        try:
-            result = await attempt(route)
-        except DatabaseError as exc:
-            if exc.sqlstate != _UNDEFINED_TABLE or ctx.db.in_transaction:
-                raise
-            result = None
-        if result is not None:
-            return result
-        ctx.routes.pop(name, None)
-        fresh = await queue_route(ctx, name)
-        if fresh == route and unchanged is not None:
-            return unchanged
-        route = fresh
-    raise missing_queue(name)
 
 
 # --------------------------------------------------------------------------- commands
