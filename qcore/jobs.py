@@ -247,9 +247,6 @@ async def insert(
     for i, job in enumerate(jobs):
         if not isinstance(job, Mapping):
             raise ValidationError(f"jobs[{i}] must be a mapping, got {type(job).__name__}")
-        if len(job) == 1 and "data" in job:  # nothing but a payload (checked when encoded)
-            records.append({"data": job["data"]})
-            continue
         if "singleton_next_slot" in job:
             raise ValidationError(f"jobs[{i}]: singleton_next_slot is for send() only")
         options = {k: v for k, v in job.items() if k != "data"}
@@ -461,19 +458,17 @@ async def complete(
     queue_name(name)
     every, plain, fences = _ids(ids)
     output = normalize_output(data)
-
-    async def attempt(route: QueueRoute) -> list[dict[str, Any]] | None:
-        statement = sql.complete_jobs(
-            ctx.q, fenced=bool(fences), include_queued=include_queued, table=route.table
-        )
-        values = _fence_values(plain, fences)
-        params = statement.bind(
-            queue=name, ids=every, table=route.table, output=_jsonb(output), **values
-        )
-        rows = await retrying.execute(ctx, statement.sql, params)
-        return [r for r in rows if r["id"] is not None] if rows else None
-
-    return _result(every, [r["id"] for r in await _routed(ctx, name, attempt)])
+    rows = await _run_command(
+        ctx,
+        name,
+        lambda table: sql.complete_jobs(
+            ctx.q, fenced=bool(fences), include_queued=include_queued, table=table
+        ),
+        every,
+        output=_jsonb(output),
+        **_fence_values(plain, fences),
+    )
+    return _result(every, [r["id"] for r in rows])
 
 
 async def cancel(ctx: Context, name: str, ids: Ids) -> CommandResult:

@@ -390,6 +390,8 @@ def job_record(data: Any = None, **options: Any) -> JobRecord:
         )
     given = {k: v for k, v in options.items() if v is not None}
     record: JobRecord = {"data": data}
+    if not given:  # a payload alone (the bulk case): nothing more to check
+        return record
     if "id" in given:
         record["id"] = str(job_id(given["id"]))
     if "priority" in given:

@@ -270,8 +270,8 @@ def insert_jobs(
     inserts nothing if a job names a dead letter queue that does not exist, and
     reports it. ``next_slot``: see :func:`_new_job`. ``table``: see :func:`_job_table`.
 
-    Result (one row): ``queues`` (0 = unknown queue), ``policy``, ``ids`` (those
-    inserted, in input order; the server makes the ids not given),
+    Result (one row): ``queues`` (0 = unknown queue), ``ids`` (those inserted, in
+    input order; the server makes the ids not given),
     ``missing_dead_letters``, ``notified``.
     """
     p = Params()
@@ -304,7 +304,6 @@ def insert_jobs(
     )
     select = [
         "(SELECT count(*) FROM q)::int AS queues",
-        "(SELECT policy FROM q) AS policy",
         # created_on is distinct per row and follows the input: the ids in input order
         "COALESCE((SELECT array_agg(id ORDER BY created_on) FROM added), ARRAY[]::uuid[]) AS ids",
     ]
@@ -333,7 +332,7 @@ def send_job(
 
     The single-row form of :func:`insert_jobs` (same on every backend): a plain
     INSERT ... SELECT from the queue row and ``jsonb_to_record``, no CTEs, so
-    the server does a third less work for a send. Rows: ``id, policy`` (and,
+    the server does a third less work for a send. Rows: ``id`` (and,
     with ``notify``, ``notified``) of the job inserted; none when the queue does
     not exist (or no longer has ``table``) or a policy or throttle index dropped
     the job.
@@ -342,7 +341,7 @@ def send_job(
     now = _now(q)
     start_after, columns = _new_job(q, next_slot=next_slot, created_on=now)
     spec = ", ".join(f"{name} {kind}" for name, kind in _SEND_RECORD.items())
-    returning = "j.id, j.policy"
+    returning = "j.id"
     if notify:
         returning += (
             f", (SELECT count(pg_notify({p('channel')}::text, n.name)) FROM {q}.queue n"
