@@ -47,6 +47,7 @@ from qcore.options import (
     job_id,
     job_record,
     normalize_output,
+    payloads_json,
     priority_bounds,
     queue_name,
     records_json,
@@ -243,6 +244,11 @@ async def insert(
         raise ValidationError(f"jobs must be a list of mappings, got {type(jobs).__name__}")
     if len(jobs) > _MAX_BATCH:
         raise ValidationError(f"at most {_MAX_BATCH} jobs per insert, got {len(jobs)}")
+    if len(jobs) > 1 and all(type(job) is dict and len(job) == 1 and "data" in job for job in jobs):
+        # data alone (the bulk case): no option to check, the server expands the payloads
+        payloads = [job["data"] for job in jobs]
+        ids = await _insert(ctx, name, payloads, payloads_json(payloads), payloads=True)
+        return ids if return_id else None
     records = []
     for i, job in enumerate(jobs):
         if not isinstance(job, Mapping):
@@ -259,21 +265,29 @@ async def insert(
 
 
 async def _insert(
-    ctx: Context, name: str, records: list[JobRecord], text: str, *, next_slot: bool = False
+    ctx: Context,
+    name: str,
+    records: list[JobRecord] | list[Any],
+    text: str,
+    *,
+    next_slot: bool = False,
+    payloads: bool = False,
 ) -> list[uuid.UUID]:
     """Run the insert statement for ``records`` (``text``: their JSON array): one
     job through send's plain INSERT ... SELECT, a batch through the recordset.
+    With ``payloads`` the records are a batch's ``data`` alone (no options).
 
     Into a standard queue, without throttling, only a duplicate id can conflict:
     the statement then skips ON CONFLICT (cheaper) and runs again with it if one
     does (outside a caller's transaction only, which a conflict would abort)."""
     notify = ctx.backend.capabilities.listen_notify
     channel = notify_channel(ctx.schema_spec) if notify else None
-    check_dead_letters = any("dead_letter" in r for r in records)
-    one = len(records) == 1 and not check_dead_letters  # send's plain INSERT ... SELECT
+    check_dead_letters = not payloads and any("dead_letter" in r for r in records)
+    # send's plain INSERT ... SELECT
+    one = len(records) == 1 and not check_dead_letters and not payloads
     # the array's one object, or the array
     payload = {"job": Json(records[0], text[1:-1])} if one else {"jobs": Json(records, text)}
-    throttled = any("singleton_seconds" in r for r in records)
+    throttled = not payloads and any("singleton_seconds" in r for r in records)
 
     async def attempt(route: QueueRoute) -> list[dict[str, Any]] | None:
         expect_no_conflict = route.policy == "standard" and not throttled
@@ -295,6 +309,7 @@ async def _insert(
                     next_slot=next_slot,
                     drop_conflicts=drop_conflicts,
                     table=route.table,
+                    payloads=payloads,
                 )
             params = statement.bind(queue=name, table=route.table, channel=channel, **payload)
             try:

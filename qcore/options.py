@@ -17,7 +17,7 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, TypedDict
 
 from qcore.errors import ValidationError
@@ -155,14 +155,24 @@ def check_json(name: str, value: Any) -> Any:
 def records_json(records: list[JobRecord], *, numbered: bool) -> str:
     """The job records as one JSON array, encoded once; ValidationError (naming the job
     when ``numbered``) if a job's ``data`` cannot be stored as jsonb."""
+    return _jsonb_array(records, lambda record: record["data"], numbered=numbered)
+
+
+def payloads_json(payloads: list[Any]) -> str:
+    """Jobs given by their ``data`` alone as one JSON array of those payloads, checked
+    as :func:`records_json` checks ``data``."""
+    return _jsonb_array(payloads, lambda data: data, numbered=True)
+
+
+def _jsonb_array(items: list[Any], data_of: Callable[[Any], Any], *, numbered: bool) -> str:
     try:
-        text = json.dumps(records, allow_nan=False, separators=(",", ":"))
+        text = json.dumps(items, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError):
         text = None
     if text is None or "\\u0000" in text:  # find the job at fault (or a false alarm)
-        for i, record in enumerate(records):
+        for i, item in enumerate(items):
             try:
-                check_json("data", record["data"])
+                check_json("data", data_of(item))
             except ValidationError as exc:
                 raise ValidationError(f"jobs[{i}]: {exc}" if numbered else str(exc)) from None
     assert text is not None  # every other field is validated: only data can fail

@@ -269,6 +269,30 @@ async def test_insert_batch_inherits_from_the_queue(ctx: Context) -> None:
     assert await count(ctx, "job", "name = $1", "q") == 3
 
 
+async def test_a_batch_of_payloads_alone_gets_the_rows_options_would(ctx: Context) -> None:
+    """Jobs given by ``data`` alone travel as bare payloads (the bulk path); their rows
+    are those of the same jobs with an option that changes nothing."""
+    await queues.create_queue(ctx, "dlq")
+    await queues.create_queue(
+        ctx, "q", retry_limit=5, retry_backoff=True, retry_delay_max=60, dead_letter="dlq"
+    )
+    payloads: list[Any] = [{"n": 1}, None, [1, "two"], "text", 0]
+    bare = await jobs.insert(ctx, "q", [{"data": p} for p in payloads])
+    optioned = await jobs.insert(ctx, "q", [{"data": p, "priority": 0} for p in payloads])
+    assert bare is not None and optioned is not None and len(bare) == len(optioned) == 5
+    volatile = {"id", "created_on", "start_after", "keep_until"}
+    for a, b in zip(bare, optioned, strict=True):
+        one, other = await row(ctx, a), await row(ctx, b)
+        assert {k: v for k, v in one.items() if k not in volatile} == {
+            k: v for k, v in other.items() if k not in volatile
+        }
+        assert one["keep_until"] - one["start_after"] == other["keep_until"] - other["start_after"]
+    # a null payload is SQL NULL on both paths (not the jsonb value null)
+    assert await count(ctx, "job", "name = $1 AND data IS NULL", "q") == 2
+    created = [(await row(ctx, i))["created_on"] for i in bare]
+    assert created == sorted(created) and len(set(created)) == 5
+
+
 async def test_insert_skips_duplicates_and_keeps_order(ctx: Context) -> None:
     await queues.create_queue(ctx, "q")
     first = uuid.uuid4()
@@ -692,6 +716,7 @@ async def test_unknown_queue_writes_nothing(ctx: Context) -> None:
     calls = [
         jobs.send(ctx, "ghost", {"a": 1}),
         jobs.insert(ctx, "ghost", [{"data": 1}]),
+        jobs.insert(ctx, "ghost", [{"data": 1}, {"data": 2}]),
         jobs.fetch(ctx, "ghost"),
         jobs.complete(ctx, "ghost", sent),
         jobs.fail(ctx, "ghost", sent),
@@ -747,6 +772,9 @@ async def test_bad_input_writes_nothing(ctx: Context) -> None:
         (jobs.send(ctx, "fifo", {"no": "key"}), "key_strict_fifo"),
         (jobs.insert(ctx, "q", [{"data": 1}, {"bogus": 1}]), "jobs\\[1\\]: unknown job option"),
         (jobs.insert(ctx, "fifo", [{"singleton_key": "k"}, {}]), "key_strict_fifo"),
+        (jobs.insert(ctx, "fifo", [{"data": 1}, {"data": 2}]), "key_strict_fifo"),
+        (jobs.insert(ctx, "q", [{"data": 1}, {"data": float("nan")}]), "jobs\\[1\\]: data must"),
+        (jobs.insert(ctx, "q", [{"data": "a"}, {"data": {"k": "\x00"}}]), "jobs\\[1\\]: data con"),
         (jobs.fetch(ctx, "q", batch_size=0), "batch_size"),
         (queues.update_queue(ctx, "q", policy="short"), "cannot change"),
         (queues.update_queue(ctx, "q", partition=True), "cannot change"),

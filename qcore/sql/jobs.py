@@ -258,11 +258,15 @@ def insert_jobs(
     next_slot: bool = False,
     drop_conflicts: bool = True,
     table: str | None = None,
+    payloads: bool = False,
 ) -> Statement:
     """Insert a batch of jobs given as one JSON array, unset options taken from the queue.
 
     Same on every backend: one INSERT ... SELECT from ``jsonb_to_recordset``,
     ON CONFLICT DO NOTHING so a policy or throttle index silently drops a job.
+    With ``payloads`` the array holds each job's ``data`` alone and every option
+    comes from the queue: the server expands it with ``jsonb_array_elements``,
+    no per-row record to build (the bulk case, a tenth less server time).
     Without ``drop_conflicts`` a conflict raises instead (cheaper where none is
     expected: a standard queue, no throttle, so only a duplicate id could).
     ``notify`` adds pg_notify(channel, queue) when the queue has ``notify`` and
@@ -283,12 +287,23 @@ def insert_jobs(
         " retention_seconds, deletion_seconds, dead_letter, heartbeat_seconds, notify",
         table,
     )
-    records = _recordset(p, "jobs", _SEND_RECORD)
+    if payloads:
+        assert not (check_dead_letters or next_slot), "a payload alone names no such option"
+        unset = ", ".join(f"NULL::{kind} AS {n}" for n, kind in _SEND_RECORD.items() if n != "data")
+        # a JSON null payload is stored as SQL NULL, as the recordset reads {"data": null}
+        rows = (
+            f"SELECT NULLIF(e.value, 'null'::jsonb) AS data, {unset}, e.ordinal"
+            f" FROM jsonb_array_elements({p('jobs')}::jsonb) WITH ORDINALITY AS e(value, ordinal)"
+        )
+    else:
+        rows = (
+            f"SELECT *, row_number() OVER () AS ordinal FROM {_recordset(p, 'jobs', _SEND_RECORD)}"
+        )
     # rows of one insert are created a microsecond apart, in input order: claim order
     # (priority, created_on, id) is then insertion order, and the fetch index serves it
     created_on = f"{now} + (r.ordinal - 1) * interval '1 microsecond'"
     start_after, columns = _new_job(q, next_slot=next_slot, created_on=created_on)
-    ctes = [queue, f"r AS (SELECT *, row_number() OVER () AS ordinal FROM {records})"]
+    ctes = [queue, f"r AS ({rows})"]
     guard = ""
     if check_dead_letters:
         ctes.append(
