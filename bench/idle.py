@@ -45,7 +45,7 @@ async def prepare(env: Env, jobs: int, sides: list[str]) -> dict[str, Any]:
 _KINDS = (
     ("fetch", re.compile(r"candidates AS")),
     ("complete", re.compile(r"SET state = 'completed'")),
-    ("insert", re.compile(r"INSERT INTO \S+\.job \(")),
+    ("insert", re.compile(r"INSERT INTO \S+\.(?!queue )\S+ (AS j )?\(")),  # a job table
     ("fail", re.compile(r"state = 'failed'|state = 'retry'")),
     ("touch", re.compile(r"SET heartbeat_on")),
     ("get_queue", re.compile(r"FROM \S+\.queue")),

@@ -148,3 +148,16 @@ def test_every_target_is_evaluated(summary: dict[str, Any]) -> None:
         # met is True/False when measured, None only when qcore's half is a scaffold
         assert target["met"] in (True, False, None)
         assert (target["value"] is None) == (target["met"] is None)
+
+
+def test_profile_counts_qcore_statements_by_their_kind() -> None:
+    """``python -m bench profile`` names the statements it counts from their text."""
+    from bench.idle import statement_kind
+    from qcore.sql import jobs
+
+    schema = '"s"'
+    assert statement_kind(jobs.send_job(schema, table="job_common").sql) == "insert"
+    assert statement_kind(jobs.insert_jobs(schema, payloads=True).sql) == "insert"
+    fetch = jobs.fetch_jobs(schema, skip_locked=True, table="job_common")
+    assert statement_kind(fetch.sql) == "fetch"
+    assert statement_kind('INSERT INTO "s".queue (name) VALUES ($1)') != "insert"
