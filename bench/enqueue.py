@@ -26,8 +26,11 @@ _VOLATILE = {"id", "created_on", "start_after", "keep_until"}
 
 
 async def prepare(env: Env, jobs: int, sides: list[str]) -> dict[str, Any]:
-    """An empty plain table for each raw side."""
-    return {side: {"raw_table": await env.make_raw_table(f"raw_{side}")} for side in sides}
+    """An empty plain table for each raw side (``raw_fk``'s with qcore's foreign keys)."""
+    tables = {side: await env.make_raw_table(f"raw_{side}") for side in sides}
+    if "raw_fk" in tables:
+        await env.copy_foreign_keys(tables["raw_fk"])
+    return {side: {"raw_table": table} for side, table in tables.items()}
 
 
 async def verify(env: Env, jobs: int, sides: list[str]) -> dict[str, Any]:

@@ -64,6 +64,15 @@ class Env:
         self.raw_tables.append(name)
         return name
 
+    async def copy_foreign_keys(self, name: str) -> None:
+        """Give the plain table ``name`` the foreign keys of qcore's physical job table."""
+        for (definition,) in await self.rows(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE conrelid = %s::regclass AND contype = 'f' ORDER BY conname",
+            (self.table(self.physical),),
+        ):
+            await self.admin.execute(f"ALTER TABLE {self.table(name)} ADD {definition}")
+
     async def analyze(self, *tables: str) -> None:
         """VACUUM ANALYZE (ANALYZE where the engine has no VACUUM) so both sides start
         with statistics and a visibility map, and autovacuum has less reason to kick in."""
@@ -72,6 +81,16 @@ class Env:
                 await self.admin.execute(f"VACUUM ANALYZE {self.table(name)}")
             except psycopg.Error:
                 await self.admin.execute(f"ANALYZE {self.table(name)}")
+
+    async def checkpoint(self) -> None:
+        """CHECKPOINT before a timed side: neither side then pays for a checkpoint that
+        the other's writes (or the preparation's) set off, and both start with clean
+        pages (each first write logs a full page alike). Skipped where the engine or
+        the role cannot."""
+        try:
+            await self.admin.execute("CHECKPOINT")
+        except psycopg.Error:
+            pass
 
     def spec(self, **extra: Any) -> dict[str, Any]:
         """What a child process needs to find this schema."""

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.runner import SCENARIOS, Scenario
+from bench.runner import INFORMATIONAL, SCENARIOS, Scenario
 
 __all__ = ["format_report", "results_path", "stat", "summarise", "write_json"]
 
@@ -466,8 +466,7 @@ def _profile_table(
             for side, other in entry.get("other_baselines", {}).items():
                 r = "—" if other["ratio"] is None else f"{other['ratio']:.2f}"
                 legend.append(
-                    f"  - informational baseline {side} (claim with FOR UPDATE SKIP LOCKED and"
-                    f" complete in ONE transaction, one write per job):"
+                    f"  - informational baseline {side} ({INFORMATIONAL[side]}):"
                     f" {_fig(other['rate'], 'jobs/s')}, qcore / {side} = {r}"
                 )
             if entry.get("problems"):
