@@ -6,7 +6,8 @@ keeps in a daemon thread of its own, and blocks until it is done. Nothing
 is implemented twice: every verb is ``Boss``'s, with its signature, options,
 checks and exceptions.
 
-A per-call ``db=`` takes the caller's *sync* connection: a psycopg2
+A per-call ``db=`` takes the caller's *sync* connection: a psycopg 3
+``Connection`` (Django 4.2+'s ``connection.connection``), a psycopg2
 connection, an SQLAlchemy ``Session``, ``Connection`` or ``Engine``, or an
 object with ``execute_sql``. Its statements run in a worker thread of the
 loop while the calling thread waits, so the connection is never used by two

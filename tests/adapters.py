@@ -208,6 +208,17 @@ async def _sa_session(dsn: str) -> AsyncIterator[Subject]:
     engine.dispose()
 
 
+@factory("psycopg-sync-connection")
+async def _psycopg_sync_conn(dsn: str) -> AsyncIterator[Subject]:
+    import psycopg
+
+    conn = psycopg.connect(dsn)  # what Django 4.2+ holds: blocking, not in autocommit
+    yield Subject(
+        adapt(conn), {CALLER_TX}, commit=_sync(conn.commit), rollback=_sync(conn.rollback)
+    )
+    conn.close()
+
+
 @factory("psycopg2-connection")
 async def _psycopg2_conn(dsn: str) -> AsyncIterator[Subject]:
     import psycopg2

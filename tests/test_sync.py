@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psycopg
 import psycopg2
 import psycopg2.extensions
 import pytest
@@ -87,10 +88,18 @@ def psycopg2_conn(pg_dsn: str) -> Iterator[psycopg2.extensions.connection]:
     conn.close()
 
 
-def test_psycopg2_send_joins_the_callers_transaction(
-    boss: SyncBoss, psycopg2_conn: psycopg2.extensions.connection, pg_dsn: str, table: str
+@pytest.fixture(params=["psycopg2", "psycopg"])
+def sync_conn(request: pytest.FixtureRequest, pg_dsn: str) -> Iterator[Any]:
+    """A caller's blocking connection: psycopg2's, or psycopg 3's (what Django 4.2+ holds)."""
+    conn: Any = psycopg2.connect(pg_dsn) if request.param == "psycopg2" else psycopg.connect(pg_dsn)
+    yield conn
+    conn.close()
+
+
+def test_a_send_joins_the_callers_transaction(
+    boss: SyncBoss, sync_conn: Any, pg_dsn: str, table: str
 ) -> None:
-    conn = psycopg2_conn
+    conn = sync_conn
     with conn.cursor() as cur:
         cur.execute(f"INSERT INTO {table} VALUES (1)")
     dropped = boss.send("mail", {"order": 1}, db=conn)
@@ -109,11 +118,9 @@ def test_psycopg2_send_joins_the_callers_transaction(
     assert job.id == kept
 
 
-def test_psycopg2_autocommit_connection_commits_the_call(
-    boss: SyncBoss, psycopg2_conn: psycopg2.extensions.connection
-) -> None:
-    psycopg2_conn.autocommit = True
-    job_id = boss.send("mail", {}, db=psycopg2_conn)
+def test_an_autocommit_connection_commits_the_call(boss: SyncBoss, sync_conn: Any) -> None:
+    sync_conn.autocommit = True
+    job_id = boss.send("mail", {}, db=sync_conn)
     assert [j.id for j in boss.fetch("mail")] == [job_id]
 
 
@@ -144,7 +151,7 @@ def test_sqlalchemy_session_send_joins_the_callers_transaction(
 
 def test_a_failed_call_leaves_the_callers_transaction_usable(
     boss: SyncBoss,
-    psycopg2_conn: psycopg2.extensions.connection,
+    sync_conn: Any,
     pg_dsn: str,
     table: str,
     schema: str,
@@ -157,7 +164,7 @@ def test_a_failed_call_leaves_the_callers_transaction_usable(
         f" WHEN (NEW.data ? 'refuse') EXECUTE FUNCTION {quote(schema)}.refuse()",
         pg_dsn,
     )
-    conn = psycopg2_conn
+    conn = sync_conn
     with conn.cursor() as cur:
         cur.execute(f"INSERT INTO {table} VALUES (1)")
     with pytest.raises(DatabaseError, match="refused by the test"):

@@ -34,7 +34,8 @@ DRIVERS = ("psycopg", "asyncpg")
 ACCEPTED = (
     "an object with execute_sql(text, values); a psycopg AsyncConnectionPool or AsyncConnection;"
     " an asyncpg Pool or Connection; an SQLAlchemy Engine, Connection, Session, AsyncEngine,"
-    " AsyncConnection or AsyncSession; a psycopg2 connection; a qcore Database"
+    " AsyncConnection or AsyncSession; a psycopg Connection or psycopg2 connection (blocking,"
+    " run in a worker thread); a qcore Database"
 )
 
 
@@ -44,15 +45,18 @@ def adapt(obj: Any) -> Database:
         return obj
     root = type(obj).__module__.split(".", 1)[0]
     if root in ("psycopg", "psycopg_pool"):
-        from qcore.db.psycopg import PsycopgDatabase
+        import psycopg
 
+        from qcore.db.psycopg import PsycopgDatabase, PsycopgSyncDatabase
+
+        if isinstance(obj, psycopg.Connection):  # blocking, as Django 4.2+ holds one
+            return PsycopgSyncDatabase(obj)
         try:
             return PsycopgDatabase(obj)
         except TypeError as exc:
             raise ConfigError(
-                f"{type(obj).__name__} is not supported: pass a psycopg AsyncConnectionPool or"
-                " AsyncConnection (for sync code, SyncBoss takes a psycopg2 connection or an"
-                " SQLAlchemy Session)"
+                f"{type(obj).__name__} is not supported: pass a psycopg AsyncConnectionPool,"
+                " AsyncConnection or (blocking) Connection"
             ) from exc
     if root == "asyncpg":
         from qcore.db.asyncpg import AsyncpgDatabase

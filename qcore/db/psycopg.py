@@ -1,4 +1,5 @@
-"""psycopg 3, the default driver: a pool qcore owns, or a pool or connection the caller owns."""
+"""psycopg 3, the default driver: a pool qcore owns, or a pool or connection the caller
+owns; a caller's blocking ``Connection`` (Django 4.2+'s) through :mod:`qcore.db._blocking`."""
 
 from __future__ import annotations
 
@@ -14,12 +15,21 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from qcore.db._base import Bound, Database, Listener, OnMessage, OnReconnect, Rows
+from qcore.db._blocking import BlockingDatabase
 from qcore.db._listen import ReconnectingListener, deliver
 from qcore.db._values import dumps, is_json, verbatim
 from qcore.errors import ConnectionLostError, DatabaseError, QcoreError, database_error
 from qcore.identifiers import quote
 
-__all__ = ["BoundConnection", "PsycopgDatabase", "map_error", "run", "run_script", "values"]
+__all__ = [
+    "BoundConnection",
+    "PsycopgDatabase",
+    "PsycopgSyncDatabase",
+    "map_error",
+    "run",
+    "run_script",
+    "values",
+]
 
 Conn = psycopg.AsyncConnection[Any]
 
@@ -74,6 +84,27 @@ async def run_script(conn: Conn, sql: str) -> None:
         await conn.execute(sql)  # no parameters: the simple query protocol, several statements
     except Exception as exc:
         raise map_error(exc, sql) from exc
+
+
+class PsycopgSyncDatabase(BlockingDatabase):
+    """A caller's blocking psycopg 3 ``Connection``; every call runs in a worker thread,
+    one at a time, inside the caller's transaction unless it is in autocommit mode."""
+
+    driver = "psycopg"
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        if not isinstance(conn, psycopg.Connection):
+            raise TypeError(f"expected a psycopg Connection, got {type(conn).__name__}")
+        super().__init__(conn)
+
+    def run_sync(self, sql: str, params: Sequence[Any]) -> Rows:
+        # as run(): $n sent as they are; no parameters, the simple protocol (a script)
+        try:
+            with psycopg.RawCursor(self.conn, row_factory=dict_row) as cur:
+                cur.execute(sql, values(params))
+                return cur.fetchall() if cur.description is not None else []
+        except Exception as exc:
+            raise map_error(exc, sql) from exc
 
 
 class BoundConnection(Bound):

@@ -1,15 +1,9 @@
-"""psycopg2: a caller's blocking connection, driven from a worker thread.
-
-Statements join the caller's transaction when the connection is not in
-autocommit mode (the caller commits); ``transaction()`` is a savepoint, so an
-error inside it undoes only qcore's part.
-"""
+"""psycopg2: a caller's blocking connection, driven from a worker thread (see
+:mod:`qcore.db._blocking`: it joins the caller's transaction, inside a savepoint)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from typing import Any
 
 try:
@@ -23,15 +17,13 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "the psycopg2 driver is not installed: pip install 'qcore[cockroachdb]'"
     ) from exc
 
-from qcore.db._base import Bound, Database, Rows
+from qcore.db._base import Rows
+from qcore.db._blocking import BlockingDatabase
 from qcore.db._placeholders import reorder, to_format
-from qcore.db._threads import blocking
 from qcore.db._values import dumps, is_json, verbatim
 from qcore.errors import ConnectionLostError, DatabaseError, QcoreError, database_error
 
 __all__ = ["Psycopg2Database", "map_error"]
-
-_SAVEPOINT = "qcore_transaction"
 
 
 def map_error(exc: BaseException, sql: str | None = None) -> QcoreError:
@@ -72,59 +64,15 @@ def run_sync(conn: Any, sql: str, params: Sequence[Any]) -> Rows:
         raise map_error(exc, sql) from exc
 
 
-class _Savepoint(Bound):
-    driver = "psycopg2"
-
-    def __init__(self, root: Psycopg2Database) -> None:
-        self._root = root
-
-    async def _execute(self, sql: str, params: Sequence[Any]) -> Rows:
-        return await blocking(run_sync, self._root.conn, sql, params)
-
-    async def _execute_script(self, sql: str) -> None:
-        await self._execute(sql, ())
-
-
-class Psycopg2Database(Database):
+class Psycopg2Database(BlockingDatabase):
     """A caller's psycopg2 connection; every call runs in a worker thread, one at a time."""
 
     driver = "psycopg2"
 
     def __init__(self, conn: Any) -> None:
-        super().__init__()
         if not isinstance(conn, psycopg2.extensions.connection):
             raise QcoreError(f"expected a psycopg2 connection, got {type(conn).__name__}")
-        self.conn = conn
-        self._lock = asyncio.Lock()
+        super().__init__(conn)
 
-    @property
-    def joins_caller_transaction(self) -> bool:  # type: ignore[override]
-        return not self.conn.autocommit
-
-    async def _execute(self, sql: str, params: Sequence[Any]) -> Rows:
-        async with self._lock:
-            return await blocking(run_sync, self.conn, sql, params)
-
-    async def _execute_script(self, sql: str) -> None:
-        await self._execute(sql, ())
-
-    @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[Database]:
-        async with self._lock:
-            autocommit = self.conn.autocommit
-            begin, end = (
-                ("BEGIN", "COMMIT")
-                if autocommit
-                else (f"SAVEPOINT {_SAVEPOINT}", f"RELEASE SAVEPOINT {_SAVEPOINT}")
-            )
-            undo = "ROLLBACK" if autocommit else f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}"
-            await blocking(run_sync, self.conn, begin, ())
-            try:
-                yield _Savepoint(self)
-            except BaseException:
-                try:
-                    await blocking(run_sync, self.conn, undo, ())
-                except QcoreError:  # the connection is gone; the server undid it
-                    pass
-                raise
-            await blocking(run_sync, self.conn, end, ())
+    def run_sync(self, sql: str, params: Sequence[Any]) -> Rows:
+        return run_sync(self.conn, sql, params)
