@@ -180,6 +180,16 @@ def test_job_and_queue_from_rows() -> None:
         }
     )
     assert job.expire_in_seconds == 9 and job.state is JobState.RETRY
+    # the fast path builds what the constructor builds: equal, frozen, every field set
+    built = Job(
+        id=job.id, name="q", data=None, retry_count=0, expire_in_seconds=9, state=JobState.RETRY
+    )
+    assert job == built and repr(job) == repr(built) and hash(job.id) == hash(built.id)
+    assert job.priority is None and not job.cancelled.is_set()
+    with pytest.raises(AttributeError):
+        job.retry_count = 1  # type: ignore[misc]
+    with pytest.raises(TypeError, match="retry_count"):
+        Job.from_row({"id": job.id, "name": "q", "data": None, "expire_seconds": 9})
     now = dt.datetime.now(dt.timezone.utc)
     queue = Queue.from_row(
         {name: None for name in queue_sql.QUEUE_COLUMNS}
