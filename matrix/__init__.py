@@ -8,7 +8,10 @@ the runner and the table generator.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the markers' types, without importing pytest at run time
+    from matrix.markers import feature, requires
 
 __all__ = ["feature", "requires"]
 

@@ -37,6 +37,7 @@ from urllib.parse import urlencode
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
+from typing_extensions import Self
 
 from qcore.backend import Backend, Kind, ProvisioningSpec, Server
 from qcore.identifiers import quote
@@ -210,7 +211,7 @@ class Provisioner(abc.ABC):
     def running(self) -> bool:
         return self._url is not None
 
-    def start(self) -> Provisioner:
+    def start(self) -> Self:
         """Provision the database; :class:`NotAvailable` if the engine cannot run here.
         Starting a started provisioner does nothing."""
         with self._mutex:
@@ -226,7 +227,7 @@ class Provisioner(abc.ABC):
             self._url = None
             self._stop()
 
-    def __enter__(self) -> Provisioner:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import quote
 
 import psycopg
@@ -20,7 +21,7 @@ from qcore import backends
 ADMIN_DSN = os.environ.get("QCORE_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
-def admin_execute(sql: str, dsn: str = ADMIN_DSN) -> list[tuple[object, ...]]:
+def admin_execute(sql: str, dsn: str = ADMIN_DSN) -> list[tuple[Any, ...]]:
     """Run one statement on its own autocommit connection (test plumbing, not qcore)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         cur = conn.execute(sql)
@@ -34,7 +35,7 @@ def terminate_others(dsn: str) -> int:
         " WHERE datname = current_database() AND pid <> pg_backend_pid()",
         dsn,
     )
-    return int(rows[0][0])  # type: ignore[call-overload]
+    return int(rows[0][0])
 
 
 def with_database(dsn: str, database: str) -> str:

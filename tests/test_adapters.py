@@ -39,7 +39,7 @@ def table(pg_dsn: str) -> str:
 
 
 def count(pg_dsn: str, table: str) -> int:
-    return int(admin_execute(f"SELECT count(*) FROM {table}", pg_dsn)[0][0])  # type: ignore[call-overload]
+    return int(admin_execute(f"SELECT count(*) FROM {table}", pg_dsn)[0][0])
 
 
 async def settle(subject: Subject) -> None:

@@ -83,6 +83,7 @@ async def test_output_is_normalised(ctx: Context) -> None:
 async def test_an_exception_as_output(ctx: Context) -> None:
     await queues.create_queue(ctx, "q", retry_limit=0)
     sent = await jobs.send(ctx, "q")
+    assert sent is not None
     await jobs.fetch(ctx, "q")
     try:
         raise RuntimeError("handler broke")
@@ -96,6 +97,7 @@ async def test_an_exception_as_output(ctx: Context) -> None:
 async def test_complete_include_queued(ctx: Context) -> None:
     await queues.create_queue(ctx, "q")
     sent = await jobs.send(ctx, "q")
+    assert sent is not None
     assert (await jobs.complete(ctx, "q", sent)).affected == 0  # still queued
     assert (await jobs.complete(ctx, "q", sent, include_queued=True)).affected == 1
     assert (await row(ctx, sent))["state"] == "completed"
@@ -140,6 +142,7 @@ async def test_cancel_resume(ctx: Context) -> None:
     await queues.create_queue(ctx, "q")
     a = await jobs.send(ctx, "q", start_after=3600)
     b = await jobs.send(ctx, "q")
+    assert a is not None and b is not None
     result = await jobs.cancel(ctx, "q", [a, b])
     assert result.affected == 2
     assert (await row(ctx, a))["state"] == "cancelled"
@@ -160,6 +163,7 @@ async def test_cancel_resume(ctx: Context) -> None:
 async def test_retry_a_failed_job(ctx: Context) -> None:
     await queues.create_queue(ctx, "q", retry_limit=0)
     sent = await jobs.send(ctx, "q")
+    assert sent is not None
     await jobs.fetch(ctx, "q")
     await jobs.fail(ctx, "q", sent, "no")
     failed = await row(ctx, sent)
@@ -176,6 +180,7 @@ async def test_retry_a_failed_job(ctx: Context) -> None:
 async def test_delete_job(ctx: Context) -> None:
     await queues.create_queue(ctx, "q")
     a, b = await jobs.send(ctx, "q"), await jobs.send(ctx, "q")
+    assert a is not None and b is not None
     result = await jobs.delete_job(ctx, "q", a)
     assert result.ids == [a]
     assert await count(ctx, "job", "name = $1", "q") == 1
@@ -186,6 +191,7 @@ async def test_delete_job(ctx: Context) -> None:
 async def test_touch_refreshes_the_heartbeat(ctx: Context) -> None:
     await queues.create_queue(ctx, "q", heartbeat_seconds=30)
     sent = await jobs.send(ctx, "q")
+    assert sent is not None
     assert (await jobs.touch(ctx, "q", sent)).affected == 0  # not active yet
     [job] = await jobs.fetch(ctx, "q")
     assert job.heartbeat_seconds == 30
@@ -763,7 +769,7 @@ async def test_bad_input_writes_nothing(ctx: Context) -> None:
         (jobs.send(ctx, "q", priority=1.5), "priority"),  # type: ignore[arg-type]
         (jobs.send(ctx, "q", priority=2**31), "priority"),
         (jobs.send(ctx, "q", retry_delay=-1), "retry_delay"),
-        (jobs.send(ctx, "q", retry_limit=True), "retry_limit"),  # type: ignore[arg-type]
+        (jobs.send(ctx, "q", retry_limit=True), "retry_limit"),
         (jobs.send(ctx, "q", start_after=-5), "start_after"),
         (jobs.send(ctx, "q", start_after=dt.datetime(2030, 1, 1)), "naive"),
         (jobs.send(ctx, "q", start_after="tomorrow"), "ISO 8601"),

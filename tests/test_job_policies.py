@@ -144,12 +144,12 @@ async def test_key_strict_fifo_retry_unblocks(ctx: Context) -> None:
     await queues.create_queue(ctx, "q", policy="key_strict_fifo", retry_limit=0)
     a = await jobs.send(ctx, "q", singleton_key="k")
     b = await jobs.send(ctx, "q", singleton_key="k")
+    assert a is not None and b is not None
     [job] = await jobs.fetch(ctx, "q")
     await jobs.fail(ctx, "q", job)
     assert await jobs.fetch(ctx, "q") == []
     await jobs.retry(ctx, "q", a)
     assert [j.id for j in await jobs.fetch(ctx, "q", batch_size=5)] == [a]  # before b
-    assert b is not None
 
 
 # --------------------------------------------------------------------------- throttle

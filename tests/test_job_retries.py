@@ -214,6 +214,7 @@ async def test_fail_a_mixed_batch(sctx: Context) -> None:
 async def test_fail_a_queued_job_and_upsert_flag(sctx: Context) -> None:
     await queues.create_queue(sctx, "q", retry_limit=1, retry_delay=60)
     sent = await jobs.send(sctx, "q")
+    assert sent is not None
     await sctx.db.execute(f"UPDATE {sctx.q}.job SET upsert_by_key = true WHERE id = $1", [sent])
     assert (await jobs.fail(sctx, "q", sent)).affected == 1  # queued jobs can fail too
     r = await row(sctx, sent)

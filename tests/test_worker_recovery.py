@@ -16,6 +16,7 @@ engines (PGlite).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import sys
@@ -84,9 +85,13 @@ async def test_workers_ride_out_terminated_connections(
         await boss.work(
             "outage", handler, batch_size=5, local_concurrency=8, polling_interval_seconds=0.5
         )
+
+        def past(mark: int) -> bool:
+            return len(runs) > mark
+
         killed = 0
         for _ in range(3):
-            await until(lambda n=killed: len(runs) > n + 300, 10.0, what="draining")
+            await until(functools.partial(past, killed + 300), 10.0, what="draining")
             cur = await admin.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
                 " WHERE application_name = %s AND pid <> pg_backend_pid()",
@@ -120,7 +125,7 @@ async def test_workers_ride_out_terminated_connections(
 
 
 async def _is_zero(count: Any) -> bool:
-    return await count == 0
+    return bool(await count == 0)
 
 
 CHILD = textwrap.dedent(
