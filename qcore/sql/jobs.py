@@ -166,11 +166,15 @@ def _targets(p: Params, alias: str, fenced: bool) -> str:
     return where
 
 
-def _queue_cte(q: str, p: Params, columns: str = "name", table: str | None = None) -> str:
-    return (
-        f"q AS (SELECT {columns} FROM {q}.queue WHERE name = {p('queue')}::text"
-        f"{_table_check(p, table)})"
-    )
+def _queue_cte(
+    q: str, p: Params, columns: str = "name", table: str | None = None, policy: bool = False
+) -> str:
+    """``q``: the queue's row, only while it still has ``policy`` (a parameter) and
+    ``table`` when the statement was built for them."""
+    where = f"name = {p('queue')}::text"
+    if policy:
+        where += f" AND policy = {p('policy')}::text"
+    return f"q AS (SELECT {columns} FROM {q}.queue WHERE {where}{_table_check(p, table)})"
 
 
 def _job_table(q: str, table: str | None) -> str:
@@ -449,8 +453,7 @@ def fetch_jobs(
     recheck = "" if skip_locked else " AND j.state < 'active'"
     columns = JOB_COLUMNS if include_metadata else FETCH_COLUMNS
     ctes = [
-        f"q AS (SELECT name FROM {q}.queue WHERE name = {p('queue')}::text"
-        f" AND policy = {p('policy')}::text{_table_check(p, table)})",
+        _queue_cte(q, p, table=table, policy=True),
         f"""candidates AS (
   SELECT j.id, j.singleton_key, j.priority, j.created_on
   FROM {jobs} j
