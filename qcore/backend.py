@@ -19,6 +19,7 @@ from qcore.errors import ConfigError
 __all__ = [
     "Backend",
     "Capabilities",
+    "EngineIdentity",
     "FetchStrategy",
     "Kind",
     "LockStrategy",
@@ -120,6 +121,25 @@ class ProvisioningSpec:
 
 
 @dataclass(frozen=True)
+class EngineIdentity:
+    """What a server says it is (read by ``qcore.engine.identify``)."""
+
+    engine: str  # postgres, cockroachdb, yugabytedb, citus, pglite or unknown
+    version: str  # the server's version() text
+    markers: Mapping[str, str] = field(default_factory=dict)  # e.g. {"citus": "12.1"}
+    emulating: str | None = None  # the backend a capability-guard emulation stands in for
+
+    def describe(self) -> str:
+        """One line for people: the engine and the first part of its version text."""
+        text = f"{self.engine} ({self.version.split(' on ')[0].split(',')[0]})"
+        return f"{text}, emulating {self.emulating}" if self.emulating else text
+
+
+#: the derived feature names ``with_capabilities`` accepts, and the strategy each sets
+_DERIVED: dict[str, Callable[[Backend, bool], Backend]] = {}
+
+
+@dataclass(frozen=True)
 class Backend:
     """One engine's profile. Instances are values: compare, hash and copy them freely."""
 
@@ -136,18 +156,42 @@ class Backend:
     # For embedded engines: builds a Server to start when no connection is given.
     launcher: Callable[..., Server] | None = field(default=None, compare=False)
     description: str = ""
+    # Whether a server is this backend's engine. Without one, a server is when its
+    # identity's engine is this backend's name (how the built-ins recognise theirs).
+    detect: Callable[[EngineIdentity], bool] | None = field(default=None, compare=False)
+
+    def recognises(self, identity: EngineIdentity) -> bool:
+        """Whether the server of ``identity`` is this backend's own engine."""
+        if self.detect is not None:
+            return bool(self.detect(identity))
+        return identity.engine == self.name
 
     def with_capabilities(self, **flags: bool) -> Backend:
-        """A copy with some capability flags changed (e.g. ``listen_notify=True``)."""
+        """A copy with some features switched (e.g. ``listen_notify=False``): any name
+        of :meth:`features`; a strategy-derived one picks the strategy without it
+        (``advisory_locks=False``: the lease lock; ``skip_locked=False``: the atomic
+        update claim; ``multi_mutation_cte=False``: split statements; ``partitioning``,
+        ``deferrable_foreign_keys``, ``covering_indexes``: the schema shape)."""
         known = {f.name for f in dataclasses.fields(Capabilities)}
-        unknown = sorted(set(flags) - known)
+        unknown = sorted(set(flags) - known - set(_DERIVED))
         if unknown:
             raise ConfigError(
-                f"unknown capability {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+                f"unknown capability {', '.join(unknown)}; known:"
+                f" {', '.join(sorted(known | set(_DERIVED)))}"
             )
-        return dataclasses.replace(
-            self, capabilities=dataclasses.replace(self.capabilities, **flags)
+        for name, value in flags.items():
+            if not isinstance(value, bool):
+                raise ConfigError(f"capability {name} must be True or False, got {value!r}")
+        backend = dataclasses.replace(
+            self,
+            capabilities=dataclasses.replace(
+                self.capabilities, **{k: v for k, v in flags.items() if k in known}
+            ),
         )
+        for name, value in flags.items():
+            if name in _DERIVED:
+                backend = _DERIVED[name](backend, value)
+        return backend
 
     def has(self, capability: str) -> bool:
         """Whether the backend has a capability or a strategy-derived feature, by name.
@@ -175,3 +219,28 @@ class Backend:
             multi_mutation_cte=self.mutation is MutationStrategy.CTE,
         )
         return {k: bool(v) for k, v in flags.items()}
+
+
+def _shape(name: str) -> Callable[[Backend, bool], Backend]:
+    def switch(backend: Backend, value: bool) -> Backend:
+        return dataclasses.replace(
+            backend, schema=dataclasses.replace(backend.schema, **{name: value})
+        )
+
+    return switch
+
+
+_DERIVED.update(
+    skip_locked=lambda b, on: dataclasses.replace(
+        b, fetch=FetchStrategy.SKIP_LOCKED if on else FetchStrategy.ATOMIC_UPDATE
+    ),
+    advisory_locks=lambda b, on: dataclasses.replace(
+        b, lock=LockStrategy.ADVISORY if on else LockStrategy.LEASE
+    ),
+    multi_mutation_cte=lambda b, on: dataclasses.replace(
+        b, mutation=MutationStrategy.CTE if on else MutationStrategy.SPLIT
+    ),
+    partitioning=_shape("partitioned"),
+    deferrable_foreign_keys=_shape("deferrable_foreign_keys"),
+    covering_indexes=_shape("covering_indexes"),
+)

@@ -11,10 +11,10 @@ import threading
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 
-from qcore.backend import Backend
+from qcore.backend import Backend, EngineIdentity
 from qcore.errors import ConfigError
 
-__all__ = ["ENTRY_POINT_GROUP", "get", "names", "register", "unregister"]
+__all__ = ["ENTRY_POINT_GROUP", "for_engine", "get", "names", "register", "unregister"]
 
 ENTRY_POINT_GROUP = "qcore.backends"
 
@@ -79,3 +79,32 @@ def get(name: str | Backend) -> Backend:
     with _lock:
         _cache[name] = backend
     return backend
+
+
+def for_engine(identity: EngineIdentity) -> Backend:
+    """The installed backend whose engine the server of ``identity`` is: a backend with
+    its own ``detect`` that recognises it first (a vendor's engine may speak like one
+    of the built-ins), else the backend named as the engine (or as the engine an
+    emulation stands in for). ``ConfigError`` when none or several claim it."""
+    detected = []
+    for name in names():
+        try:
+            backend = get(name)
+        except ConfigError:  # a broken vendor package cannot claim the server
+            continue
+        if backend.detect is not None and backend.recognises(identity):
+            detected.append(backend)
+    if len(detected) > 1:
+        raise ConfigError(
+            f"several backends recognise {identity.describe()}:"
+            f" {', '.join(b.name for b in detected)}; name one with backend="
+        )
+    if detected:
+        return detected[0]
+    wanted = identity.emulating or identity.engine
+    if wanted in names():
+        return get(wanted)
+    raise ConfigError(
+        f"no installed backend is for {identity.describe()}; installed backends:"
+        f" {', '.join(names()) or 'none'}; name one with backend="
+    )

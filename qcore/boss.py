@@ -22,9 +22,10 @@ from typing_extensions import Unpack
 from qcore import backends
 from qcore import jobs as job_ops
 from qcore import queues as queue_ops
-from qcore.backend import Backend, FetchStrategy, Server
+from qcore.backend import Backend, EngineIdentity, FetchStrategy, Server
 from qcore.context import Context
 from qcore.db import Database, adapt, check_pool_options, connect
+from qcore.engine import identify
 from qcore.errors import ConfigError, NotStartedError, QcoreError
 from qcore.events import Events
 from qcore.identifiers import schema_name
@@ -85,7 +86,15 @@ class Boss:
     ``db=`` object you own (see ``qcore.db.adapt``). With ``backend="pglite"``
     and none of these, an embedded PGlite is started (``data_dir`` keeps its
     data on disk; in memory otherwise).
+
+    ``start()`` reads the server's identity (:attr:`engine`) and emits a
+    ``warning`` of type ``backend_mismatch`` when the server is not the chosen
+    backend's engine; ``backend="auto"`` picks the installed backend whose engine
+    it is instead.
     """
+
+    #: the ``backend=`` value that picks the backend from the server's identity
+    AUTO = "auto"
 
     def __init__(
         self,
@@ -112,7 +121,11 @@ class Boss:
         monitor_interval_seconds: float = 60.0,
         use_listen_notify: bool = False,
     ) -> None:
-        self.backend = backends.get(backend)
+        self._auto = backend == self.AUTO
+        # with "auto", the default stands in until start() has read the server
+        self.backend = backends.get("postgres" if self._auto else backend)
+        #: the server's identity, read by start()
+        self.engine: EngineIdentity | None = None
         schema_name(schema)  # validate now: a bad name never reaches the database
         options_given = any(v is not None for v in (host, port, database, user, password, ssl))
         if db is not None and (connection_string or options_given):
@@ -122,6 +135,12 @@ class Boss:
             )
         check_pool_options(max=max, connection_timeout=connection_timeout)
         embedded = self.backend.launcher is not None
+        if self._auto and db is None and not connection_string and not options_given:
+            raise ConfigError(
+                "backend='auto' reads the engine from the server: pass a connection string,"
+                " connection options or db= (or name the backend, e.g. backend='pglite' for"
+                " the embedded engine)"
+            )
         if db is None and not connection_string and not options_given and not embedded:
             raise ConfigError(
                 f"the {self.backend.name} backend needs a connection: pass a connection string"
@@ -226,8 +245,33 @@ class Boss:
     async def _open_and_install(self) -> None:
         if self._ctx is not None:
             return
+        identity = None
         if self._db is None:
+            if self._auto:  # the adapter depends on the engine: look with one connection
+                probe = await connect(
+                    self._connection_string, **{**self._connect_options, "max": 1}
+                )
+                try:
+                    identity = await identify(probe)
+                finally:
+                    await probe.close()
+                self.backend = backends.for_engine(identity)
             self._db = await self._open()
+        if identity is None:
+            identity = await identify(self._db)
+            if self._auto:
+                self.backend = backends.for_engine(identity)
+        self.engine = identity
+        if not self.backend.recognises(identity) and identity.emulating != self.backend.name:
+            hint = f"backend={identity.engine!r} or " if identity.engine != "unknown" else ""
+            self.events.warn(
+                "backend_mismatch",
+                f"the {self.backend.name} backend is for its own engine, but the server is"
+                f" {identity.describe()}; choose {hint}backend='auto'",
+                backend=self.backend.name,
+                engine=identity.engine,
+                version=identity.version,
+            )
         ctx = Context(db=self._db, backend=self.backend, schema_spec=self.schema)
         await install_or_migrate(
             ctx,

@@ -1,7 +1,8 @@
 """Fixtures shared by the whole suite: a throw-away database on the local PostgreSQL.
 
-The per-backend fixtures (``backend``, ``provisioned``, ``db``, ``schema``) and the
-``--backend`` option come from the matrix plugin (``matrix.plugin``).
+The per-backend fixtures (``backend``, ``provisioned``, ``db``, ``schema``, ``ctx``,
+``boss``) and the ``--backend`` option come from the conformance kit's plugin
+(``qcore.conformance.plugin``, loaded by the project's pytest configuration).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from matrix.provisioners import LocalProvisioner, NotAvailable
 from qcore import backends
+from qcore.conformance.provisioners import LocalProvisioner, NotAvailable
 
 ADMIN_DSN = os.environ.get("QCORE_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -62,24 +63,3 @@ def pg_dsn() -> Iterator[str]:
         yield provisioner.url
     finally:
         provisioner.stop()
-
-
-# --------------------------------------------------------------------------- ctx
-# (appended by the queue/job operations work)
-
-import pytest_asyncio  # noqa: E402
-
-from qcore.backend import Backend  # noqa: E402
-from qcore.context import Context  # noqa: E402
-from qcore.db import Database  # noqa: E402
-
-
-@pytest_asyncio.fixture
-async def ctx(db: Database, backend: Backend, schema: str) -> Context:
-    """A Context on the backend's ``db`` and a fresh ``schema``, with qcore's (pg-boss's)
-    schema installed in it by ``qcore.schema.install_or_migrate``."""
-    from qcore.schema import install_or_migrate
-
-    context = Context(db=db, backend=backend, schema_spec=schema)
-    await install_or_migrate(context)
-    return context

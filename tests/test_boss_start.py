@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from matrix.provisioners import TempCluster, _free_port
 from qcore import Boss
+from qcore.conformance.provisioners import TempCluster, _free_port
 from qcore.errors import ConfigError, ConnectionLostError
 from qcore.events import WarningEvent
 from tests.conftest import admin_execute

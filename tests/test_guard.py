@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from matrix import guard
-from matrix.guard import (
+from qcore import backends
+from qcore.backend import Backend, FetchStrategy, LockStrategy, MutationStrategy
+from qcore.conformance import guard
+from qcore.conformance.guard import (
     DETECTORS,
     GuardedDatabase,
     GuardParseError,
@@ -22,8 +24,6 @@ from matrix.guard import (
     forbidden_features,
     violations,
 )
-from qcore import backends
-from qcore.backend import Backend, FetchStrategy, LockStrategy, MutationStrategy
 from qcore.db import Database, Rows
 from qcore.db.psycopg import PsycopgDatabase
 from qcore.errors import DatabaseError, SerializationError

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from matrix.guard import features_used, violations
 from qcore import backends
+from qcore.conformance.guard import features_used, violations
 from qcore.errors import ValidationError
 from qcore.identifiers import quote
 from qcore.job import Job, JobState, Queue

@@ -13,8 +13,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from matrix import provisioners as prov
-from matrix.provisioners import (
+from qcore import backends
+from qcore.conformance import provisioners as prov
+from qcore.conformance.provisioners import (
     ContainerProvisioner,
     EmulationProvisioner,
     ExternalProvisioner,
@@ -28,10 +29,17 @@ from matrix.provisioners import (
     dsn_env_var,
     to_url,
 )
-from matrix.results import load_results, summarise, write_results
-from matrix.runner import RunOptions, resolve_backends, run_matrix
-from matrix.table import EMULATED, FAILING, GENERATED_NOTE, NOT_RUN, REAL, UNSUPPORTED, cell
-from qcore import backends
+from qcore.conformance.results import load_results, summarise, write_results
+from qcore.conformance.runner import RunOptions, resolve_backends, run_matrix
+from qcore.conformance.table import (
+    EMULATED,
+    FAILING,
+    GENERATED_NOTE,
+    NOT_RUN,
+    REAL,
+    UNSUPPORTED,
+    cell,
+)
 from qcore.errors import ConfigError
 
 pytest_plugins = ["pytester"]
@@ -259,7 +267,7 @@ def test_table_cells_from_results_files(tmp_path: Path) -> None:
         results,
     )
     (results / "notes.json").write_text("[1, 2]")  # not a results file: ignored
-    from matrix.table import write_table
+    from qcore.conformance.table import write_table
 
     page = write_table(results, tmp_path / "compatibility.md").read_text()
     assert page.startswith(GENERATED_NOTE) and "do not edit" in page
@@ -271,7 +279,7 @@ def test_table_cells_from_results_files(tmp_path: Path) -> None:
     assert table["basics"]["yugabytedb"] == NOT_RUN
     assert table["basics"]["acme"] == f"{REAL} 3/3"
     assert table["locking"]["cockroachdb"] == UNSUPPORTED
-    assert table["locking"]["acme"] == f"{REAL} 1/2"
+    assert table["locking"]["acme"] == f"{REAL} 1/1 +1 {UNSUPPORTED}"  # capability skips apart
     assert table["notifications"]["postgres"] == NOT_RUN  # no tests of the group there
     assert table["notifications"]["cockroachdb"] == UNSUPPORTED
     assert "not available here: no Docker daemon answers" in page
@@ -363,6 +371,7 @@ def test_summarise_a_plugin_report() -> None:
 
 ASYNC_INI = """
 [pytest]
+addopts = -p qcore.conformance.plugin
 asyncio_mode = auto
 asyncio_default_fixture_loop_scope = function
 """
@@ -391,7 +400,7 @@ backends.register("nowhere", Backend(
 
 INNER_TESTS = """
 import pytest
-from matrix import feature, requires
+from qcore.conformance.markers import feature, requires
 
 pytestmark = feature("inner")
 
@@ -542,8 +551,8 @@ def test_unknown_backend_for_the_runner_cli() -> None:
 
 GUARDED_TESTS = """
 import pytest
-from matrix import feature
-from matrix.guard import GuardedDatabase, UnsupportedFeature
+from qcore.conformance.markers import feature
+from qcore.conformance.guard import GuardedDatabase, UnsupportedFeature
 
 pytestmark = feature("guarded")
 
@@ -571,7 +580,7 @@ def test_db_fixture_is_guarded_under_emulation(pytester: pytest.Pytester) -> Non
 # --------------------------------------------------------------------------- the runner
 
 RUNNER_TESTS = """
-from matrix import feature, requires
+from qcore.conformance.markers import feature, requires
 
 
 @feature("basics")
@@ -598,7 +607,7 @@ def test_runner_writes_results_and_table(pytester: pytest.Pytester, tmp_path: Pa
         status = run_matrix(
             RunOptions(
                 backends=["postgres", "cockroachdb"],
-                tests=pytester.path,
+                tests=[pytester.path],
                 results_dir=tmp_path / "results",
                 table=tmp_path / "compatibility.md",
                 cwd=pytester.path,
@@ -625,7 +634,7 @@ def test_runner_fails_on_a_failing_backend(pytester: pytest.Pytester, tmp_path: 
     status = run_matrix(
         RunOptions(
             backends=["citus"],
-            tests=pytester.path,
+            tests=[pytester.path],
             results_dir=tmp_path / "results",
             table=tmp_path / "compatibility.md",
             cwd=pytester.path,

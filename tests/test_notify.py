@@ -6,190 +6,19 @@ listen fall back to polling with one ``listen_notify_unavailable`` warning."""
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
-import time
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
-import psycopg
 import pytest
-import pytest_asyncio
 
-from matrix.provisioners import Provisioner
-from qcore import Boss, backends, jobs, queues
-from qcore.backend import Backend
+from qcore import backends, queues
+from qcore.conformance.suite.test_notify import Heard
 from qcore.context import Context
-from qcore.db import Database, connect
-from qcore.db.custom import CustomDatabase
-from qcore.errors import ConnectionLostError
-from qcore.events import Events, WarningEvent
+from qcore.db import connect
+from qcore.events import Events
 from qcore.identifiers import quote
-from qcore.notifier import UNAVAILABLE, Notifier
+from qcore.notifier import Notifier
 from qcore.schema import install_or_migrate
-from qcore.sql.locks import notify_channel
-
-pytestmark = pytest.mark.feature("notify")
-
-#: how soon a notification must arrive once the statement that sent it has committed
-#: (timed from then: the commit's own WAL flush is the server's, and can be slow)
-PROMPT = 0.05
-
-
-class Heard:
-    """What a Notifier reported: each queue name with the time it arrived, and reconnects."""
-
-    def __init__(self) -> None:
-        self.queues: asyncio.Queue[tuple[str, float]] = asyncio.Queue()
-        self.reconnected = asyncio.Event()
-
-    def on_queue(self, name: str) -> None:
-        self.queues.put_nowait((name, time.monotonic()))
-
-    def on_reconnect(self) -> None:
-        self.reconnected.set()
-
-    async def next(self, timeout: float = PROMPT) -> tuple[str, float]:
-        return await asyncio.wait_for(self.queues.get(), timeout)
-
-    async def nothing(self, wait: float = 0.2) -> None:
-        await asyncio.sleep(wait)
-        assert self.queues.empty(), f"unexpected notification: {self.queues.get_nowait()}"
-
-
-@pytest_asyncio.fixture
-async def listening(ctx: Context) -> AsyncIterator[tuple[Notifier, Heard]]:
-    heard = Heard()
-    notifier = Notifier(ctx, Events(), on_queue=heard.on_queue, on_reconnect=heard.on_reconnect)
-    assert await notifier.start()
-    try:
-        yield notifier, heard
-    finally:
-        await notifier.stop()
-
-
-async def _prompt(heard: Heard, queue: str, since: float) -> None:
-    name, at = await heard.next()
-    assert name == queue
-    assert at - since <= PROMPT, f"took {(at - since) * 1000:.1f} ms"
-
-
-@pytest.mark.requires("listen_notify")
-async def test_send_to_a_notify_queue_wakes_at_once(
-    ctx: Context, listening: tuple[Notifier, Heard]
-) -> None:
-    notifier, heard = listening
-    assert notifier.available and notifier.channel == notify_channel(ctx.schema_spec)
-    await queues.create_queue(ctx, "loud", notify=True)
-    await queues.create_queue(ctx, "quiet")
-
-    await jobs.send(ctx, "quiet", {"n": 1})  # notify=False: nothing
-    await jobs.send(ctx, "loud", {"n": 2})
-    since = time.monotonic()
-    await _prompt(heard, "loud", since)
-
-    await jobs.insert(ctx, "loud", [{"data": i} for i in range(3)])
-    since = time.monotonic()
-    await _prompt(heard, "loud", since)  # one notification for the batch
-    await heard.nothing()
-
-    await jobs.send(ctx, "loud", start_after=3600)  # not runnable yet: pg-boss stays quiet
-    await heard.nothing()
-
-
-@pytest.mark.requires("listen_notify")
-async def test_a_sent_job_starts_at_once_on_an_idle_worker(
-    db: Database, backend: Backend, schema: str
-) -> None:
-    """End to end: a worker polling every 10 s runs a job sent to its notify queue at
-    once: well within a second of the send's commit (the wake, the worker's claim
-    and that claim's own commit), not at its next poll."""
-    boss = Boss(db=db, backend=backend, schema=schema, use_listen_notify=True)
-    await boss.start()
-    try:
-        await boss.create_queue("q", notify=True)
-        started: asyncio.Queue[float] = asyncio.Queue()
-
-        async def handler(_jobs: Any) -> None:
-            started.put_nowait(time.monotonic())
-
-        await boss.work("q", handler, polling_interval_seconds=10)
-        await asyncio.sleep(0.3)  # its first (empty) poll is done: the worker is idle
-        for _ in range(2):
-            await boss.send("q", {"x": 1})
-            since = time.monotonic()
-            at = await asyncio.wait_for(started.get(), 5)
-            assert at - since <= 1.0, f"took {(at - since) * 1000:.1f} ms"
-            await asyncio.sleep(0.1)  # completed; idle again
-    finally:
-        await boss.stop(timeout=5)
-
-
-@pytest.mark.requires("listen_notify")
-async def test_retry_wakes_but_a_failure_does_not(
-    ctx: Context, listening: tuple[Notifier, Heard]
-) -> None:
-    _, heard = listening
-    await queues.create_queue(ctx, "loud", notify=True, retry_limit=0)
-    sent = await jobs.send(ctx, "loud")
-    assert sent is not None
-    await _prompt(heard, "loud", time.monotonic())
-    [job] = await jobs.fetch(ctx, "loud")
-    await jobs.fail(ctx, "loud", job)  # failed for good: a retry to retry() later
-    await heard.nothing(0.1)
-    result = await jobs.retry(ctx, "loud", sent)
-    since = time.monotonic()
-    assert result.affected == 1
-    await _prompt(heard, "loud", since)
-    assert (await jobs.retry(ctx, "loud", sent)).affected == 0  # not failed any more
-    await heard.nothing(0.1)
-
-
-@pytest.mark.requires("listen_notify")
-async def test_listener_comes_back_after_its_connection_dies(
-    ctx: Context, provisioned: Provisioner, backend: Backend, listening: tuple[Notifier, Heard]
-) -> None:
-    notifier, heard = listening
-    await queues.create_queue(ctx, "loud", notify=True)
-    if backend.capabilities.single_session:  # PGlite: one connection, the adapter's
-        _cut(ctx.db)
-        with pytest.raises(ConnectionLostError):
-            await ctx.db.execute("SELECT 1")
-    else:
-        killed = await asyncio.to_thread(_terminate_listener, provisioned.url, notifier.channel)
-        assert killed == 1
-    await ctx.db.execute("SELECT 1")  # PGlite reconnects on the next statement
-    await asyncio.wait_for(heard.reconnected.wait(), 10)
-    await jobs.send(ctx, "loud")
-    since = time.monotonic()
-    await _prompt(heard, "loud", since)
-
-
-@pytest.mark.requires("listen_notify")
-async def test_heartbeat_keeps_a_healthy_listener(
-    ctx: Context, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With a heartbeat every 50 ms (10 s by default) the check that the session still
-    listens runs many times, finds it does, and notifications keep coming."""
-    from qcore.db import asyncpg as asyncpg_adapter
-    from qcore.db import psycopg as psycopg_adapter
-
-    for session in (psycopg_adapter._PsycopgListenSession, asyncpg_adapter._AsyncpgListenSession):
-        assert (session.heartbeat_seconds, session.heartbeat_timeout_seconds) == (10.0, 5.0)
-        monkeypatch.setattr(session, "heartbeat_seconds", 0.05)
-    heard = Heard()
-    notifier = Notifier(ctx, Events(), on_queue=heard.on_queue, on_reconnect=heard.on_reconnect)
-    assert await notifier.start()
-    try:
-        await queues.create_queue(ctx, "loud", notify=True)
-        await asyncio.sleep(0.4)
-        assert not heard.reconnected.is_set()
-        await jobs.send(ctx, "loud")
-        since = time.monotonic()
-        await _prompt(heard, "loud", since)
-    finally:
-        await notifier.stop()
 
 
 @pytest.mark.postgres
@@ -232,57 +61,6 @@ async def test_listener_heartbeat_on_each_driver(
         await db.close()
 
 
-async def test_unavailable_listener_warns_once_and_polls(
-    db: Database, backend: Backend, schema: str
-) -> None:
-    boss = Boss(db=db, backend=backend, schema=schema, use_listen_notify=True)
-    warnings: list[WarningEvent] = []
-    boss.on("warning", warnings.append)
-    await boss.start()
-    try:
-        await boss.create_queue("q", notify=True)
-        assert await boss.send("q") is not None  # sending works either way
-        unavailable = [w for w in warnings if w.type == UNAVAILABLE]
-        if backend.has("listen_notify"):
-            assert unavailable == []
-        else:
-            assert len(unavailable) == 1 and backend.name in unavailable[0].message
-            assert unavailable[0].data["backend"] == backend.name
-    finally:
-        await boss.stop(close=False)
-    assert len([w for w in warnings if w.type == UNAVAILABLE]) == (
-        0 if backend.has("listen_notify") else 1
-    )
-
-
-async def test_an_adapter_that_cannot_listen_warns_once(ctx: Context) -> None:
-    class Forward:
-        async def execute_sql(self, text: str, values: list[Any]) -> list[dict[str, Any]]:
-            return await ctx.db.execute(text, values)
-
-    custom = Context(db=CustomDatabase(Forward()), backend=ctx.backend, schema_spec=ctx.schema)
-    events = Events()
-    warnings: list[WarningEvent] = []
-    events.on("warning", warnings.append)
-    notifier = Notifier(custom, events, on_queue=lambda _q: None, on_reconnect=lambda: None)
-    assert await notifier.start() is False
-    assert not notifier.available
-    await notifier.stop()
-    assert [w.type for w in warnings] == [UNAVAILABLE]
-
-
-@pytest.mark.requires("listen_notify")
-async def test_channel_follows_the_schema_spelling(ctx: Context) -> None:
-    # the channel is pg-boss's: computed from the schema as configured
-    assert notify_channel("pgboss") == "pgboss_454650302e472074f72063fd"
-    assert notify_channel('"pgboss"') == notify_channel("pgboss")
-    notifier = Notifier(ctx, Events(), on_queue=lambda _q: None, on_reconnect=lambda: None)
-    assert notifier.channel == notify_channel(ctx.schema_spec)
-
-
-# --------------------------------------------------------------------------- interop
-
-
 @pytest.mark.feature("interop")
 @pytest.mark.node
 @pytest.mark.postgres
@@ -323,30 +101,3 @@ async def test_a_pgboss_producer_wakes_a_qcore_notifier(pg_dsn: str) -> None:
         await notifier.stop()
         await db.execute_script(f"DROP SCHEMA IF EXISTS {quote(schema)} CASCADE")
         await db.close()
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _terminate_listener(url: str, channel: str) -> int:
-    """Kill the session that LISTENs on ``channel`` (its last statement was the LISTEN)."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            " AND query LIKE %s",
-            [f"LISTEN %{channel}%"],
-        ).fetchone()
-    return int(row[0]) if row else 0
-
-
-def _cut(db: Any) -> None:
-    """Break PGlite's one socket as a network failure would (the server stays up)."""
-    inner = getattr(db, "inner", db)  # through the capability guard, if any
-    conn = inner._conn
-    assert conn is not None
-    sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    finally:
-        sock.close()

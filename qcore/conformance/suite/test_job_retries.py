@@ -14,9 +14,9 @@ import pytest
 
 from qcore import jobs, queues
 from qcore.backend import Backend, FetchStrategy, MutationStrategy
+from qcore.conformance.helpers import row, server_now
 from qcore.context import Context
 from qcore.job import JobState
-from tests.job_helpers import row, server_now
 
 pytestmark = pytest.mark.feature("retries")
 

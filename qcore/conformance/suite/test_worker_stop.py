@@ -16,10 +16,10 @@ import pytest_asyncio
 
 from qcore import Boss, jobs
 from qcore.backend import Backend
+from qcore.conformance.helpers import send, settled, until
 from qcore.db import Database
 from qcore.errors import NotStartedError
 from qcore.job import Job, JobState
-from tests.test_worker import send, settled, until
 
 pytestmark = pytest.mark.feature("workers")
 
@@ -35,7 +35,7 @@ class CountingBoss(Boss):
         self.on("stopped", self.stopped_events.append)
 
 
-@pytest_asyncio.fixture
+@pytest_asyncio.fixture(loop_scope="session")
 async def sboss(db: Database, backend: Backend, schema: str) -> AsyncIterator[CountingBoss]:
     """A started Boss without the background monitor."""
     boss = CountingBoss(db=db, backend=backend, schema=schema, supervise=False)

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from matrix import feature, requires
-from matrix.provisioners import Provisioner
 from qcore.backend import Backend
+from qcore.conformance.markers import feature, requires
+from qcore.conformance.provisioners import Provisioner
 from qcore.db import Database, Json
 from qcore.identifiers import quote
 

@@ -12,9 +12,9 @@ import pytest
 
 from qcore import jobs, queues
 from qcore.backend import Backend
+from qcore.conformance.helpers import count, row, totals
 from qcore.context import Context
 from qcore.errors import ValidationError
-from tests.job_helpers import count, row, totals
 
 pytestmark = pytest.mark.feature("policies")
 

@@ -29,12 +29,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from matrix.provisioners import Provisioner
 from qcore import Boss
 from qcore.backend import Backend
+from qcore.conformance.helpers import until
+from qcore.conformance.provisioners import Provisioner
 from qcore.errors import ConnectionLostError, DatabaseError
 from qcore.job import Job, JobState
-from tests.test_worker import until
 
 pytestmark = pytest.mark.feature("recovery")
 

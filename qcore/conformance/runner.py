@@ -21,16 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from matrix.provisioners import best_provisioner
-from matrix.results import summarise, write_results
-from matrix.table import write_table
 from qcore import backends as registry
+from qcore.conformance import SUITE
+from qcore.conformance.provisioners import best_provisioner
+from qcore.conformance.results import summarise, write_results
+from qcore.conformance.table import write_table
 from qcore.errors import ConfigError
 
 __all__ = [
     "BackendOutcome",
     "RunOptions",
-    "checkout_root",
     "default_paths",
     "resolve_backends",
     "run_matrix",
@@ -39,26 +39,11 @@ __all__ = [
 INDEPENDENT_RUN = "postgres"
 
 
-def checkout_root() -> Path | None:
-    """The repository root when ``matrix`` runs from a qcore checkout, else ``None``."""
-    root = Path(__file__).resolve().parent.parent
-    if (
-        (root / "pyproject.toml").is_file()
-        and (root / "tests").is_dir()
-        and (root / "qcore").is_dir()
-    ):
-        return root
-    return None
-
-
-def default_paths() -> tuple[Path | None, Path, Path]:
-    """(tests, results directory, table) defaults: the checkout's, else the current
-    directory's ``matrix-results/`` and ``compatibility.md`` (and no tests)."""
-    root = checkout_root()
-    if root is not None:
-        return root / "tests", root / "matrix" / "results", root / "docs" / "compatibility.md"
+def default_paths() -> tuple[list[Path], Path, Path]:
+    """(tests, results directory, table) defaults for a run outside qcore's checkout:
+    the conformance suite, ``./conformance-results/`` and ``./compatibility.md``."""
     cwd = Path.cwd()
-    return None, cwd / "matrix-results", cwd / "compatibility.md"
+    return [SUITE], cwd / "conformance-results", cwd / "compatibility.md"
 
 
 def resolve_backends(requested: Sequence[str]) -> list[str]:
@@ -85,7 +70,7 @@ def resolve_backends(requested: Sequence[str]) -> list[str]:
 @dataclass
 class RunOptions:
     backends: list[str]
-    tests: Path
+    tests: list[Path]
     results_dir: Path
     table: Path | None
     dsn: str | None = None
@@ -141,7 +126,9 @@ def _pytest_command(options: RunOptions, name: str, report: Path) -> list[str]:
         sys.executable,
         "-m",
         "pytest",
-        str(options.tests),
+        "-p",
+        "qcore.conformance.plugin",
+        *map(str, options.tests),
         "--backend",
         name,
         "--matrix-report",

@@ -1,5 +1,5 @@
 """The results of one backend's matrix run: summarised from the plugin's report,
-stored as ``matrix/results/<backend>.json``, read back by the table generator.
+stored as ``<results directory>/<backend>.json``, read back by the table generator.
 
 A results file::
 
@@ -133,6 +133,7 @@ def summarise(
         "provisioner": info.get("provisioner"),
         "provisioner_detail": info.get("provisioner_detail"),
         "emulated": bool(info.get("emulated", info.get("provisioner") == "emulation")),
+        "engine": info.get("engine"),
         "engine_version": info.get("engine_version"),
         "available": True if available is None else bool(available),
         "reason": info.get("reason"),

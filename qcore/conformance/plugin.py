@@ -1,4 +1,7 @@
-"""The pytest plugin of the compatibility matrix (entry point ``qcore_matrix``).
+"""The pytest plugin of the conformance kit: options, fixtures and markers that run
+tests once per backend. Loaded only when asked for: ``pytest -p qcore.conformance``
+(which also collects the suite) or ``-p qcore.conformance.plugin`` (fixtures only,
+as qcore's own test configuration does).
 
 Options::
 
@@ -13,25 +16,32 @@ Fixtures (each test that uses one is parametrised by backend, ids like
 ``[postgres]``; tests that use none run once, unparametrised):
 
 ``backend``       the :class:`qcore.backend.Backend` under test
-``provisioned``   the running :class:`matrix.provisioners.Provisioner` for it
+``provisioned``   the running :class:`qcore.conformance.provisioners.Provisioner` for it
                   (session-wide per backend, started on first use, stopped at
                   the end; a backend that cannot run here makes its tests skip
                   with "<backend> not available here: <why>")
 ``db``            a qcore ``Database`` adapter on the provisioned database
                   (``PGliteDatabase`` for single-session engines, else
-                  ``qcore.db.connect``), inside ``matrix.guard.GuardedDatabase``
+                  ``qcore.db.connect``), inside ``qcore.conformance.guard.GuardedDatabase``
                   when the backend is emulated
 ``schema``        a fresh schema name, created for the test and dropped after
+``ctx``           a ``qcore.context.Context`` on ``db`` and ``schema``, with the schema
+                  installed
+``boss``          a started ``qcore.Boss`` on ``db`` and ``schema``
 
 Markers: ``@pytest.mark.requires("listen_notify")`` skips the test where the
 backend lacks the capability; ``@pytest.mark.feature("name")`` puts it in a
 feature group (a row of the compatibility table; default ``other``).
+
+The suite's coroutine tests run on one event loop for the session, whatever the
+project's pytest-asyncio settings, so the kit works from any project.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import inspect
 import json
 import os
 import uuid
@@ -41,8 +51,10 @@ from typing import Any
 
 import pytest
 
-from matrix.markers import DEFAULT_FEATURE
-from matrix.provisioners import (
+from qcore import backends as registry
+from qcore.backend import Backend
+from qcore.conformance.markers import DEFAULT_FEATURE
+from qcore.conformance.provisioners import (
     LocalProvisioner,
     NotAvailable,
     Provisioner,
@@ -50,8 +62,6 @@ from matrix.provisioners import (
     best_provisioner,
     dsn_from_env,
 )
-from qcore import backends as registry
-from qcore.backend import Backend
 from qcore.errors import ConfigError
 from qcore.identifiers import quote
 
@@ -250,6 +260,7 @@ class MatrixState:
                 "provisioner": provisioner.kind,
                 "provisioner_detail": provisioner.describe(),
                 "emulated": provisioner.emulated,
+                "engine": provisioner.identity.describe() if provisioner.identity else None,
                 "engine_version": self.versions.get(name),
                 "started": name in self.versions,
                 "available": (name not in self.unavailable) if tried else None,
@@ -279,6 +290,22 @@ def _get_backend(name: str, installed: list[str]) -> Backend:
 
 
 # --------------------------------------------------------------------------- collection
+
+_SUITE_PACKAGE = "qcore.conformance.suite"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> None:
+    """Mark the suite's coroutine tests for pytest-asyncio's session loop (the one the
+    kit's fixtures use), in strict mode as in auto mode."""
+    module = getattr(collector, "module", None)
+    if (
+        module is not None
+        and module.__name__.startswith(_SUITE_PACKAGE)
+        and inspect.iscoroutinefunction(obj)
+        and not any(m.name == "asyncio" for m in getattr(obj, "pytestmark", []))
+    ):
+        pytest.mark.asyncio(loop_scope="session")(obj)
 
 
 def _capability_names(state: MatrixState) -> set[str]:
@@ -505,7 +532,7 @@ async def open_database(provisioner: Provisioner) -> Any:
 
         inner = await connect(provisioner.url, max=4)
     if provisioner.emulated:
-        from matrix.guard import GuardedDatabase
+        from qcore.conformance.guard import GuardedDatabase
 
         return GuardedDatabase(inner, backend)
     return inner
@@ -513,7 +540,7 @@ async def open_database(provisioner: Provisioner) -> Any:
 
 if pytest_asyncio is not None:
 
-    @pytest_asyncio.fixture
+    @pytest_asyncio.fixture(loop_scope="session")
     async def db(provisioned: Provisioner) -> AsyncIterator[Any]:
         """A qcore Database adapter connected to the backend's database (guarded when
         emulated); closed after the test."""
@@ -523,7 +550,7 @@ if pytest_asyncio is not None:
         finally:
             await adapter.close()
 
-    @pytest_asyncio.fixture
+    @pytest_asyncio.fixture(loop_scope="session")
     async def schema(db: Any) -> AsyncIterator[str]:
         """A fresh, unique schema, created for the test and dropped (CASCADE) after it."""
         name = f"qcore_test_{uuid.uuid4().hex[:12]}"
@@ -544,11 +571,25 @@ else:  # pragma: no cover
         pytest.fail("the schema fixture needs pytest-asyncio: pip install pytest-asyncio")
 
 
-# --------------------------------------------------------------------------- boss
+# --------------------------------------------------------------------------- ctx, boss
 
 if pytest_asyncio is not None:
 
-    @pytest_asyncio.fixture
+    @pytest_asyncio.fixture(loop_scope="session")
+    async def ctx(db: Any, backend: Backend, schema: str) -> Any:
+        """A ``qcore.context.Context`` on the backend's ``db`` and a fresh ``schema``, with
+        qcore's (pg-boss's) schema installed in it."""
+        from qcore.context import Context
+        from qcore.schema import install_or_migrate
+
+        context = Context(db=db, backend=backend, schema_spec=schema)
+        await install_or_migrate(context)
+        return context
+
+
+if pytest_asyncio is not None:
+
+    @pytest_asyncio.fixture(loop_scope="session")
     async def boss(db: Any, backend: Backend, schema: str) -> AsyncIterator[Any]:
         """A started ``qcore.Boss`` on the test's adapter (guarded under emulation) and
         fresh schema; stopped after the test. It shares ``db``'s connection, so on a

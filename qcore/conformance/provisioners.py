@@ -37,10 +37,13 @@ from urllib.parse import urlencode
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import dict_row
 from typing_extensions import Self
 
-from qcore.backend import Backend, Kind, ProvisioningSpec, Server
+from qcore.backend import Backend, EngineIdentity, Kind, ProvisioningSpec, Server
+from qcore.engine import has_markers, identity_of
 from qcore.identifiers import quote
+from qcore.sql import engine as engine_sql
 
 __all__ = [
     "DEFAULT_ADMIN_DSN",
@@ -145,6 +148,22 @@ def _execute(dsn: str, *statements: str) -> list[tuple[Any, ...]]:
     return rows
 
 
+def engine_identity_of(dsn: str) -> EngineIdentity:
+    """What the server at ``dsn`` says it is (``qcore.engine``'s probes, on one
+    blocking connection)."""
+    with psycopg.connect(
+        dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, prepare_threshold=None
+    ) as conn:
+        conn.row_factory = dict_row
+        first = conn.execute(engine_sql.server_version.sql).fetchone()
+        version = str(first["version"]) if first else ""
+        markers = None
+        if has_markers(version):
+            with contextlib.suppress(psycopg.Error):
+                markers = conn.execute(engine_sql.server_markers.sql).fetchone()
+    return identity_of(version, markers)
+
+
 def engine_version_of(dsn: str) -> str:
     """``SELECT version()`` on ``dsn``."""
     with psycopg.connect(
@@ -196,6 +215,8 @@ class Provisioner(abc.ABC):
         self.backend = backend
         self._url: str | None = None
         self._version: str | None = None
+        #: what the server said it is (while started)
+        self.identity: EngineIdentity | None = None
         self._mutex = threading.RLock()
 
     # -- Server protocol ----------------------------------------------------------------
@@ -213,10 +234,26 @@ class Provisioner(abc.ABC):
 
     def start(self) -> Self:
         """Provision the database; :class:`NotAvailable` if the engine cannot run here.
-        Starting a started provisioner does nothing."""
+        Starting a started provisioner does nothing.
+
+        The server's identity decides whether results count as real: a server that is
+        not the backend's own engine (``Backend.recognises``) is an emulation, so its
+        URL gets the emulation's session settings and its adapters the capability guard,
+        whichever provisioner found it."""
         with self._mutex:
             if self._url is None:
-                self._url = self._start()
+                url = self._start()
+                try:
+                    identity = engine_identity_of(url)
+                    if identity.emulating is None and not self.backend.recognises(identity):
+                        from qcore.conformance.guard import emulation_conninfo
+
+                        url = to_url(emulation_conninfo(url, self.backend))
+                        identity = engine_identity_of(url)
+                except BaseException:
+                    self._stop()
+                    raise
+                self._url, self.identity = url, identity
             return self
 
     def stop(self) -> None:
@@ -224,7 +261,7 @@ class Provisioner(abc.ABC):
         with self._mutex:
             if self._url is None:
                 return
-            self._url = None
+            self._url = self.identity = None
             self._stop()
 
     def __enter__(self) -> Self:
@@ -244,7 +281,10 @@ class Provisioner(abc.ABC):
 
     @property
     def emulated(self) -> bool:
-        """Whether the engine is PostgreSQL standing in for the backend's own."""
+        """Whether the engine stands in for the backend's own: by the server's identity
+        once started, by the provisioner's kind before."""
+        if self.identity is not None:
+            return self.identity.emulating is not None
         return self.kind == "emulation"
 
     def describe(self) -> str:
@@ -695,8 +735,8 @@ class LocalProvisioner(Provisioner):
 class EmulationProvisioner(Provisioner):
     """Real PostgreSQL (a :class:`LocalProvisioner`) standing in for an engine that
     cannot run here. The URL carries the backend's session settings
-    (``matrix.guard.emulation_conninfo``); whoever hands out adapters for it wraps
-    them in ``matrix.guard.GuardedDatabase``."""
+    (``qcore.conformance.guard.emulation_conninfo``); whoever hands out adapters for it wraps
+    them in ``qcore.conformance.guard.GuardedDatabase``."""
 
     kind = "emulation"
 
@@ -708,7 +748,7 @@ class EmulationProvisioner(Provisioner):
         return f"emulated on {self.local.describe()}"
 
     def _start(self) -> str:
-        from matrix.guard import emulation_conninfo
+        from qcore.conformance.guard import emulation_conninfo
 
         self.local.start()
         try:

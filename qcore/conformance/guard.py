@@ -44,6 +44,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from qcore.backend import Backend
 from qcore.db._base import Bound, Database, Listener, OnMessage, OnReconnect, Rows
 from qcore.errors import DatabaseError, SerializationError, first_line
+from qcore.sql.engine import EMULATION_SETTING
 
 __all__ = [
     "DETECTORS",
@@ -757,14 +758,13 @@ def _escape_option(value: str) -> str:
 
 
 def emulation_conninfo(dsn: str, backend: Backend) -> str:
-    """``dsn`` with the backend's provisioning ``session_settings`` added as libpq
-    ``options=-c key=value``, so an emulated session runs as the engine would
-    (e.g. CockroachDB's ``default_transaction_isolation=serializable``). Options
-    already in ``dsn`` are kept; the DSN is returned unchanged when there is
-    nothing to add."""
+    """``dsn`` with libpq ``options=-c key=value`` for an emulated session: the
+    backend's provisioning ``session_settings``, so it runs as the engine would (e.g.
+    CockroachDB's ``default_transaction_isolation=serializable``), and the setting
+    that tells qcore's engine check which backend the session stands in for
+    (``qcore.emulate``). Options already in ``dsn`` are kept."""
     settings = dict(backend.provisioning.session_settings) if backend.provisioning else {}
-    if not settings:
-        return dsn
+    settings[EMULATION_SETTING] = backend.name
     params = conninfo_to_dict(dsn)
     parts = [str(params["options"])] if params.get("options") else []
     for key, value in settings.items():

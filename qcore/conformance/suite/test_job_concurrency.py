@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from matrix.provisioners import Provisioner
 from qcore import jobs, queues
 from qcore.backend import Backend, FetchStrategy, MutationStrategy
+from qcore.conformance.helpers import count, row, states
+from qcore.conformance.provisioners import Provisioner
 from qcore.context import Context
 from qcore.db import Database, connect
 from qcore.errors import SerializationError
-from tests.job_helpers import count, row, states
 
 pytestmark = pytest.mark.feature("concurrency")
 
@@ -31,7 +31,7 @@ FETCHERS = 16
 BATCH = 10
 
 
-@pytest_asyncio.fixture
+@pytest_asyncio.fixture(loop_scope="session")
 async def pool(provisioned: Provisioner, db: Database, backend: Backend) -> AsyncIterator[Any]:
     """An adapter with up to 16 connections (behind the capability guard when emulated);
     the test's own single-session adapter on PGlite."""
@@ -41,7 +41,7 @@ async def pool(provisioned: Provisioner, db: Database, backend: Backend) -> Asyn
     inner = await connect(provisioned.url, max=FETCHERS)
     adapter: Any = inner
     if provisioned.emulated:
-        from matrix.guard import GuardedDatabase
+        from qcore.conformance.guard import GuardedDatabase
 
         adapter = GuardedDatabase(inner, backend)
     try:
@@ -169,7 +169,7 @@ def emulated(backend: Backend, db: Any) -> Backend:
 
 
 def _guarded(db: Any) -> Any:
-    from matrix.guard import GuardedDatabase
+    from qcore.conformance.guard import GuardedDatabase
 
     if not isinstance(db, GuardedDatabase):
         pytest.skip("fault injection needs the capability guard (an emulated backend)")

@@ -13,11 +13,11 @@ import pytest
 
 from qcore import jobs, queues
 from qcore.backend import Backend
+from qcore.conformance.helpers import count, row, server_now, states, totals
 from qcore.context import Context
 from qcore.db import Database
 from qcore.errors import ConfigError, QueueNotFoundError, ValidationError
 from qcore.job import JobState
-from tests.job_helpers import count, row, server_now, states, totals
 
 pytestmark = pytest.mark.feature("lifecycle")
 

@@ -1,6 +1,6 @@
 """The markers the compatibility matrix reads, for import by test modules.
 
->>> from matrix import feature, requires
+>>> from qcore.conformance.markers import feature, requires
 >>> pytestmark = feature("queues")
 >>> @requires("listen_notify")
 ... async def test_notify(db): ...

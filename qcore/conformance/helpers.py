@@ -1,0 +1,94 @@
+"""Small reads the conformance tests share: row counts, the server clock, raw rows, and
+waiting on a condition with a deadline.
+
+Test plumbing, written against the installed schema directly so the
+assertions do not depend on the code under test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import inspect
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from qcore.boss import Boss
+from qcore.context import Context
+from qcore.job import Job, JobState
+
+
+async def count(ctx: Context, table: str = "job", where: str = "true", *params: Any) -> int:
+    rows = await ctx.db.execute(
+        f"SELECT count(*)::int AS n FROM {ctx.q}.{table} WHERE {where}", params
+    )
+    return int(rows[0]["n"])
+
+
+async def totals(ctx: Context) -> tuple[int, int]:
+    """(queues, jobs) in the schema: what "nothing was written" is checked against."""
+    return await count(ctx, "queue"), await count(ctx, "job")
+
+
+async def server_now(ctx: Context) -> dt.datetime:
+    rows = await ctx.db.execute("SELECT clock_timestamp() AS now")
+    value = rows[0]["now"]
+    assert isinstance(value, dt.datetime)
+    return value
+
+
+async def row(ctx: Context, job_id: Any) -> dict[str, Any]:
+    rows = await ctx.db.execute(f"SELECT * FROM {ctx.q}.job WHERE id = $1::uuid", [job_id])
+    assert len(rows) == 1, f"expected one row for {job_id}, got {len(rows)}"
+    return rows[0]
+
+
+async def states(ctx: Context, queue: str) -> dict[str, int]:
+    rows = await ctx.db.execute(
+        f"SELECT state::text AS state, count(*)::int AS n FROM {ctx.q}.job WHERE name = $1"
+        " GROUP BY state ORDER BY state",
+        [queue],
+    )
+    return {r["state"]: r["n"] for r in rows}
+
+
+async def until(
+    check: Callable[[], Any], timeout: float = 5.0, interval: float = 0.02, what: str = ""
+) -> Any:
+    """Poll ``check`` (sync or async) until it returns something truthy; that value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {timeout} s: {what or check}")
+        await asyncio.sleep(interval)
+
+
+async def job_state(boss: Boss, name: str, job_id: uuid.UUID) -> JobState | None:
+    job = await boss.get_job_by_id(name, job_id)
+    assert job is not None
+    return job.state
+
+
+async def settled(boss: Boss, name: str, job_id: uuid.UUID, timeout: float = 5.0) -> Job:
+    """The job once it has left ``active`` and ``created`` (settled by the worker)."""
+
+    async def check() -> Job | None:
+        job = await boss.get_job_by_id(name, job_id)
+        assert job is not None
+        return job if job.state not in (JobState.CREATED, JobState.ACTIVE) else None
+
+    result: Job = await until(check, timeout, what=f"job {job_id} settled")
+    return result
+
+
+async def send(boss: Boss, name: str, data: Any = None, **options: Any) -> uuid.UUID:
+    job_id = await boss.send(name, data, **options)
+    assert job_id is not None
+    return job_id
