@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from qcore import Boss, Job, JobState
+from qcore import Boss, Job, JobState, __version__
 from qcore.errors import QcoreError
 
 SCHEMA = "qcore_demo"  # its own schema: the demo never touches an application's queues
@@ -257,8 +257,11 @@ def _positive(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``qcore`` command. Exit status as argparse gives it: 0 after ``--help`` or
+    ``--version``, 2 for a usage error (no command given: the help, on stderr)."""
     parser = argparse.ArgumentParser(prog="qcore", description="qcore: a job queue on PostgreSQL")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"qcore {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = commands.add_parser(
         "demo", help="run a queue end to end on an embedded PGlite (or --dsn)"
     )
@@ -267,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--workers", type=_positive, default=4, help="concurrent workers (4)")
     demo.add_argument("--batch-size", type=_positive, default=50, help="jobs per fetch (50)")
     args = parser.parse_args(argv)
-    if args.command != "demo":
+    if args.command is None:
+        parser.print_help(sys.stderr)
         return 2
     bar = sys.stdout.isatty() and sys.stderr.isatty()
     try:

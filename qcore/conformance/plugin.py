@@ -33,8 +33,8 @@ Markers: ``@pytest.mark.requires("listen_notify")`` skips the test where the
 backend lacks the capability; ``@pytest.mark.feature("name")`` puts it in a
 feature group (a row of the compatibility table; default ``other``).
 
-The suite's coroutine tests run on one event loop for the session, whatever the
-project's pytest-asyncio settings, so the kit works from any project.
+The suite's coroutine tests are marked for pytest-asyncio whatever the project's
+mode, so the kit runs from any project.
 """
 
 from __future__ import annotations
@@ -296,8 +296,8 @@ _SUITE_PACKAGE = "qcore.conformance.suite"
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> None:
-    """Mark the suite's coroutine tests for pytest-asyncio's session loop (the one the
-    kit's fixtures use), in strict mode as in auto mode."""
+    """Mark the suite's coroutine tests for pytest-asyncio, so they run in its strict
+    mode as in auto mode (on the project's default loop scope, which its fixtures share)."""
     module = getattr(collector, "module", None)
     if (
         module is not None
@@ -305,7 +305,7 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
         and inspect.iscoroutinefunction(obj)
         and not any(m.name == "asyncio" for m in getattr(obj, "pytestmark", []))
     ):
-        pytest.mark.asyncio(loop_scope="session")(obj)
+        pytest.mark.asyncio(obj)
 
 
 def _capability_names(state: MatrixState) -> set[str]:
@@ -540,7 +540,7 @@ async def open_database(provisioner: Provisioner) -> Any:
 
 if pytest_asyncio is not None:
 
-    @pytest_asyncio.fixture(loop_scope="session")
+    @pytest_asyncio.fixture
     async def db(provisioned: Provisioner) -> AsyncIterator[Any]:
         """A qcore Database adapter connected to the backend's database (guarded when
         emulated); closed after the test."""
@@ -550,7 +550,7 @@ if pytest_asyncio is not None:
         finally:
             await adapter.close()
 
-    @pytest_asyncio.fixture(loop_scope="session")
+    @pytest_asyncio.fixture
     async def schema(db: Any) -> AsyncIterator[str]:
         """A fresh, unique schema, created for the test and dropped (CASCADE) after it."""
         name = f"qcore_test_{uuid.uuid4().hex[:12]}"
@@ -575,7 +575,7 @@ else:  # pragma: no cover
 
 if pytest_asyncio is not None:
 
-    @pytest_asyncio.fixture(loop_scope="session")
+    @pytest_asyncio.fixture
     async def ctx(db: Any, backend: Backend, schema: str) -> Any:
         """A ``qcore.context.Context`` on the backend's ``db`` and a fresh ``schema``, with
         qcore's (pg-boss's) schema installed in it."""
@@ -589,7 +589,7 @@ if pytest_asyncio is not None:
 
 if pytest_asyncio is not None:
 
-    @pytest_asyncio.fixture(loop_scope="session")
+    @pytest_asyncio.fixture
     async def boss(db: Any, backend: Backend, schema: str) -> AsyncIterator[Any]:
         """A started ``qcore.Boss`` on the test's adapter (guarded under emulation) and
         fresh schema; stopped after the test. It shares ``db``'s connection, so on a

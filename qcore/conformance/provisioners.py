@@ -152,9 +152,12 @@ def engine_identity_of(dsn: str) -> EngineIdentity:
     """What the server at ``dsn`` says it is (``qcore.engine``'s probes, on one
     blocking connection)."""
     with psycopg.connect(
-        dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, prepare_threshold=None
+        dsn,
+        autocommit=True,
+        connect_timeout=CONNECT_TIMEOUT,
+        prepare_threshold=None,
+        row_factory=dict_row,
     ) as conn:
-        conn.row_factory = dict_row
         first = conn.execute(engine_sql.server_version.sql).fetchone()
         version = str(first["version"]) if first else ""
         markers = None

@@ -31,7 +31,7 @@ FETCHERS = 16
 BATCH = 10
 
 
-@pytest_asyncio.fixture(loop_scope="session")
+@pytest_asyncio.fixture
 async def pool(provisioned: Provisioner, db: Database, backend: Backend) -> AsyncIterator[Any]:
     """An adapter with up to 16 connections (behind the capability guard when emulated);
     the test's own single-session adapter on PGlite."""

@@ -55,7 +55,7 @@ class Heard:
         assert self.queues.empty(), f"unexpected notification: {self.queues.get_nowait()}"
 
 
-@pytest_asyncio.fixture(loop_scope="session")
+@pytest_asyncio.fixture
 async def listening(ctx: Context) -> AsyncIterator[tuple[Notifier, Heard]]:
     heard = Heard()
     notifier = Notifier(ctx, Events(), on_queue=heard.on_queue, on_reconnect=heard.on_reconnect)

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.feature("workers")
 # --------------------------------------------------------------------------- helpers
 
 
-@pytest_asyncio.fixture(loop_scope="session")
+@pytest_asyncio.fixture
 async def wboss(db: Database, backend: Backend, schema: str) -> AsyncIterator[Boss]:
     """A started Boss on the test's adapter and schema, without the background monitor."""
     boss = Boss(db=db, backend=backend, schema=schema, supervise=False)

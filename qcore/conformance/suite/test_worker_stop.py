@@ -35,7 +35,7 @@ class CountingBoss(Boss):
         self.on("stopped", self.stopped_events.append)
 
 
-@pytest_asyncio.fixture(loop_scope="session")
+@pytest_asyncio.fixture
 async def sboss(db: Database, backend: Backend, schema: str) -> AsyncIterator[CountingBoss]:
     """A started Boss without the background monitor."""
     boss = CountingBoss(db=db, backend=backend, schema=schema, supervise=False)
