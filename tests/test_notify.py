@@ -1,7 +1,5 @@
-"""LISTEN/NOTIFY: a runnable job created on a ``notify`` queue (send, insert, retry)
-reaches the Notifier's ``on_queue`` at once, on pg-boss's channel; the listener comes
-back after its connection is killed and says so; backends and adapters that cannot
-listen fall back to polling with one ``listen_notify_unavailable`` warning."""
+"""LISTEN/NOTIFY beyond the conformance suite (``qcore/conformance/suite/test_notify.py``):
+the listener's heartbeat on each driver, and a pg-boss producer waking a qcore notifier."""
 
 from __future__ import annotations
 

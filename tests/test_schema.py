@@ -1,10 +1,6 @@
-"""Installing, checking and migrating the pg-boss v46 schema, and the locks around it.
-
-Runs on every backend (``pytest --backend all tests/test_schema.py``). The
-expected objects below are written out from the reference
-(docs/design/pg-boss-reference.md, sections 2 and 3), not derived from the
-builders, so a builder that drifts from pg-boss fails here.
-"""
+"""The pg-boss schema's lock keys, channel names and install statements, checked once
+(not per backend) against the reference values; the per-backend schema tests are in
+the conformance suite (``qcore/conformance/suite/test_schema.py``)."""
 
 from __future__ import annotations
 

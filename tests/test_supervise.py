@@ -1,8 +1,6 @@
-"""The monitor pass: active jobs past their expiry or heartbeat are failed — retried,
-failed, dead-lettered — on both mutation strategies; the per-queue monitor claim
-lets one instance per interval do the work; ``supervise(name)`` keeps to one queue;
-expiry batches run under pg-boss's advisory lock; the background loop reports errors
-and goes on. Jobs are aged by moving their timestamps back, not by sleeping."""
+"""The monitor pass shared with pg-boss: pg-boss and qcore honour one monitor claim. The
+per-backend monitor tests are in the conformance suite
+(``qcore/conformance/suite/test_supervise.py``)."""
 
 from __future__ import annotations
 

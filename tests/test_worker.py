@@ -1,11 +1,5 @@
-"""Workers on every backend: sync and async handlers, output and error serialisation,
-batches, handler timeouts and cancellation, heartbeat refresh, burst drain, shared
-idle polling and wake, off_work, workers registered before start, ``wip`` events.
-
-Each test builds its own ``Boss`` on the matrix's ``db`` and ``schema`` with
-``supervise=False`` (the monitor is driven with ``boss.supervise()`` where a test
-needs it), and stops it at the end.
-"""
+"""``work()`` options are checked before anything runs; the per-backend worker tests are
+in the conformance suite (``qcore/conformance/suite/test_worker.py``)."""
 
 from __future__ import annotations
 

@@ -291,7 +291,7 @@ def _get_backend(name: str, installed: list[str]) -> Backend:
 
 # --------------------------------------------------------------------------- collection
 
-_SUITE_PACKAGE = "qcore.conformance.suite"
+_SUITE = Path(__file__).resolve().parent / "suite"
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -300,9 +300,9 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
     mode as in auto mode (on the project's default loop scope, which its fixtures share)."""
     module = getattr(collector, "module", None)
     if (
-        module is not None
-        and module.__name__.startswith(_SUITE_PACKAGE)
-        and inspect.iscoroutinefunction(obj)
+        inspect.iscoroutinefunction(obj)
+        and getattr(module, "__file__", None)
+        and Path(str(module.__file__)).resolve().parent == _SUITE
         and not any(m.name == "asyncio" for m in getattr(obj, "pytestmark", []))
     ):
         pytest.mark.asyncio(obj)

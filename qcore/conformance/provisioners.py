@@ -325,7 +325,7 @@ def _probe_docker() -> tuple[bool, str]:
     try:
         docker: Any = importlib.import_module("docker")
     except ImportError:
-        return False, "the docker package is not installed (pip install 'qcore[matrix]')"
+        return False, "the docker package is not installed (pip install 'qcore[containers]')"
     try:
         client = docker.from_env(timeout=5)
         client.ping()
@@ -369,7 +369,7 @@ class ContainerProvisioner(Provisioner):
             from testcontainers.core.container import DockerContainer
         except ImportError as exc:
             raise NotAvailable(
-                name, f"testcontainers is not installed ({exc}); pip install 'qcore[matrix]'"
+                name, f"testcontainers is not installed ({exc}); pip install 'qcore[containers]'"
             ) from exc
         spec = self.spec
         try:

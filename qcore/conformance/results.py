@@ -40,6 +40,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from qcore import __version__
+
 __all__ = [
     "COUNTERS",
     "RESULTS_FORMAT",
@@ -129,6 +131,7 @@ def summarise(
     return {
         "format": RESULTS_FORMAT,
         "backend": backend,
+        "qcore_version": __version__,
         "description": info.get("description", ""),
         "provisioner": info.get("provisioner"),
         "provisioner_detail": info.get("provisioner_detail"),

@@ -29,9 +29,11 @@ from qcore.sql.locks import notify_channel
 
 pytestmark = pytest.mark.feature("notify")
 
-#: how soon a notification must arrive once the statement that sent it has committed
-#: (timed from then: the commit's own WAL flush is the server's, and can be slow)
-PROMPT = 0.05
+#: how long a notification may take to arrive once the statement that sent it has
+#: committed. The notifier has no poll of its own, so arriving at all is what proves
+#: the wake; a deadline generous for a busy machine keeps the test honest there
+#: (how fast a wake is, bench/ measures: python -m bench run reports its p50/p99).
+PROMPT = 5.0
 
 
 class Heard:
@@ -99,9 +101,9 @@ async def test_send_to_a_notify_queue_wakes_at_once(
 async def test_a_sent_job_starts_at_once_on_an_idle_worker(
     db: Database, backend: Backend, schema: str
 ) -> None:
-    """End to end: a worker polling every 10 s runs a job sent to its notify queue at
-    once: well within a second of the send's commit (the wake, the worker's claim
-    and that claim's own commit), not at its next poll."""
+    """End to end: a worker polling every 60 s runs a job sent to its notify queue at
+    once (the wake, the worker's claim and that claim's own commit), not at its next
+    poll: within 10 s, a sixth of the poll interval."""
     boss = Boss(db=db, backend=backend, schema=schema, use_listen_notify=True)
     await boss.start()
     try:
@@ -111,13 +113,13 @@ async def test_a_sent_job_starts_at_once_on_an_idle_worker(
         async def handler(_jobs: Any) -> None:
             started.put_nowait(time.monotonic())
 
-        await boss.work("q", handler, polling_interval_seconds=10)
+        await boss.work("q", handler, polling_interval_seconds=60)
         await asyncio.sleep(0.3)  # its first (empty) poll is done: the worker is idle
         for _ in range(2):
             await boss.send("q", {"x": 1})
             since = time.monotonic()
-            at = await asyncio.wait_for(started.get(), 5)
-            assert at - since <= 1.0, f"took {(at - since) * 1000:.1f} ms"
+            at = await asyncio.wait_for(started.get(), 30)
+            assert at - since <= 10.0, f"took {(at - since) * 1000:.1f} ms"
             await asyncio.sleep(0.1)  # completed; idle again
     finally:
         await boss.stop(timeout=5)

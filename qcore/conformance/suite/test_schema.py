@@ -1,6 +1,6 @@
 """Installing, checking and migrating the pg-boss v46 schema, and the locks around it.
 
-Runs on every backend (``pytest --backend all tests/test_schema.py``). The
+Runs on every backend (``pytest --backend all qcore/conformance/suite/test_schema.py``). The
 expected objects below are written out from the reference
 (docs/design/pg-boss-reference.md, sections 2 and 3), not derived from the
 builders, so a builder that drifts from pg-boss fails here.
