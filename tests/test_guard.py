@@ -638,5 +638,11 @@ async def test_emulation_conninfo_sets_cockroachdb_session() -> None:
         assert rows == [{"iso": "serializable", "timeout": "12345ms"}]
     finally:
         await db.close()
-    # postgres asks for no session settings: the DSN is returned as it was
-    assert emulation_conninfo(DSN, POSTGRES) == DSN
+    # every emulated session says which backend it stands in for, so the engine check
+    # (qcore.engine.identify) reports an emulation, not a mismatch
+    db = await PsycopgDatabase.connect(emulation_conninfo(DSN, POSTGRES), max_size=1)
+    try:
+        rows = await db.execute("SELECT current_setting('qcore.emulate') AS emulating")
+        assert rows == [{"emulating": "postgres"}]
+    finally:
+        await db.close()

@@ -181,6 +181,29 @@ def test_external_provisioner_database_or_schema(local_admin: str) -> None:
     assert not rows(local_admin, f"SELECT 1 FROM pg_namespace WHERE nspname = '{schema}'")
 
 
+def test_the_server_identity_decides_real_or_emulated(local_admin: str) -> None:
+    """A server counts as the backend's engine only when the backend recognises it:
+    plain PostgreSQL given (as with --dsn) to a vendor backend, or to cockroachdb, runs
+    emulated — its sessions carry the emulation's settings — whatever the provisioner."""
+    with ExternalProvisioner(backends.get("postgres"), local_admin) as p:
+        assert p.identity is not None and p.identity.engine == "postgres"
+        assert not p.emulated
+    acme = dataclasses.replace(
+        backends.get("postgres"),
+        name="acme",
+        provisioning=None,
+        detect=lambda i: "Acme" in i.version,
+    )
+    with ExternalProvisioner(acme, local_admin) as p:
+        assert p.emulated and p.identity is not None and p.identity.emulating == "acme"
+        assert rows(p.url, "SELECT current_setting('qcore.emulate')") == [("acme",)]
+    with ExternalProvisioner(backends.get("cockroachdb"), local_admin) as p:
+        assert p.emulated
+        assert rows(p.url, "SHOW default_transaction_isolation") == [("serializable",)]
+    with LocalProvisioner(backends.get("postgres")) as p:  # the engine postgres declares
+        assert not p.emulated
+
+
 def test_to_url() -> None:
     assert to_url("host=127.0.0.1 port=5432 user=u dbname=d") == "postgresql://u@127.0.0.1:5432/d"
     assert (

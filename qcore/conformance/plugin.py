@@ -298,11 +298,11 @@ _SUITE = Path(__file__).resolve().parent / "suite"
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> None:
     """Mark the suite's coroutine tests for pytest-asyncio, so they run in its strict
     mode as in auto mode (on the project's default loop scope, which its fixtures share)."""
-    module = getattr(collector, "module", None)
+    path = getattr(getattr(collector, "module", None), "__file__", None)
     if (
         inspect.iscoroutinefunction(obj)
-        and getattr(module, "__file__", None)
-        and Path(str(module.__file__)).resolve().parent == _SUITE
+        and path is not None
+        and Path(str(path)).resolve().parent == _SUITE
         and not any(m.name == "asyncio" for m in getattr(obj, "pytestmark", []))
     ):
         pytest.mark.asyncio(obj)
