@@ -372,8 +372,11 @@ async def fetch(
     max_priority: int | None = None,
 ) -> list[Job]:
     """Claim up to ``batch_size`` ready jobs (now active), returned in claim order:
-    highest priority first, then oldest (``created_on``), then by id. Jobs of one
-    insert are claimed in the order they were given.
+    highest priority first, then oldest (``created_on``), as the fetch index holds
+    them, so a claim costs the same on a long queue as on a short one. Jobs of one
+    insert are claimed in the order they were given; jobs sharing a ``created_on``
+    (a pg-boss batch, sends in one transaction) in the index's order, as pg-boss
+    claims them. A batch comes back sorted by those keys, then by id.
 
     ``priority=False`` ignores priority (and sorts every ready job: slower on a
     long queue); ``order_by_created_on=False`` takes any jobs of the highest

@@ -304,7 +304,7 @@ def insert_jobs(
             f"SELECT *, row_number() OVER () AS ordinal FROM {_recordset(p, 'jobs', _SEND_RECORD)}"
         )
     # rows of one insert are created a microsecond apart, in input order: claim order
-    # (priority, created_on, id) is then insertion order, and the fetch index serves it
+    # (priority, created_on) is then insertion order, and the fetch index serves it
     created_on = f"{now} + (r.ordinal - 1) * interval '1 microsecond'"
     start_after, columns = _new_job(q, next_slot=next_slot, created_on=created_on)
     ctes = [queue, f"r AS ({rows})"]
@@ -409,10 +409,14 @@ def fetch_jobs(
     singleton and stately skip keys with an active job and take one job per key
     per batch.
 
-    Claim order: ``priority DESC`` (unless ``priority=False``), then ``created_on,
-    id`` (unless ``order_by_created_on=False``). Jobs inserted together have
-    distinct ``created_on`` (see :func:`insert_jobs`), so the id only orders
-    pg-boss's batches, whose rows share one.
+    Claim order: ``priority DESC`` (unless ``priority=False``), then ``created_on``
+    (unless ``order_by_created_on=False``): exactly the order of the fetch index
+    (i11), so the default claim reads the index up to its LIMIT and sorts nothing,
+    whatever the backlog and however stale the table's statistics. Rows sharing a
+    ``created_on`` (a pg-boss batch, sends in one transaction) are claimed in the
+    index's order, as pg-boss claims them; qcore's own batches give each row its own
+    ``created_on`` (see :func:`insert_jobs`), so one insert is claimed as given. The
+    claimed rows come back sorted by the same keys, then ``id``.
 
     Rows: the claimed jobs (``FETCH_COLUMNS`` or, with ``include_metadata``,
     every column) in claim order; one row of NULLs when none; no row, and nothing
@@ -427,11 +431,9 @@ def fetch_jobs(
         bounds += f" AND j.priority >= {p('min_priority')}::int"
     if max_priority:
         bounds += f" AND j.priority <= {p('max_priority')}::int"
-    keys = (["priority DESC"] if priority else []) + (
-        ["created_on", "id"] if order_by_created_on else []
-    )
+    keys = (["priority DESC"] if priority else []) + (["created_on"] if order_by_created_on else [])
     order = f" ORDER BY {', '.join('j.' + k for k in keys)}" if keys else ""
-    returned = ", ".join("claimed." + k for k in keys or ["id"])
+    returned = ", ".join("claimed." + k for k in [*keys, "id"])
     if policy == "key_strict_fifo":
         other_due = "" if ignore_start_after else f" AND o.start_after <= {now}"
         shape = (
@@ -465,7 +467,7 @@ def fetch_jobs(
     chosen = "candidates"
     if policy in ("singleton", "stately"):
         # one job per key per batch: the first of each key in claim order
-        key_order = ", ".join(["COALESCE(singleton_key, '')", *(keys or ["id"])])
+        key_order = ", ".join(["COALESCE(singleton_key, '')", *keys, "id"])
         ctes.append(
             "chosen AS (SELECT DISTINCT ON (COALESCE(singleton_key, '')) id FROM candidates"
             f" ORDER BY {key_order})"

@@ -358,19 +358,27 @@ async def test_an_insert_is_claimed_in_input_order(ctx: Context) -> None:
     assert claimed == ids
 
 
-async def test_ties_on_created_on_are_claimed_by_id(ctx: Context) -> None:
-    """pg-boss's own batch insert gives every row one created_on: then the id decides,
-    across fetches too (not only within the batch returned)."""
+async def test_ties_on_created_on_are_claimed_once_each_in_index_order(ctx: Context) -> None:
+    """pg-boss's own batch insert gives every row one created_on: the claim then takes
+    them as the fetch index holds them (as pg-boss does, so no sort over the tie group),
+    each exactly once across fetches, every batch returned sorted by id; a higher
+    priority sent later still comes first."""
     await queues.create_queue(ctx, "q")
     rows = await ctx.db.execute(
         f"INSERT INTO {ctx.q}.job (id, name, data, policy) SELECT gen_random_uuid(), 'q',"
         " to_jsonb(i), 'standard' FROM generate_series(1, 20) AS i RETURNING id, created_on"
     )
     assert len({r["created_on"] for r in rows}) == 1
-    claimed = []
+    urgent = await jobs.send(ctx, "q", {"urgent": True}, priority=5)
+    (first,) = await jobs.fetch(ctx, "q")
+    assert first.id == urgent
+    claimed: list[uuid.UUID] = []
     for _ in range(4):
-        claimed += [j.id for j in await jobs.fetch(ctx, "q", batch_size=5)]
-    assert claimed == sorted(uuid.UUID(str(r["id"])) for r in rows)
+        batch = [j.id for j in await jobs.fetch(ctx, "q", batch_size=5)]
+        assert batch == sorted(batch)
+        claimed += batch
+    assert sorted(claimed) == sorted(uuid.UUID(str(r["id"])) for r in rows)
+    assert await jobs.fetch(ctx, "q") == []
 
 
 async def test_order_by_created_on_false_takes_the_highest_priority(ctx: Context) -> None:

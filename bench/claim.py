@@ -1,0 +1,74 @@
+"""``python -m bench.claim``: what one ``fetch(batch_size=1)`` costs as the backlog grows.
+
+For each backlog size, a fresh queue is filled — by qcore's ``insert`` (every row its
+own ``created_on``) or as pg-boss inserts a batch (one ``created_on`` for all) — with
+autovacuum off for its table, so its statistics are never refreshed; then single-job
+claims are timed one after another. The claim's cost should not depend on the size.
+
+    python -m bench.claim [--dsn DSN] [--sizes 1000,10000,100000] [--claims 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+
+from qcore import Boss
+
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+SCHEMA = "qcore_bench_claim"
+
+
+async def _fill(boss: Boss, size: int, tied: bool) -> None:
+    (queue,) = await boss.db.execute(f"SELECT table_name FROM {SCHEMA}.queue WHERE name = 'q'")
+    await boss.db.execute_script(
+        f"ALTER TABLE {SCHEMA}.{queue['table_name']} SET (autovacuum_enabled = false)"
+    )
+    if tied:
+        await boss.db.execute(
+            f"INSERT INTO {SCHEMA}.job (id, name, data, policy) SELECT gen_random_uuid(), 'q',"
+            " to_jsonb(i), 'standard' FROM generate_series(1, $1::int) AS i",
+            [size],
+        )
+        return
+    for start in range(0, size, 5_000):
+        await boss.insert("q", [{"data": {"n": n}} for n in range(start, min(size, start + 5_000))])
+
+
+async def measure(dsn: str, size: int, tied: bool, claims: int) -> float:
+    """The median milliseconds of one claim on a backlog of ``size``."""
+    async with Boss(dsn, schema=SCHEMA, supervise=False) as boss:
+        await boss.db.execute_script(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+    async with Boss(dsn, schema=SCHEMA, supervise=False) as boss:
+        try:
+            await boss.create_queue("q")
+            await _fill(boss, size, tied)
+            await boss.db.execute_script("CHECKPOINT")
+            times = []
+            for _ in range(claims):
+                started = time.perf_counter()
+                (_job,) = await boss.fetch("q")
+                times.append(time.perf_counter() - started)
+            return statistics.median(times) * 1000
+        finally:
+            await boss.db.execute_script(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.claim", description=__doc__)
+    parser.add_argument("--dsn", default=DEFAULT_DSN)
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--claims", type=int, default=200)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    print(f"{'waiting jobs':>12}  {'qcore insert (ms)':>18}  {'one created_on (ms)':>20}")
+    for size in sizes:
+        distinct = asyncio.run(measure(args.dsn, size, False, args.claims))
+        tied = asyncio.run(measure(args.dsn, size, True, args.claims))
+        print(f"{size:>12,}  {distinct:>18.2f}  {tied:>20.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
