@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "ConnectionLostError",
+    "ConnectionSettingsError",
     "DatabaseError",
     "NotInstalledError",
     "NotStartedError",
@@ -88,6 +89,12 @@ class ConnectionLostError(DatabaseError):
     """The connection broke or could not be opened; a new one may succeed."""
 
 
+class ConnectionSettingsError(DatabaseError, ConfigError):
+    """The server refused the connection's settings: a database or role that does not
+    exist, a wrong password, a refused host entry, an invalid option. Trying again
+    changes nothing (not retryable); the message is the server's own."""
+
+
 class SerializationError(DatabaseError):
     """The transaction lost a serialization race or a deadlock (40001, 40P01)."""
 
@@ -104,9 +111,12 @@ _BY_CODE: dict[str, type[DatabaseError]] = {
     "57P01": ConnectionLostError,  # admin_shutdown (pg_terminate_backend)
     "57P02": ConnectionLostError,  # crash_shutdown
     "57P03": ConnectionLostError,  # cannot_connect_now
+    "3D000": ConnectionSettingsError,  # invalid_catalog_name: no such database
+    "08004": ConnectionSettingsError,  # rejected_connection
 }
 _BY_CLASS: dict[str, type[DatabaseError]] = {
     "08": ConnectionLostError,
+    "28": ConnectionSettingsError,  # invalid authorization: no such role, wrong password
 }
 _RETRYABLE_CLASSES = (SerializationError, ConnectionLostError)
 

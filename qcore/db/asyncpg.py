@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,6 +19,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 from qcore.db._base import Bound, Database, Listener, OnMessage, OnReconnect, Rows
+from qcore.db._connect import connect_error
 from qcore.db._listen import ReconnectingListener, deliver
 from qcore.db._values import JSON_OIDS, dumps, is_json, normalize_rows
 from qcore.errors import ConfigError, ConnectionLostError, DatabaseError, QcoreError, database_error
@@ -64,9 +66,31 @@ def connect_options(conninfo: str) -> dict[str, Any]:
     }
     if p.get("connect_timeout"):
         options["timeout"] = float(str(p["connect_timeout"]))
+    settings = _session_settings(str(p.get("options") or ""))
     if p.get("application_name"):
-        options["server_settings"] = {"application_name": str(p["application_name"])}
+        settings["application_name"] = str(p["application_name"])
+    if settings:
+        options["server_settings"] = settings
     return {k: v for k, v in options.items() if v is not None}
+
+
+def _session_settings(options: str) -> dict[str, str]:
+    """libpq's ``options`` (``-c key=value`` or ``--key=value``, backslash escapes a
+    space) as asyncpg's ``server_settings``."""
+    words = [w.replace("\\ ", " ") for w in re.split(r"(?<!\\)\s+", options.strip()) if w]
+    settings: dict[str, str] = {}
+    pending = False
+    for word in words:
+        if word == "-c":
+            pending = True
+            continue
+        item = word[2:] if word.startswith(("-c", "--")) and not pending else word
+        pending = False
+        key, equals, value = item.partition("=")
+        if not equals or not key:
+            raise ConfigError(f"invalid connection option {word!r} in options={options!r}")
+        settings[key.replace("-", "_")] = value
+    return settings
 
 
 async def _own_codecs(conn: Any) -> None:
@@ -146,7 +170,7 @@ class AsyncpgDatabase(Database):
                 min_size=1, max_size=max_size, init=_own_codecs, **options
             )
         except Exception as exc:
-            raise map_error(exc, None) from exc
+            raise connect_error(exc, conninfo) from exc
         db = cls(pool, owned=True)
         db._connect_options = options
         db._acquire_timeout = timeout

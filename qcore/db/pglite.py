@@ -27,6 +27,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from qcore.db._base import Database, Listener, OnMessage, OnReconnect, Rows, call
+from qcore.db._connect import connect_error
 from qcore.db._listen import deliver
 from qcore.db.psycopg import BoundConnection, map_error, run, run_script
 from qcore.errors import ConnectionLostError, QcoreError
@@ -84,7 +85,7 @@ class PGliteDatabase(Database):
         try:
             return await psycopg.AsyncConnection.connect(self._conninfo, **options)
         except Exception as exc:
-            raise map_error(exc, "connect") from exc
+            raise connect_error(exc, self._conninfo) from exc
 
     async def _connection(self) -> Conn:
         """The open connection, reconnecting once if it was lost. Call with the lock held."""

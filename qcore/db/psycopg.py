@@ -16,6 +16,7 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from qcore.db._base import Bound, Database, Listener, OnMessage, OnReconnect, Rows
 from qcore.db._blocking import BlockingDatabase
+from qcore.db._connect import connect_error
 from qcore.db._listen import ReconnectingListener, deliver
 from qcore.db._values import dumps, is_json, verbatim
 from qcore.errors import ConnectionLostError, DatabaseError, QcoreError, database_error
@@ -161,7 +162,17 @@ class PsycopgDatabase(Database):
         timeout: float = 10.0,
         **kwargs: Any,
     ) -> PsycopgDatabase:
-        """Open a pool qcore owns (closed by :meth:`close`)."""
+        """Open a pool qcore owns (closed by :meth:`close`). One connection is opened
+        first, so a server that refuses the settings fails here at once, with its own
+        message (:class:`~qcore.errors.ConnectionSettingsError`), and one that does not
+        answer with a retryable :class:`~qcore.errors.ConnectionLostError`."""
+        try:
+            probe = await psycopg.AsyncConnection.connect(
+                conninfo, autocommit=True, connect_timeout=max(1, round(timeout)), **kwargs
+            )
+        except Exception as exc:
+            raise connect_error(exc, conninfo) from exc
+        await probe.close()
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             conninfo,
             min_size=min(min_size, max_size),
