@@ -35,7 +35,7 @@ def _sorts_over_jobs(plan: dict[str, Any], tables: set[str]) -> list[str]:
     found = []
     for node in _nodes(plan):
         if "Sort" in node["Node Type"]:
-            scanned = {n.get("Relation Name") for n in _nodes(node, inputs_only=True)}
+            scanned = {str(n.get("Relation Name")) for n in _nodes(node, inputs_only=True)}
             if scanned & tables:
                 found.append(f"{node['Node Type']} over {sorted(scanned & tables)}")
     return found

@@ -10,7 +10,7 @@ import pytest
 
 from qcore import Boss, db
 from qcore.db._connect import connect_error
-from qcore.errors import ConfigError, ConnectionLostError, ConnectionSettingsError
+from qcore.errors import ConfigError, ConnectionLostError, ConnectionSettingsError, DatabaseError
 from qcore.events import WarningEvent
 from tests.conftest import with_database
 
@@ -25,7 +25,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _cases(pg_dsn: str) -> list[tuple[str, str, type[Exception], str]]:
+def _cases(pg_dsn: str) -> list[tuple[str, str, type[DatabaseError], str]]:
     refused = f"postgresql://postgres:s3cret@127.0.0.1:{_free_port()}/postgres"
     return [
         (
