@@ -22,11 +22,12 @@ from typing_extensions import Unpack
 from qcore import backends
 from qcore import jobs as job_ops
 from qcore import queues as queue_ops
+from qcore.arguments import verb
 from qcore.backend import Backend, EngineIdentity, FetchStrategy, Server
 from qcore.context import Context
 from qcore.db import Database, adapt, check_pool_options, connect
 from qcore.engine import identify
-from qcore.errors import ConfigError, NotStartedError, QcoreError
+from qcore.errors import ConfigError, NotStartedError, QcoreError, ValidationError
 from qcore.events import Events
 from qcore.identifiers import schema_name
 from qcore.job import CommandResult, Job, Queue
@@ -191,6 +192,7 @@ class Boss:
 
     # -- lifecycle -------------------------------------------------------------------------
 
+    @verb()
     async def start(self, *, attempts: int = 1) -> Boss:
         """Open the connection, install or migrate the schema (under the backend's lock),
         then start the background loops and the workers.
@@ -200,7 +202,7 @@ class Boss:
         ``stop()`` during a wait ends it. Calling ``start()`` again is safe.
         """
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-            raise ConfigError(f"attempts must be an integer >= 1, got {attempts!r}")
+            raise ValidationError(f"attempts must be an integer >= 1, got {attempts!r}")
         if self._started:
             return self
         self._stop_requested.clear()
@@ -288,6 +290,7 @@ class Boss:
             return False
         return True
 
+    @verb()
     async def stop(
         self, *, graceful: bool = True, close: bool = True, timeout: float = 30.0
     ) -> None:
@@ -297,7 +300,7 @@ class Boss:
         ``close=False`` the connection stays for ``send``/``fetch`` until a later ``stop()``.
         """
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
-            raise ConfigError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+            raise ValidationError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
         self._stop_requested.set()
         if self._started:
             self._started = False
@@ -372,10 +375,12 @@ class Boss:
             raise NotStartedError("this Boss is not started: await boss.start() first")
         return self._ctx if db is None else self._ctx.with_db(adapt(db))
 
+    @verb()
     async def is_installed(self) -> bool:
         """Whether the schema holds a qcore/pg-boss installation."""
         return await is_installed(self._any_context())
 
+    @verb()
     async def schema_version(self) -> int | None:
         """The installed schema version, or None when nothing is installed."""
         return await schema_version(self._any_context())
@@ -389,54 +394,65 @@ class Boss:
 
     # -- queues ----------------------------------------------------------------------------
 
+    @verb(QueueOptions)
     async def create_queue(
         self, name: str, *, db: Any = None, **options: Unpack[QueueOptions]
     ) -> None:
         """Create a queue (a no-op if it exists; its options are not changed then)."""
         await queue_ops.create_queue(self.context(db), name, **options)
 
+    @verb(QueueOptions)
     async def update_queue(
         self, name: str, *, db: Any = None, **options: Unpack[QueueOptions]
     ) -> None:
         """Change the given options of a queue; policy and partition cannot change."""
         await queue_ops.update_queue(self.context(db), name, **options)
 
+    @verb()
     async def delete_queue(self, name: str, *, db: Any = None) -> None:
         """Delete a queue and its jobs (a no-op for an unknown queue)."""
         await queue_ops.delete_queue(self.context(db), name)
 
+    @verb()
     async def get_queue(self, name: str, *, db: Any = None) -> Queue | None:
         """A queue's settings and cached counts, or None."""
         return await queue_ops.get_queue(self.context(db), name)
 
+    @verb()
     async def get_queues(self, names: list[str] | None = None, *, db: Any = None) -> list[Queue]:
         """Every queue (or those named), ordered by name."""
         return await queue_ops.get_queues(self.context(db), names)
 
+    @verb()
     async def delete_queued_jobs(self, name: str, *, db: Any = None) -> int:
         """Delete a queue's created and retry jobs; how many."""
         return await queue_ops.delete_queued_jobs(self.context(db), name)
 
+    @verb()
     async def delete_stored_jobs(self, name: str, *, db: Any = None) -> int:
         """Delete a queue's completed, cancelled and failed jobs; how many."""
         return await queue_ops.delete_stored_jobs(self.context(db), name)
 
+    @verb()
     async def delete_all_jobs(self, name: str | None = None, *, db: Any = None) -> int | None:
         """Delete every job of a queue (of every queue without a name)."""
         return await queue_ops.delete_all_jobs(self.context(db), name)
 
+    @verb()
     async def get_blocked_keys(self, name: str, *, db: Any = None) -> list[str]:
         """The singleton keys of a key_strict_fifo queue held back by a failed job."""
         return await queue_ops.get_blocked_keys(self.context(db), name)
 
     # -- jobs ------------------------------------------------------------------------------
 
+    @verb(SendOptions)
     async def send(
         self, name: str, data: Any = None, *, db: Any = None, **options: Unpack[SendOptions]
     ) -> uuid.UUID | None:
         """Queue a job: its id, or None when the queue's policy dropped it."""
         return await job_ops.send(self.context(db), name, data, **options)
 
+    @verb(ScheduledSendOptions)
     async def send_after(
         self,
         name: str,
@@ -449,6 +465,7 @@ class Boss:
         """Queue a job that becomes ready at ``start_after``."""
         return await job_ops.send(self.context(db), name, data, start_after=start_after, **options)
 
+    @verb(SendOptions)
     async def send_throttled(
         self,
         name: str,
@@ -464,6 +481,7 @@ class Boss:
             self.context(db), name, data, seconds=seconds, key=key, **options
         )
 
+    @verb(SendOptions)
     async def send_debounced(
         self,
         name: str,
@@ -479,12 +497,14 @@ class Boss:
             self.context(db), name, data, seconds=seconds, key=key, **options
         )
 
+    @verb()
     async def insert(
         self, name: str, jobs: list[dict[str, Any]], *, return_id: bool = True, db: Any = None
     ) -> list[uuid.UUID] | None:
         """Queue a batch of jobs in one statement (each a dict of ``data`` and send options)."""
         return await job_ops.insert(self.context(db), name, jobs, return_id=return_id)
 
+    @verb(FetchOptions)
     async def fetch(
         self, name: str, *, db: Any = None, **options: Unpack[FetchOptions]
     ) -> list[Job]:
@@ -518,6 +538,7 @@ class Boss:
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
         return [jobs[start : start + n] for start, n in zip(starts, sizes, strict=True)]
 
+    @verb()
     async def complete(
         self,
         name: str,
@@ -532,34 +553,42 @@ class Boss:
             self.context(db), name, ids, data, include_queued=include_queued
         )
 
+    @verb()
     async def fail(self, name: str, ids: Ids, data: Any = None, *, db: Any = None) -> CommandResult:
         """Fail jobs: retry them while retries are left, else failed and dead-lettered."""
         return await job_ops.fail(self.context(db), name, ids, data)
 
+    @verb()
     async def cancel(self, name: str, ids: Ids, *, db: Any = None) -> CommandResult:
         """Cancel jobs that have not finished."""
         return await job_ops.cancel(self.context(db), name, ids)
 
+    @verb()
     async def resume(self, name: str, ids: Ids, *, db: Any = None) -> CommandResult:
         """Bring cancelled jobs back to created."""
         return await job_ops.resume(self.context(db), name, ids)
 
+    @verb()
     async def retry(self, name: str, ids: Ids, *, db: Any = None) -> CommandResult:
         """Retry failed jobs (one more attempt each)."""
         return await job_ops.retry(self.context(db), name, ids)
 
+    @verb()
     async def delete_job(self, name: str, ids: Ids, *, db: Any = None) -> CommandResult:
         """Delete jobs whatever their state."""
         return await job_ops.delete_job(self.context(db), name, ids)
 
+    @verb()
     async def touch(self, name: str, ids: Ids, *, db: Any = None) -> CommandResult:
         """Refresh the heartbeat of active jobs."""
         return await job_ops.touch(self.context(db), name, ids)
 
+    @verb()
     async def get_job_by_id(self, name: str, id: uuid.UUID | str, *, db: Any = None) -> Job | None:
         """One job of a queue by id, or None."""
         return await job_ops.get_job_by_id(self.context(db), name, id)
 
+    @verb()
     async def find_jobs(
         self,
         name: str,
@@ -582,6 +611,7 @@ class Boss:
     #: workers stopped by ``off_work`` still finishing their handlers, with their stop()
     _retiring: dict[str, tuple[Worker, asyncio.Future[None]]] | None = None
 
+    @verb()
     async def work(
         self,
         name: str,
@@ -646,6 +676,7 @@ class Boss:
         worker.start()
         return worker.id
 
+    @verb()
     async def off_work(
         self, name: str | None = None, *, id: str | None = None, wait: bool = True
     ) -> None:
@@ -653,7 +684,7 @@ class Boss:
         their active handlers run to the end; with ``wait``, until they have. ``stop()``
         also waits for (and bounds by its timeout) workers still finishing this way."""
         if name is None and id is None:
-            raise ConfigError("off_work needs a queue name or a worker id")
+            raise ValidationError("off_work needs a queue name or a worker id")
         chosen = [
             w
             for w in self._workers.values()
@@ -704,6 +735,7 @@ class Boss:
         for worker in self._workers.values():
             worker.wake()
 
+    @verb()
     async def supervise(self, name: str | None = None) -> None:
         """Run one monitor pass now, over every queue or the queue ``name``: fail active jobs
         past their expiry or heartbeat (retried, failed or dead-lettered as any failure).

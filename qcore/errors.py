@@ -33,8 +33,9 @@ class ConfigError(QcoreError):
     """An option or argument is not acceptable; the message says what is allowed."""
 
 
-class ValidationError(ConfigError):
-    """A value passed to an operation (a name, a payload, a number) is invalid."""
+class ValidationError(ConfigError, ValueError):
+    """An argument of a verb is invalid: a bad value (a name, a payload, a number) or
+    an option the verb does not take. Raised before anything is written."""
 
 
 class NotStartedError(QcoreError):

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from qcore.errors import ConfigError
+from qcore.errors import ValidationError
 
 __all__ = ["EVENTS", "Events", "WarningEvent"]
 
@@ -42,9 +42,9 @@ class Events:
     def on(self, event: str, callback: Callable[..., Any]) -> Callable[[], None]:
         """Call ``callback(payload)`` on each ``event``; returns a function that unsubscribes."""
         if event not in self._callbacks:
-            raise ConfigError(f"unknown event {event!r}; events: {', '.join(EVENTS)}")
+            raise ValidationError(f"unknown event {event!r}; events: {', '.join(EVENTS)}")
         if not callable(callback):
-            raise ConfigError(f"callback for {event!r} must be callable, got {callback!r}")
+            raise ValidationError(f"callback for {event!r} must be callable, got {callback!r}")
         self._callbacks[event].append(callback)
         return lambda: self._callbacks[event].remove(callback)
 

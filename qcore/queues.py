@@ -18,7 +18,7 @@ from typing_extensions import Unpack
 from qcore import locks, retry
 from qcore.context import Context, QueueRoute
 from qcore.db import Database, Json
-from qcore.errors import ConfigError, DatabaseError, QueueNotFoundError, ValidationError
+from qcore.errors import DatabaseError, QueueNotFoundError, ValidationError
 from qcore.identifiers import quote
 from qcore.job import Policy, Queue
 from qcore.options import QueueOptions, queue_name, queue_options, queue_options_json
@@ -78,7 +78,7 @@ async def create_queue(ctx: Context, name: str, **options: Unpack[QueueOptions])
     queue_name(name)
     given = queue_options(name, options)
     if given.get("partition") and not ctx.backend.schema.partitioned:
-        raise ConfigError(
+        raise ValidationError(
             f"partition=True gives a queue its own table partition, but the"
             f" {ctx.backend.name} backend keeps every queue in one shared job table (its"
             " schema shape is not partitioned); leave partition unset"

@@ -72,7 +72,12 @@ from typing import Any, Generic, TypeVar
 from qcore import jobs as job_ops
 from qcore import queues as queue_ops
 from qcore.context import Context
-from qcore.errors import ConfigError, ConnectionLostError, DatabaseError, QueueNotFoundError
+from qcore.errors import (
+    ConnectionLostError,
+    DatabaseError,
+    QueueNotFoundError,
+    ValidationError,
+)
 from qcore.events import Events
 from qcore.job import Job
 from qcore.options import priority_bounds, queue_name
@@ -109,13 +114,13 @@ def _seconds(option: str, value: object, minimum: float, *, inclusive: bool = Tr
     if ok and (value >= minimum if inclusive else value > minimum):  # type: ignore[operator]
         return float(value)  # type: ignore[arg-type]
     bound = f">= {minimum}" if inclusive else f"> {minimum}"
-    raise ConfigError(f"{option} must be a number of seconds {bound}, got {value!r}")
+    raise ValidationError(f"{option} must be a number of seconds {bound}, got {value!r}")
 
 
 def _count(option: str, value: object, maximum: int) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= maximum:
         return value
-    raise ConfigError(f"{option} must be an integer from 1 to {maximum}, got {value!r}")
+    raise ValidationError(f"{option} must be an integer from 1 to {maximum}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -142,7 +147,9 @@ class WorkOptions:
         )
         for option in ("include_metadata", "priority", "order_by_created_on", "ignore_start_after"):
             if not isinstance(getattr(self, option), bool):
-                raise ConfigError(f"{option} must be True or False, got {getattr(self, option)!r}")
+                raise ValidationError(
+                    f"{option} must be True or False, got {getattr(self, option)!r}"
+                )
         priority_bounds(self.min_priority, self.max_priority)
         if self.heartbeat_refresh_seconds is not None:
             _seconds(
@@ -638,7 +645,7 @@ class Worker:
     ) -> None:
         queue_name(name)
         if not callable(handler):
-            raise ConfigError(f"handler must be callable, got {handler!r}")
+            raise ValidationError(f"handler must be callable, got {handler!r}")
         self.id = str(uuid.uuid4())
         self.name = name
         self.handler = handler

@@ -1,0 +1,56 @@
+"""A verb refuses an argument it does not take the way it refuses a bad value: with a
+:class:`~qcore.errors.ValidationError` naming the argument and what the verb takes,
+never Python's ``TypeError``.
+
+The rule of the whole API: a bad argument value or an unknown option of a verb is a
+``ValidationError`` (a ``ValueError``); a bad constructor option or environment is a
+``ConfigError``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from qcore.errors import ValidationError
+
+__all__ = ["verb"]
+
+F = TypeVar("F", bound=Callable[..., Coroutine[Any, Any, Any]])
+
+
+def _typed_dict_keys(options: Any) -> frozenset[str]:
+    return frozenset(options.__required_keys__) | frozenset(options.__optional_keys__)
+
+
+def verb(*options: Any) -> Callable[[F], F]:
+    """Wrap an ``async def`` verb of ``Boss``: unknown keyword arguments (beyond its
+    named parameters and the keys of the ``options`` TypedDicts its ``**options``
+    takes) raise ``ValidationError``. Costs nothing on a good call: Python binds the
+    arguments when the coroutine is created, so only that step is watched."""
+
+    def decorate(method: F) -> F:
+        parameters = list(inspect.signature(method).parameters.values())[1:]
+        named = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        allowed = frozenset(named).union(*(_typed_dict_keys(o) for o in options))
+        takes = ", ".join(sorted(allowed))
+
+        def refuse(why: str) -> ValidationError:
+            return ValidationError(f"{method.__name__}(): {why}; it takes: {takes}")
+
+        @functools.wraps(method)
+        def call(self: Any, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Any]:
+            if options:
+                unknown = kwargs.keys() - allowed
+                if unknown:
+                    raise refuse(f"unknown option {', '.join(sorted(unknown))}")
+            try:
+                return method(self, *args, **kwargs)
+            except TypeError as exc:  # arguments that do not bind: too many, unknown
+                raise refuse(str(exc).split("() ", 1)[-1]) from None  # "got an unexpected ..."
+
+        return call  # type: ignore[return-value]
+
+    return decorate

@@ -1,0 +1,118 @@
+"""The same mistake gets the same error in every verb: an option the verb does not take
+and a bad argument value both raise ``ValidationError`` (a ``ValueError``), before
+anything is written; a bad constructor option is a ``ConfigError``."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from qcore import Boss
+from qcore.errors import ConfigError, ValidationError
+from tests.conftest import admin_execute
+
+pytestmark = [pytest.mark.feature("errors"), pytest.mark.postgres]
+
+SCHEMA = "qcore_verb_errors"
+
+
+async def _noop(jobs: Any) -> None:
+    return None
+
+
+# (verb, positional arguments, a bad value as keyword arguments or None when the bad
+# value is positional: then the second tuple holds the bad positional arguments)
+CASES: list[tuple[str, tuple[Any, ...], tuple[Any, ...], dict[str, Any]]] = [
+    ("create_queue", ("fresh",), ("bad name!",), {}),
+    ("update_queue", ("q",), ("q",), {"retry_limit": -1}),
+    ("delete_queue", ("q",), ("",), {}),
+    ("get_queue", ("q",), ("bad name!",), {}),
+    ("get_queues", (["q"],), (["bad name!"],), {}),
+    ("delete_queued_jobs", ("q",), ("",), {}),
+    ("delete_stored_jobs", ("q",), ("",), {}),
+    ("delete_all_jobs", ("q",), ("bad name!",), {}),
+    ("get_blocked_keys", ("q",), ("",), {}),
+    ("send", ("q", {}), ("q", {}), {"priority": "high"}),
+    ("send_after", ("q", {}, 60), ("q", {}, "not a time"), {}),
+    ("send_throttled", ("q", {}, 60), ("q", {}, -1), {}),
+    ("send_debounced", ("q", {}, 60), ("q", {}, 0), {}),
+    ("insert", ("q", [{"data": 1}]), ("q", [{"data": 1, "colour": "red"}]), {}),
+    ("fetch", ("q",), ("q",), {"batch_size": 0}),
+    ("complete", ("q", uuid.uuid4()), ("q", "not-a-uuid"), {}),
+    ("fail", ("q", uuid.uuid4()), ("q", "not-a-uuid"), {}),
+    ("cancel", ("q", uuid.uuid4()), ("q", "not-a-uuid"), {}),
+    ("resume", ("q", uuid.uuid4()), ("q", "not-a-uuid"), {}),
+    ("retry", ("q", uuid.uuid4()), ("q", "not-a-uuid"), {}),
+    ("delete_job", ("q", uuid.uuid4()), ("q", "not-a-uuid"), {}),
+    ("touch", ("q", uuid.uuid4()), ("q", "not-a-uuid"), {}),
+    ("get_job_by_id", ("q", uuid.uuid4()), ("q", "not-a-uuid"), {}),
+    ("find_jobs", ("q",), ("q",), {"queued": "yes"}),
+    ("work", ("q", _noop), ("q", _noop), {"batch_size": -1}),
+    ("off_work", ("q",), (), {}),
+    ("supervise", ("q",), ("bad name!",), {}),
+    ("start", (), (), {"attempts": 0}),
+    ("stop", (), (), {"timeout": -1}),
+]
+
+
+@pytest.fixture
+async def boss(pg_dsn: str) -> AsyncIterator[Boss]:
+    instance = Boss(pg_dsn, schema=SCHEMA, supervise=False)
+    await instance.start()
+    await instance.create_queue("q")
+    await instance.send("q", {"n": 1})
+    try:
+        yield instance
+    finally:
+        await instance.db.execute_script(f"DROP SCHEMA {SCHEMA} CASCADE")
+        await instance.stop()
+
+
+async def _totals(boss: Boss) -> tuple[int, int]:
+    (row,) = await boss.db.execute(
+        f"SELECT (SELECT count(*) FROM {SCHEMA}.queue)::int AS queues,"
+        f" (SELECT count(*) FROM {SCHEMA}.job)::int AS jobs"
+    )
+    return row["queues"], row["jobs"]
+
+
+@pytest.mark.parametrize(("verb", "good", "bad", "bad_options"), CASES, ids=[c[0] for c in CASES])
+async def test_unknown_options_and_bad_values_are_validation_errors(
+    boss: Boss, verb: str, good: tuple[Any, ...], bad: tuple[Any, ...], bad_options: dict[str, Any]
+) -> None:
+    method = getattr(boss, verb)
+    before = await _totals(boss)
+    with pytest.raises(ValidationError, match=r"\(\): .*colour_of_the_sky.*; it takes: ") as info:
+        await method(*good, colour_of_the_sky="blue")
+    assert isinstance(info.value, ValueError)
+    with pytest.raises(ValidationError) as info:
+        await method(*bad, **bad_options)
+    assert isinstance(info.value, ValueError)
+    assert await _totals(boss) == before  # nothing written
+    assert boss.started or verb == "stop"
+
+
+def test_bad_constructor_options_are_config_errors() -> None:
+    for options in ({"max": 0}, {"supervise_interval_seconds": -1}, {"backend": "nosuchdb"}):
+        with pytest.raises(ConfigError) as info:
+            Boss("postgresql://localhost/x", **options)
+        assert not isinstance(info.value, ValidationError), options
+
+
+def test_sync_boss_verbs_raise_the_same(pg_dsn: str) -> None:
+    from qcore import SyncBoss
+
+    with SyncBoss(pg_dsn, schema=SCHEMA + "_sync", supervise=False) as boss:
+        try:
+            boss.create_queue("q")
+            with pytest.raises(ValidationError, match="unknown option colour"):
+                boss.send("q", {}, colour="blue")  # type: ignore[call-arg]
+            with pytest.raises(ValidationError, match="unexpected keyword argument 'colour'"):
+                boss.work("q", _noop, colour="blue")  # type: ignore[call-arg]
+            with pytest.raises(ValidationError, match="batch_size"):
+                boss.fetch("q", batch_size=0)
+        finally:
+            admin_execute(f"DROP SCHEMA {SCHEMA}_sync CASCADE", pg_dsn)
