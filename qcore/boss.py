@@ -14,6 +14,7 @@ import datetime as dt
 import functools
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypedDict
 
@@ -33,12 +34,12 @@ from qcore.identifiers import schema_name
 from qcore.job import CommandResult, Job, Queue
 from qcore.jobs import Ids
 from qcore.notifier import Notifier
-from qcore.options import QueueOptions, check_batch_size
+from qcore.options import QueueOptions, check_batch_size, queue_name
 from qcore.schema import install_or_migrate, is_installed, schema_version
 from qcore.supervisor import Supervisor
 from qcore.worker import Coalescer, WipReporter, Worker, WorkerStatus, WorkOptions
 
-__all__ = ["Boss", "FetchOptions", "QueueOptions", "ScheduledSendOptions", "SendOptions"]
+__all__ = ["Boss", "FetchOptions", "Handler", "QueueOptions", "ScheduledSendOptions", "SendOptions"]
 
 
 class ScheduledSendOptions(TypedDict, total=False):
@@ -78,6 +79,16 @@ class FetchOptions(TypedDict, total=False):
     ignore_start_after: bool
     min_priority: int | None
     max_priority: int | None
+
+
+@dataclass(frozen=True)
+class Handler:
+    """A handler registered with :meth:`Boss.handler`: its queue, function and the
+    ``work()`` options it runs with."""
+
+    queue: str
+    function: Callable[[list[Job]], Any]
+    options: dict[str, Any]
 
 
 class Boss:
@@ -156,6 +167,8 @@ class Boss:
         ):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"{option} must be a number of seconds > 0, got {value!r}")
+        #: handlers registered with handler(), run by work_handlers()
+        self.handlers: list[Handler] = []
         self.supervise_enabled = supervise
         self.supervise_interval_seconds = float(supervise_interval_seconds)
         self.monitor_interval_seconds = float(monitor_interval_seconds)
@@ -302,6 +315,8 @@ class Boss:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
             raise ValidationError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
         self._stop_requested.set()
+        if not graceful and self._halting:  # a graceful stop is under way: end it now
+            await asyncio.gather(*(w.stop(graceful=False) for w in self._halting))
         if self._started:
             self._started = False
             if self._notifier is not None:
@@ -608,6 +623,8 @@ class Boss:
 
     #: emits ``wip`` for this instance's workers (made by the first ``work()``)
     _wip: WipReporter | None = None
+    #: workers a stop() is stopping (a stop(graceful=False) meanwhile ends their wait)
+    _halting: list[Worker] = []  # noqa: RUF012 (replaced, never mutated)
     #: workers stopped by ``off_work`` still finishing their handlers, with their stop()
     _retiring: dict[str, tuple[Worker, asyncio.Future[None]]] | None = None
 
@@ -676,6 +693,56 @@ class Boss:
         worker.start()
         return worker.id
 
+    def handler(
+        self, name: str, **options: Any
+    ) -> Callable[[Callable[[list[Job]], Any]], Callable[[list[Job]], Any]]:
+        """Register the decorated function as the handler of queue ``name``, with
+        ``work()``'s options; nothing runs until :meth:`work_handlers` (which
+        ``qcore work module:boss`` calls after ``start()``). The options are checked
+        now: a mistake fails at import, not in production.
+
+        >>> @boss.handler("email", batch_size=10)
+        ... async def send_email(jobs): ...
+        """
+        queue_name(name)
+        try:
+            WorkOptions(**options)
+        except TypeError as exc:
+            raise ValidationError(
+                f"handler(): {str(exc).split('() ', 1)[-1]}; it takes work()'s options"
+            ) from None
+
+        def register(function: Callable[[list[Job]], Any]) -> Callable[[list[Job]], Any]:
+            if not callable(function):
+                raise ValidationError(f"handler must be callable, got {function!r}")
+            self.handlers.append(Handler(name, function, dict(options)))
+            return function
+
+        return register
+
+    @verb()
+    async def work_handlers(
+        self, queues: list[str] | None = None, *, local_concurrency: int | None = None
+    ) -> list[str]:
+        """``work()`` every handler registered with :meth:`handler` (those of ``queues``
+        only, when given; ``local_concurrency`` overrides each one's); the worker ids."""
+        chosen = self.handlers
+        if queues is not None:
+            unknown = sorted(set(queues) - {h.queue for h in self.handlers})
+            if unknown:
+                raise ValidationError(
+                    f"no handler is registered for {', '.join(unknown)}; registered:"
+                    f" {', '.join(sorted({h.queue for h in self.handlers})) or 'none'}"
+                )
+            chosen = [h for h in self.handlers if h.queue in queues]
+        ids = []
+        for registered in chosen:
+            options = dict(registered.options)
+            if local_concurrency is not None:
+                options["local_concurrency"] = local_concurrency
+            ids.append(await self.work(registered.queue, registered.function, **options))
+        return ids
+
     @verb()
     async def off_work(
         self, name: str | None = None, *, id: str | None = None, wait: bool = True
@@ -716,7 +783,11 @@ class Boss:
     async def _stop_workers(self, *, graceful: bool, timeout: float) -> None:
         workers = [*self._workers.values(), *(w for w, _ in (self._retiring or {}).values())]
         self._workers.clear()
-        await asyncio.gather(*(w.stop(graceful=graceful, timeout=timeout) for w in workers))
+        self._halting = workers
+        try:
+            await asyncio.gather(*(w.stop(graceful=graceful, timeout=timeout) for w in workers))
+        finally:
+            self._halting = []
         if self._wip is not None and workers:
             self._wip.flush([w.status() for w in workers])
 

@@ -208,6 +208,10 @@ class SyncBoss:
         unsubscribe. Callbacks run on the loop thread (see the class)."""
         return self._boss.on(event, callback)
 
+    @functools.wraps(Boss.handler)
+    def handler(self, name: str, **options: Any) -> Any:
+        return self._boss.handler(name, **options)
+
     is_installed = _blocking(Boss.is_installed)
     schema_version = _blocking(Boss.schema_version)
 
@@ -238,6 +242,7 @@ class SyncBoss:
     find_jobs = _blocking(Boss.find_jobs)
 
     work = _blocking(Boss.work)
+    work_handlers = _blocking(Boss.work_handlers)
     off_work = _blocking(Boss.off_work)
     supervise = _blocking(Boss.supervise)
 

@@ -9,7 +9,7 @@ from importlib.metadata import version
 
 import pytest
 
-from qcore.__main__ import main
+from qcore.cli import main
 
 pytestmark = pytest.mark.feature("cli")
 

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from qcore.__main__ import always_fails, fails_once, main
+from qcore.cli import main
+from qcore.cli.demo import always_fails, fails_once
 
 pytestmark = pytest.mark.feature("demo")
 

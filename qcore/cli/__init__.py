@@ -1,0 +1,30 @@
+"""The ``qcore`` command line: one module per command (``demo``, ``work``), each giving
+its arguments (``add_parser``) and its run (``run(args) -> exit status``).
+
+Exit status as argparse gives it for the command line itself: 0 after ``--help`` or
+``--version``, 2 for a usage error (no command given: the help, on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from qcore import __version__
+from qcore.cli import demo, work
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="qcore", description="qcore: a job queue on PostgreSQL")
+    parser.add_argument("--version", action="version", version=f"qcore {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for command in (demo, work):
+        command.add_parser(commands)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    status: int = args.run(args)
+    return status
