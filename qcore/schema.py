@@ -11,10 +11,12 @@ pg-boss's own, so pg-boss instances take part too; elsewhere pg-boss locks
 nothing, and qcore's idempotent statements (retried on catalog collisions)
 tolerate a pg-boss instance installing at the same moment.
 
-Where the engine has transactional DDL the install is one transaction (all
-or nothing); elsewhere each statement commits on its own, every statement is
-idempotent, and the version row is written last, so an interrupted install
-is completed by the next start.
+Where the engine has transactional DDL and the adapter real transactions, the
+install is one transaction (all or nothing); elsewhere (an engine without
+transactional DDL, or an ``execute_sql`` object whose transactions are its own)
+each statement commits on its own, every statement is idempotent, and the
+version row is written last, so an interrupted install is completed by the next
+start.
 """
 
 from __future__ import annotations
@@ -128,19 +130,25 @@ async def install_or_migrate(
                 f"schema {ctx.schema!r} holds no pg-boss/qcore install and migrate=False"
                 " forbids installing it; start once with migrate=True"
             )
-        if not installed or not ctx.backend.capabilities.transactional_ddl:
+        if not installed or not _atomic(ctx):
             await _check_before_install(ctx, create_schema, allow_schema_case_variant)
         if target > SCHEMA_VERSION:
             plan(SCHEMA_VERSION, target, migrations)
 
     if ctx.backend.lock is not LockStrategy.ADVISORY:
         await _ensure_lock_table(ctx, create_schema)
-    transactional = ctx.backend.capabilities.transactional_ddl
+    transactional = _atomic(ctx)
     while True:
         async with locks.locked(ctx, locks.INSTALL, transaction=transactional) as db:
             done = await _one_unit(ctx.with_db(db), create_schema, migrations, target)
         if done:
             return
+
+
+def _atomic(ctx: Context) -> bool:
+    """Whether an install can be one transaction: the engine rolls DDL back and the
+    adapter's transactions are real."""
+    return ctx.backend.capabilities.transactional_ddl and ctx.db.atomic_transactions
 
 
 async def _check_before_install(
@@ -217,7 +225,7 @@ async def _one_unit(
     is at ``target``."""
     installed, version = await _state(ctx)
     if version is None:
-        if installed and ctx.backend.capabilities.transactional_ddl:
+        if installed and _atomic(ctx):
             raise SchemaVersionError(
                 f"schema {ctx.schema!r} has a version table without a version row; it is not"
                 " an install qcore can use or repair (drop the schema to start afresh)"

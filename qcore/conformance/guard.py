@@ -595,6 +595,7 @@ class GuardedDatabase(Database):
         self.forbidden = forbidden_features(backend)
         self.driver = inner.driver
         self.can_listen = inner.can_listen and "listen_notify" not in self.forbidden
+        self.atomic_transactions = inner.atomic_transactions
         #: how many serialization failures have been injected so far
         self.injected = 0
         self._tx_nth = 0

@@ -93,6 +93,9 @@ class Database(abc.ABC):
 
     #: statements join a transaction the caller owns (their connection or session)
     joins_caller_transaction: bool = False
+    #: whether ``transaction()`` makes its statements one unit that commits or rolls
+    #: back whole (not so for an ``execute_sql`` object, whose transactions are its own)
+    atomic_transactions: bool = True
 
     async def listen(
         self, channel: str, on_message: OnMessage, on_reconnect: OnReconnect | None = None

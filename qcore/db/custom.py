@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -13,7 +14,20 @@ from qcore.db._threads import blocking
 from qcore.db._values import dumps, is_json, normalize_rows
 from qcore.errors import DatabaseError, QcoreError, database_error
 
-__all__ = ["CustomDatabase"]
+__all__ = ["JSON_COLUMNS", "CustomDatabase"]
+
+#: the json/jsonb columns of qcore's (pg-boss's) tables, by name
+JSON_COLUMNS = (
+    "data",
+    "output",
+    "source_output",
+    "trace_context",
+    "options",
+    "workers",
+    "metrics",
+    "config",
+)
+_PROBE = "SELECT '{\"qcore\": 1}'::jsonb AS probe"
 
 
 class CustomDatabase(Database):
@@ -25,9 +39,15 @@ class CustomDatabase(Database):
     The object owns its transactions: ``transaction()`` sends nothing of its
     own and each statement runs as the object runs it. jsonb parameters
     arrive as JSON text, as pg-boss sends them, so any driver can bind them.
+
+    Many drivers return json and jsonb values as text. The first statement that
+    returns rows is preceded by one probe (``SELECT '{}'::jsonb``); when the object
+    answers with text, the JSON columns of qcore's tables (:data:`JSON_COLUMNS`) are
+    decoded in every row it returns.
     """
 
     driver = "custom"
+    atomic_transactions = False
 
     def __init__(self, obj: Any) -> None:
         super().__init__()
@@ -36,8 +56,20 @@ class CustomDatabase(Database):
         self._obj = obj
         self._is_async = inspect.iscoroutinefunction(obj.execute_sql)
         self._lock = asyncio.Lock()  # a blocking object is not assumed thread-safe
+        self._json_as_text: bool | None = None  # unknown until the first rows come back
 
     async def _execute(self, sql: str, params: Sequence[Any]) -> Rows:
+        rows = await self._send(sql, params)
+        if not rows:
+            return rows
+        if self._json_as_text is None:
+            (probe,) = await self._send(_PROBE, ())
+            self._json_as_text = isinstance(probe.get("probe"), str)
+        if self._json_as_text:
+            return _decoded(rows)
+        return rows
+
+    async def _send(self, sql: str, params: Sequence[Any]) -> Rows:
         values = [dumps(v) if is_json(v) else v for v in params]
         try:
             if self._is_async:
@@ -67,17 +99,32 @@ class CustomDatabase(Database):
         return normalize_rows([dict(r) for r in rows])
 
     async def _execute_script(self, sql: str) -> None:
-        await self._execute(sql, ())
+        await self._send(sql, ())
 
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[Database]:
         yield _Joined(self)
 
 
+def _decoded(rows: Rows) -> Rows:
+    """The JSON columns of ``rows`` that arrived as JSON text, decoded (text that is
+    not JSON is left as it is)."""
+    for row in rows:
+        for column in JSON_COLUMNS:
+            value = row.get(column)
+            if isinstance(value, str):
+                try:
+                    row[column] = json.loads(value)
+                except ValueError:
+                    pass
+    return rows
+
+
 class _Joined(Bound):
     """Statements of a ``transaction()`` block: sent as they come, to the same object."""
 
     driver = "custom"
+    atomic_transactions = False
 
     def __init__(self, root: CustomDatabase) -> None:
         self._root = root
