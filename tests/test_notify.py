@@ -93,8 +93,7 @@ async def test_a_pgboss_producer_wakes_a_qcore_notifier(pg_dsn: str) -> None:
             },
         )
         name, _ = await heard.next(10)
-        assert name == "from-node"
-        await heard.nothing(0.1)
+        assert name == "from-node"  # first: the earlier send to "quiet" notified nothing
     finally:
         await notifier.stop()
         await db.execute_script(f"DROP SCHEMA IF EXISTS {quote(schema)} CASCADE")

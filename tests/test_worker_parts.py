@@ -105,13 +105,19 @@ async def test_the_coalescer_keeps_its_lanes_through_errors_and_cancellation() -
     active = 0
     peak = 0
     fail = True
+    gate = asyncio.Event()  # statements wait for it (set: they run through)
+    gate.set()
+    both_lanes_busy = asyncio.Event()
 
     async def run(items: list[int]) -> list[int]:
         nonlocal active, peak
         active += 1
         peak = max(peak, active)
+        if active == 2:
+            both_lanes_busy.set()
         try:
             await asyncio.sleep(0.01)
+            await gate.wait()
             if fail:
                 raise RuntimeError("statement failed")
             return items
@@ -123,11 +129,14 @@ async def test_the_coalescer_keeps_its_lanes_through_errors_and_cancellation() -
     assert all(isinstance(r, RuntimeError) for r in results)  # every caller learns it
     assert peak == 2
     fail = False
+    gate.clear()
+    both_lanes_busy.clear()
     waiting = [asyncio.create_task(merge(i)) for i in range(6)]
     await asyncio.sleep(0)
     waiting[3].cancel()  # a caller gives up while waiting
-    await asyncio.sleep(0.005)
+    await asyncio.wait_for(both_lanes_busy.wait(), 30)  # two statements held at the gate
     waiting[0].cancel()  # a caller is cancelled while its statement runs
+    gate.set()
     results = await asyncio.gather(*waiting, return_exceptions=True)
     assert isinstance(results[0], asyncio.CancelledError)
     assert isinstance(results[3], asyncio.CancelledError)

@@ -34,6 +34,8 @@ pytestmark = pytest.mark.feature("notify")
 #: the wake; a deadline generous for a busy machine keeps the test honest there
 #: (how fast a wake is, bench/ measures: python -m bench run reports its p50/p99).
 PROMPT = 5.0
+#: a notifying queue whose job proves nothing was heard before it (Heard.nothing_before)
+FENCE = "fence"
 
 
 class Heard:
@@ -52,9 +54,13 @@ class Heard:
     async def next(self, timeout: float = PROMPT) -> tuple[str, float]:
         return await asyncio.wait_for(self.queues.get(), timeout)
 
-    async def nothing(self, wait: float = 0.2) -> None:
-        await asyncio.sleep(wait)
-        assert self.queues.empty(), f"unexpected notification: {self.queues.get_nowait()}"
+    async def nothing_before(self, ctx: Context) -> None:
+        """No notification came since the last one: a job sent now to the notifying
+        queue ``FENCE`` is the next one heard (NOTIFYs arrive in commit order, so one
+        sent earlier would come first; no sleep to outlast)."""
+        await jobs.send(ctx, FENCE)
+        name, _ = await self.next()
+        assert name == FENCE, f"unexpected notification before the fence: {name}"
 
 
 @pytest_asyncio.fixture
@@ -82,6 +88,7 @@ async def test_send_to_a_notify_queue_wakes_at_once(
     assert notifier.available and notifier.channel == notify_channel(ctx.schema_spec)
     await queues.create_queue(ctx, "loud", notify=True)
     await queues.create_queue(ctx, "quiet")
+    await queues.create_queue(ctx, FENCE, notify=True)
 
     await jobs.send(ctx, "quiet", {"n": 1})  # notify=False: nothing
     await jobs.send(ctx, "loud", {"n": 2})
@@ -91,10 +98,10 @@ async def test_send_to_a_notify_queue_wakes_at_once(
     await jobs.insert(ctx, "loud", [{"data": i} for i in range(3)])
     since = time.monotonic()
     await _prompt(heard, "loud", since)  # one notification for the batch
-    await heard.nothing()
+    await heard.nothing_before(ctx)
 
     await jobs.send(ctx, "loud", start_after=3600)  # not runnable yet: pg-boss stays quiet
-    await heard.nothing()
+    await heard.nothing_before(ctx)
 
 
 @pytest.mark.requires("listen_notify")
@@ -131,18 +138,19 @@ async def test_retry_wakes_but_a_failure_does_not(
 ) -> None:
     _, heard = listening
     await queues.create_queue(ctx, "loud", notify=True, retry_limit=0)
+    await queues.create_queue(ctx, FENCE, notify=True)
     sent = await jobs.send(ctx, "loud")
     assert sent is not None
     await _prompt(heard, "loud", time.monotonic())
     [job] = await jobs.fetch(ctx, "loud")
     await jobs.fail(ctx, "loud", job)  # failed for good: a retry to retry() later
-    await heard.nothing(0.1)
+    await heard.nothing_before(ctx)
     result = await jobs.retry(ctx, "loud", sent)
     since = time.monotonic()
     assert result.affected == 1
     await _prompt(heard, "loud", since)
     assert (await jobs.retry(ctx, "loud", sent)).affected == 0  # not failed any more
-    await heard.nothing(0.1)
+    await heard.nothing_before(ctx)
 
 
 @pytest.mark.requires("listen_notify")
@@ -201,6 +209,14 @@ async def test_unavailable_listener_warns_once_and_polls(
     try:
         await boss.create_queue("q", notify=True)
         assert await boss.send("q") is not None  # sending works either way
+        handled = asyncio.Event()
+
+        async def handler(_jobs: Any) -> None:
+            handled.set()
+
+        # without a listener the worker polls: the job is worked all the same
+        await boss.work("q", handler, polling_interval_seconds=0.5)
+        await asyncio.wait_for(handled.wait(), 30)
         unavailable = [w for w in warnings if w.type == UNAVAILABLE]
         if backend.has("listen_notify"):
             assert unavailable == []

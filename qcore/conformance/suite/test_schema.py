@@ -739,8 +739,9 @@ async def test_a_failing_migration_changes_nothing(
             "SELECT no_such_function_qcore()",
         ),
     )
-    with pytest.raises(DatabaseError):
+    with pytest.raises(DatabaseError, match="no_such_function_qcore") as info:
         await install_or_migrate(ctx, migrations=[broken], target=47)
+    assert info.value.sqlstate == "42883"  # undefined_function: its second statement failed
     assert await schema_version(ctx) == 46
     assert "qcore_note" not in [c[0] for c in (await read_tables(db, schema))["job"]]
 
@@ -1035,15 +1036,15 @@ async def test_lease_expires_and_can_be_taken_over(
 ) -> None:
     ctx = ctx_for(db, backend, schema)
     await install_or_migrate(ctx)
-    first = locks.Lease(ctx, "qcore-test", expiry=0.3, renew_every=3600)
+    first = locks.Lease(ctx, "qcore-test", expiry=3, renew_every=3600)
     second = locks.Lease(ctx, "qcore-test", expiry=30)
-    await first.acquire(timeout=1)
+    await first.acquire(timeout=30)
     try:
         assert not await second.try_acquire()
         with pytest.raises(DatabaseError, match="could not take") as info:
             await second.acquire(timeout=0.1)
         assert info.value.sqlstate == "55P03"
-        await second.acquire(timeout=5)  # the first one's lease runs out
+        await second.acquire(timeout=60)  # the first one's lease runs out (3 s)
         await second.release()
     finally:
         await first.release()  # no longer ours: releases nothing
@@ -1053,11 +1054,20 @@ async def test_lease_expires_and_can_be_taken_over(
 async def test_lease_is_renewed_while_held(db: Database, backend: Backend, schema: str) -> None:
     ctx = ctx_for(db, backend, schema)
     await install_or_migrate(ctx)
-    held = locks.Lease(ctx, "qcore-test", expiry=0.4, renew_every=0.1)
+    held = locks.Lease(ctx, "qcore-test", expiry=60, renew_every=0.2)
     other = locks.Lease(ctx, "qcore-test", expiry=30)
-    await held.acquire(timeout=1)
+    await held.acquire(timeout=30)
+
+    async def expires_on() -> Any:
+        rows = await db.execute(f"SELECT expires_on FROM {quote(schema)}.qcore_lock")
+        return rows[0]["expires_on"]
+
     try:
-        await asyncio.sleep(0.8)  # twice the expiry
+        taken = await expires_on()
+        deadline = asyncio.get_running_loop().time() + 30
+        while not await expires_on() > taken:  # the renewer moved the expiry forward
+            assert asyncio.get_running_loop().time() < deadline, "the lease was never renewed"
+            await asyncio.sleep(0.1)
         assert not await other.try_acquire()
         assert not held.lost
     finally:

@@ -51,11 +51,6 @@ def need_own_sessions(backend: Backend, provisioned: Provisioner) -> None:
         )
 
 
-async def supervise_or_skip(boss: Boss, name: str) -> None:
-    try:
-        await boss.supervise(name)
-    except NotImplementedError:
-        pytest.skip("the monitor pass (qcore.supervisor) is not implemented yet")
 
 
 async def test_workers_ride_out_terminated_connections(
@@ -115,7 +110,7 @@ async def test_workers_ride_out_terminated_connections(
             # a claim whose reply was lost with its connection stays active until it
             # expires; the monitor then puts it back and a worker does it
             await asyncio.sleep(3.2)
-            await supervise_or_skip(boss, "outage")
+            await boss.supervise("outage")
             await until(lambda: _is_zero(remaining()), 10.0, what="all completed")
         assert len(runs) == total and set(runs.values()) == {1}  # each handler ran once
         assert any(isinstance(e, (ConnectionLostError, DatabaseError)) for e in errors)
@@ -191,7 +186,7 @@ async def test_a_killed_worker_process_loses_nothing(
 
         await boss.work("crash", handler, polling_interval_seconds=0.5)
         await asyncio.sleep(1.1)  # past expire_in_seconds
-        await supervise_or_skip(boss, "crash")
+        await boss.supervise("crash")
         retried = await boss.get_job_by_id("crash", job_id)
         assert retried is not None and retried.state in (
             JobState.RETRY,
@@ -207,7 +202,7 @@ async def test_a_killed_worker_process_loses_nothing(
         done: Job = await until(completed, 5.0, what="done by the other process")
         assert done.retry_count == 1 and done.output == {"value": "done here"}
         assert [j.id for j in runs] == [job_id]
-        await supervise_or_skip(boss, "crash")  # nothing left to expire: it stays done
+        await boss.supervise("crash")  # nothing left to expire: it stays done
         again = await boss.get_job_by_id("crash", job_id)
         assert again is not None and again.state is JobState.COMPLETED
         assert [j.id for j in runs] == [job_id]

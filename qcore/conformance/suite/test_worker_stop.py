@@ -73,8 +73,8 @@ async def test_graceful_stop_lets_handlers_finish_and_fires_stopped_once(sboss: 
     await sboss.work("slow-sync", sync_handler, polling_interval_seconds=0.5)
     await until(lambda: len(running) == 3, 3.0, what="three handlers running")
     begun = time.monotonic()
-    await sboss.stop(timeout=10, close=False)
-    assert time.monotonic() - begun < 2  # waited for the handlers, not the timeout
+    await sboss.stop(timeout=60, close=False)
+    assert time.monotonic() - begun < 30  # waited for the handlers, not the timeout
     assert sorted(finished) == [0, 1, 2]
     for job_id in ids:
         job = await sboss.get_job_by_id("slow", job_id)
@@ -109,7 +109,7 @@ async def test_the_timeout_fails_held_jobs_and_tells_their_handlers(sboss: Boss)
     await until(lambda: _active(sboss, "stuck-sync", s), 3.0)
     begun = time.monotonic()
     await sboss.stop(timeout=0.15, close=False)
-    assert 0.1 < time.monotonic() - begun < 2
+    assert 0.1 < time.monotonic() - begun < 20  # the timeout, not the 30 s handlers
     retried = await sboss.get_job_by_id("stuck", a)
     assert retried is not None and retried.state is JobState.RETRY  # an attempt spent
     assert retried.output == SHUT_DOWN
@@ -186,8 +186,8 @@ async def test_a_hard_stop_fails_held_jobs_at_once_and_close_false_keeps_the_con
     await sboss.work("hard", handler, polling_interval_seconds=0.5)
     await asyncio.wait_for(running.wait(), 3)
     begun = time.monotonic()
-    await sboss.stop(graceful=False, timeout=30, close=False)
-    assert time.monotonic() - begun < 1
+    await sboss.stop(graceful=False, timeout=60, close=False)
+    assert time.monotonic() - begun < 20  # neither the timeout nor the 30 s handler
     job = await sboss.get_job_by_id("hard", job_id)
     assert job is not None and job.state is JobState.FAILED and job.output == SHUT_DOWN
     assert stopped_count(sboss) == 1
@@ -223,7 +223,7 @@ async def test_stop_bounds_workers_still_finishing_after_off_work(sboss: Boss) -
     assert held is not None and held.state is JobState.ACTIVE
     begun = time.monotonic()
     await sboss.stop(timeout=0.1, close=False)
-    assert time.monotonic() - begun < 1.5
+    assert time.monotonic() - begun < 20  # the timeout, not the 30 s handler
     job = await sboss.get_job_by_id("retiring", job_id)
     assert job is not None and job.state is JobState.FAILED and job.output == SHUT_DOWN
 
