@@ -4,6 +4,7 @@ retryable connection error only when nothing answers."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -75,13 +76,21 @@ async def test_start_does_not_retry_a_configuration_error(pg_dsn: str) -> None:
     assert time.monotonic() - started < 2.0 and warnings == []
 
 
-async def test_start_retries_a_refused_server_as_asked(pg_dsn: str) -> None:
+async def test_start_retries_a_refused_server_as_asked(
+    pg_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
     boss = Boss(f"postgresql://postgres@127.0.0.1:{_free_port()}/postgres", supervise=False)
     warnings: list[WarningEvent] = []
     boss.on("warning", warnings.append)
-    with pytest.raises(ConnectionLostError, match="Connection refused"):
-        await boss.start(attempts=2)  # one wait of 1 s between the two
+    with (
+        caplog.at_level(logging.DEBUG),
+        pytest.raises(ConnectionLostError, match="Connection refused"),
+    ):
+        await boss.start(attempts=3)  # waits of 1 s and 2 s between the three
     assert [w.type for w in warnings] == ["start_retry"]
+    # no log spam: the one start_retry line, nothing from the pool's reconnect loop
+    logged = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.name for r in logged] == ["qcore"], [r.getMessage() for r in logged]
 
 
 @pytest.mark.parametrize(
