@@ -4,16 +4,15 @@ object, whose statements commit one by one, the next ``start()`` completes it.""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
 import pytest
 
 from qcore import Boss
-from qcore.conformance.suite.test_schema import catalog
-from qcore.db import Bound, Database, Rows, connect
+from qcore.conformance.suite.test_schema import Recording, catalog
+from qcore.db import Database, connect
 from qcore.errors import DatabaseError
 from tests.adapters import SyncExecuteSql
 
@@ -32,41 +31,6 @@ class RefusesOneStatement:
         if not self.refused and REFUSED in sql:
             self.refused = True
             raise DatabaseError(f"refused by the test: {sql[:60]}", sqlstate="42501")
-
-
-class Failing(Database):
-    """A real (psycopg) adapter that refuses one statement."""
-
-    def __init__(self, inner: Database, refuse: RefusesOneStatement) -> None:
-        super().__init__()
-        self.inner, self.refuse, self.driver = inner, refuse, inner.driver
-
-    async def _execute(self, sql: str, params: Sequence[Any]) -> Rows:
-        self.refuse.check(sql)
-        return await self.inner.execute(sql, params)
-
-    async def _execute_script(self, sql: str) -> None:
-        self.refuse.check(sql)
-        await self.inner.execute_script(sql)
-
-    @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[Database]:
-        async with self.inner.transaction() as tx:
-            yield _FailingBound(tx, self.refuse)
-
-
-class _FailingBound(Bound):
-    def __init__(self, tx: Database, refuse: RefusesOneStatement) -> None:
-        super().__init__()
-        self.tx, self.refuse = tx, refuse
-
-    async def _execute(self, sql: str, params: Sequence[Any]) -> Rows:
-        self.refuse.check(sql)
-        return await self.tx.execute(sql, params)
-
-    async def _execute_script(self, sql: str) -> None:
-        self.refuse.check(sql)
-        await self.tx.execute_script(sql)
 
 
 class FailingExecuteSql(SyncExecuteSql):
@@ -102,7 +66,7 @@ async def _clean_catalog(db: Database) -> dict[str, Any]:
 async def test_a_failed_install_in_one_transaction_leaves_nothing(db: Database) -> None:
     schema = "qcore_install_atomic"
     refuse = RefusesOneStatement()
-    boss = Boss(db=Failing(db, refuse), schema=schema, supervise=False)
+    boss = Boss(db=Recording(db, check=refuse.check), schema=schema, supervise=False)
     with pytest.raises(DatabaseError, match="refused by the test"):
         await boss.start()
     assert refuse.refused

@@ -13,7 +13,7 @@ import datetime as dt
 import hashlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -482,20 +482,27 @@ def install_events(records: Sequence[logging.LogRecord], kind: str = "install") 
 
 
 class Recording(Database):
-    """Passes everything to ``inner`` and remembers each statement's text."""
+    """Passes everything to ``inner`` and remembers each statement's text; ``check``
+    (if given) sees each text first and may raise to refuse it."""
 
-    def __init__(self, inner: Database) -> None:
+    def __init__(self, inner: Database, check: Callable[[str], None] | None = None) -> None:
         super().__init__()
         self.inner = inner
         self.driver = inner.driver
         self.statements: list[str] = []
+        self.check = check
+
+    def record(self, sql: str) -> None:
+        if self.check is not None:
+            self.check(sql)
+        self.statements.append(sql)
 
     async def _execute(self, sql: str, params: Sequence[Any]) -> Rows:
-        self.statements.append(sql)
+        self.record(sql)
         return await self.inner.execute(sql, params)
 
     async def _execute_script(self, sql: str) -> None:
-        self.statements.append(sql)
+        self.record(sql)
         await self.inner.execute_script(sql)
 
     @asynccontextmanager
@@ -511,11 +518,11 @@ class _RecordingBound(Bound):
         self.tx = tx
 
     async def _execute(self, sql: str, params: Sequence[Any]) -> Rows:
-        self.owner.statements.append(sql)
+        self.owner.record(sql)
         return await self.tx.execute(sql, params)
 
     async def _execute_script(self, sql: str) -> None:
-        self.owner.statements.append(sql)
+        self.owner.record(sql)
         await self.tx.execute_script(sql)
 
 

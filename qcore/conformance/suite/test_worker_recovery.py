@@ -51,8 +51,6 @@ def need_own_sessions(backend: Backend, provisioned: Provisioner) -> None:
         )
 
 
-
-
 async def test_workers_ride_out_terminated_connections(
     backend: Backend, provisioned: Provisioner, schema: str
 ) -> None:
