@@ -14,9 +14,9 @@ import inspect
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from qcore.errors import ValidationError
+from qcore.errors import ConfigError, ValidationError
 
-__all__ = ["verb"]
+__all__ = ["constructor", "verb"]
 
 F = TypeVar("F", bound=Callable[..., Coroutine[Any, Any, Any]])
 
@@ -54,3 +54,24 @@ def verb(*options: Any) -> Callable[[F], F]:
         return call  # type: ignore[return-value]
 
     return decorate
+
+
+Init = TypeVar("Init", bound=Callable[..., None])
+
+
+def constructor(init: Init) -> Init:
+    """Wrap an ``__init__``: arguments it does not take raise ``ConfigError`` (a bad
+    constructor option), naming what it takes, not ``TypeError``."""
+    signature = inspect.signature(init)
+    takes = ", ".join(list(signature.parameters)[1:])
+
+    @functools.wraps(init)
+    def call(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            signature.bind(self, *args, **kwargs)
+        except TypeError as exc:
+            why = str(exc).split("() ", 1)[-1]
+            raise ConfigError(f"{type(self).__name__}(): {why}; it takes: {takes}") from None
+        init(self, *args, **kwargs)
+
+    return call  # type: ignore[return-value]

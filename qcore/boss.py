@@ -23,12 +23,19 @@ from typing_extensions import Unpack
 from qcore import backends
 from qcore import jobs as job_ops
 from qcore import queues as queue_ops
-from qcore.arguments import verb
+from qcore.arguments import constructor, verb
 from qcore.backend import Backend, EngineIdentity, FetchStrategy, Server
 from qcore.context import Context
 from qcore.db import Database, adapt, check_pool_options, connect
 from qcore.engine import identify
-from qcore.errors import ConfigError, NotStartedError, QcoreError, ValidationError
+from qcore.errors import (
+    ConfigError,
+    NotInstalledError,
+    NotStartedError,
+    QcoreError,
+    SchemaVersionError,
+    ValidationError,
+)
 from qcore.events import Events
 from qcore.identifiers import schema_name
 from qcore.job import CommandResult, Job, Queue
@@ -108,6 +115,7 @@ class Boss:
     #: the ``backend=`` value that picks the backend from the server's identity
     AUTO = "auto"
 
+    @constructor
     def __init__(
         self,
         connection_string: str | None = None,
@@ -224,8 +232,8 @@ class Boss:
             try:
                 await self._open_and_install()
                 break
-            except ConfigError:
-                raise
+            except (ConfigError, SchemaVersionError, NotInstalledError):
+                raise  # trying again changes nothing
             except QcoreError as exc:
                 if attempt == attempts:
                     raise
@@ -388,7 +396,12 @@ class Boss:
         """The operation context; with ``db``, bound to the caller's connection or transaction."""
         if self._ctx is None:
             raise NotStartedError("this Boss is not started: await boss.start() first")
-        return self._ctx if db is None else self._ctx.with_db(adapt(db))
+        if db is None:
+            return self._ctx
+        try:
+            return self._ctx.with_db(adapt(db))
+        except ConfigError as exc:  # a verb's db= argument: a bad value like any other
+            raise ValidationError(str(exc)) from None
 
     @verb()
     async def is_installed(self) -> bool:
@@ -404,7 +417,7 @@ class Boss:
         if self._ctx is not None:
             return self._ctx
         if self._db is None:
-            raise ConfigError("this Boss has no connection yet: await boss.start() first")
+            raise NotStartedError("this Boss has no connection yet: await boss.start() first")
         return Context(db=self._db, backend=self.backend, schema_spec=self.schema)
 
     # -- queues ----------------------------------------------------------------------------

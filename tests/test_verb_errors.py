@@ -96,10 +96,22 @@ async def test_unknown_options_and_bad_values_are_validation_errors(
 
 
 def test_bad_constructor_options_are_config_errors() -> None:
-    for options in ({"max": 0}, {"supervise_interval_seconds": -1}, {"backend": "nosuchdb"}):
+    for options in (
+        {"max": 0},
+        {"supervise_interval_seconds": -1},
+        {"backend": "nosuchdb"},
+        {"superviseIntervalSeconds": 60},  # pg-boss's spelling: not an option here
+    ):
         with pytest.raises(ConfigError) as info:
             Boss("postgresql://localhost/x", **options)
         assert not isinstance(info.value, ValidationError), options
+    with pytest.raises(ConfigError, match=r"Boss\(\): got an unexpected keyword .*it takes: "):
+        Boss("postgresql://localhost/x", shema="app")  # type: ignore[call-arg]
+
+
+async def test_a_db_argument_qcore_cannot_use_is_a_validation_error(boss: Boss) -> None:
+    with pytest.raises(ValidationError, match="execute_sql"):
+        await boss.send("q", {}, db=object())
 
 
 def test_sync_boss_verbs_raise_the_same(pg_dsn: str) -> None:

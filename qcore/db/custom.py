@@ -63,8 +63,8 @@ class CustomDatabase(Database):
         if not rows:
             return rows
         if self._json_as_text is None:
-            (probe,) = await self._send(_PROBE, ())
-            self._json_as_text = isinstance(probe.get("probe"), str)
+            probe = await self._send(_PROBE, ())
+            self._json_as_text = bool(probe) and isinstance(probe[0].get("probe"), str)
         if self._json_as_text:
             return _decoded(rows)
         return rows
