@@ -25,6 +25,7 @@ from qcore import jobs as job_ops
 from qcore import queues as queue_ops
 from qcore.arguments import constructor, verb
 from qcore.backend import Backend, EngineIdentity, FetchStrategy, Server
+from qcore.coalescer import Coalescer
 from qcore.context import Context
 from qcore.db import Database, adapt, check_pool_options, connect
 from qcore.engine import identify
@@ -44,7 +45,7 @@ from qcore.notifier import Notifier
 from qcore.options import QueueOptions, check_batch_size, queue_name
 from qcore.schema import install_or_migrate, is_installed, schema_version
 from qcore.supervisor import Supervisor
-from qcore.worker import Coalescer, WipReporter, Worker, WorkerStatus, WorkOptions
+from qcore.worker import WipReporter, Worker, WorkerStatus, WorkOptions
 
 __all__ = ["Boss", "FetchOptions", "Handler", "QueueOptions", "ScheduledSendOptions", "SendOptions"]
 
