@@ -41,10 +41,11 @@ from qcore.events import Events
 from qcore.identifiers import schema_name
 from qcore.job import CommandResult, Job, Queue
 from qcore.jobs import Ids
-from qcore.notifier import Notifier
 from qcore.options import QueueOptions, check_batch_size, queue_name
 from qcore.schema import install_or_migrate, is_installed, schema_version
-from qcore.supervisor import Supervisor
+from qcore.services import Service
+from qcore.services.monitor import Supervisor
+from qcore.services.notifier import Notifier
 from qcore.worker import WipReporter, Worker, WorkerStatus, WorkOptions
 
 __all__ = ["Boss", "FetchOptions", "Handler", "QueueOptions", "ScheduledSendOptions", "SendOptions"]
@@ -211,6 +212,8 @@ class Boss:
         self._shared_fetches: dict[tuple[Any, ...], Coalescer[tuple[Context, int], list[Job]]] = {}
         self._supervisor: Supervisor | None = None
         self._notifier: Notifier | None = None
+        #: the background services start() started, in order (stop() stops them so)
+        self._services: list[Service] = []
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -249,11 +252,12 @@ class Boss:
                 delay *= 2
         self._started = True
         ctx = self.context()
+        services: list[Service] = []
         if self.use_listen_notify:
             self._notifier = Notifier(
                 ctx, self.events, on_queue=self._wake, on_reconnect=self._wake_all
             )
-            await self._notifier.start()
+            services.append(self._notifier)
         # built with supervise=False too: it serialises explicit supervise() calls and
         # stop() waits for them; only its background loop depends on the option
         self._supervisor = Supervisor(
@@ -261,9 +265,12 @@ class Boss:
             self.events,
             interval_seconds=self.supervise_interval_seconds,
             monitor_interval_seconds=self.monitor_interval_seconds,
+            enabled=self.supervise_enabled,
         )
-        if self.supervise_enabled:
-            self._supervisor.start()
+        services.append(self._supervisor)
+        for service in services:  # stopped in the same order by stop()
+            await service.start()
+        self._services = services
         return self
 
     async def _open_and_install(self) -> None:
@@ -328,12 +335,10 @@ class Boss:
             await asyncio.gather(*(w.stop(graceful=False) for w in self._halting))
         if self._started:
             self._started = False
-            if self._notifier is not None:
-                notifier, self._notifier = self._notifier, None
-                await notifier.stop()
-            if self._supervisor is not None:
-                supervisor, self._supervisor = self._supervisor, None
-                await supervisor.stop()
+            services, self._services = self._services, []
+            self._notifier = self._supervisor = None
+            for service in services:
+                await service.stop()
             await self._stop_workers(graceful=graceful, timeout=timeout)
             self.events.emit("stopped")
             await self.events.drain()

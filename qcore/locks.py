@@ -14,7 +14,6 @@ this under lock X" without caring which strategy the backend uses.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import logging
 import os
@@ -31,6 +30,8 @@ from qcore.backend import LockStrategy
 from qcore.context import Context
 from qcore.db import Database
 from qcore.errors import DatabaseError
+from qcore.events import Events
+from qcore.services.base import Periodic
 from qcore.sql import locks as sql
 
 __all__ = [
@@ -94,7 +95,13 @@ class Lease:
     """A lease row held in the schema's lock table (see :func:`lease`)."""
 
     def __init__(
-        self, ctx: Context, suffix: str, *, expiry: float, renew_every: float | None = None
+        self,
+        ctx: Context,
+        suffix: str,
+        *,
+        expiry: float,
+        renew_every: float | None = None,
+        events: Events | None = None,
     ) -> None:
         self.ctx = ctx
         self.name = sql.lease_name(suffix)
@@ -102,7 +109,7 @@ class Lease:
         self.expiry = expiry
         self.renew_every = renew_every if renew_every is not None else expiry / 3
         self.lost = False
-        self._renewer: asyncio.Future[None] | None = None
+        self._renewal = _Renewal(self, events)
 
     async def _run(self, statement: tuple[str, list[Any]]) -> list[dict[str, Any]]:
         sql_text, params = statement
@@ -133,37 +140,11 @@ class Lease:
                 )
             await asyncio.sleep(min(delay * random.uniform(0.5, 1.0), deadline - time.monotonic()))
             delay = min(delay * 2, 0.5)
-        self._renewer = contextvars.Context().run(asyncio.ensure_future, self._renew_loop())
-
-    async def _renew_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.renew_every)
-            try:
-                rows = await retry.execute(
-                    self.ctx,
-                    *sql.renew_lease(self.ctx.schema, self.name, self.holder, self.expiry),
-                )
-            except DatabaseError as exc:  # try again next time; the lease has slack
-                log.warning("renewing the qcore lock %r failed: %s", self.name, exc)
-                continue
-            if not rows:
-                self.lost = True
-                log.error(
-                    "the qcore lock %r in schema %r expired while held by %s; another"
-                    " instance may be running the same work",
-                    self.name,
-                    self.ctx.schema,
-                    self.holder,
-                )
-                return
+        await self._renewal.start()
 
     async def release(self) -> None:
         """Stop renewing and give the lease back (best effort: it expires anyway)."""
-        renewer, self._renewer = self._renewer, None
-        if renewer is not None:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
+        await self._renewal.stop()
         try:
             await self._run(sql.release_lease(self.ctx.schema, self.name, self.holder))
         except DatabaseError as exc:
@@ -173,6 +154,37 @@ class Lease:
                 self.expiry,
                 exc,
             )
+
+
+class _Renewal(Periodic):
+    """Pushes a held lease's expiry out every ``renew_every`` seconds, detached from
+    any transaction of the holder's; a failed renewal is reported (``error``, or the
+    log without events) and tried at the next tick, as the lease has slack; a lease
+    found lost ends the renewal."""
+
+    name = "lease renewal"
+
+    def __init__(self, held: Lease, events: Events | None) -> None:
+        super().__init__(events, held.renew_every, detached=True)
+        self.held = held
+
+    async def run_pass(self) -> bool:
+        held = self.held
+        rows = await retry.execute(
+            held.ctx, *sql.renew_lease(held.ctx.schema, held.name, held.holder, held.expiry)
+        )
+        if rows:
+            return True
+        held.lost = True
+        message = (
+            f"the qcore lock {held.name!r} in schema {held.ctx.schema!r} expired while held"
+            f" by {held.holder}; another instance may be running the same work"
+        )
+        if self.events is not None:
+            self.events.emit("error", DatabaseError(message, sqlstate=LOCK_NOT_AVAILABLE))
+        else:
+            log.error("%s", message)
+        return False
 
 
 @asynccontextmanager

@@ -15,8 +15,8 @@ from qcore.context import Context
 from qcore.db import connect
 from qcore.events import Events
 from qcore.identifiers import quote
-from qcore.notifier import Notifier
 from qcore.schema import install_or_migrate
+from qcore.services.notifier import Notifier
 
 
 @pytest.mark.postgres

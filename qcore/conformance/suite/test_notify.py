@@ -24,7 +24,7 @@ from qcore.db import Database
 from qcore.db.custom import CustomDatabase
 from qcore.errors import ConnectionLostError
 from qcore.events import Events, WarningEvent
-from qcore.notifier import UNAVAILABLE, Notifier
+from qcore.services.notifier import UNAVAILABLE, Notifier
 from qcore.sql.locks import notify_channel
 
 pytestmark = pytest.mark.feature("notify")

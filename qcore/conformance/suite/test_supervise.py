@@ -291,7 +291,7 @@ async def test_loop_reports_errors_and_goes_on(ctx: Context) -> None:
         return ctx
 
     supervisor = Supervisor(context, events, interval_seconds=0.02, monitor_interval_seconds=3600)
-    supervisor.start()
+    await supervisor.start()
     try:
         await _until(lambda: _state(ctx, sent), "retry")
     finally:

@@ -1,0 +1,236 @@
+"""The monitor pass and its background loop.
+
+A pass fails the active jobs that ran past ``expire_seconds`` and those whose
+heartbeat is older than ``heartbeat_seconds``, each retried, failed or
+dead-lettered exactly as :func:`qcore.jobs.fail` would. It works queue by queue
+as pg-boss's does (reference 6.10, 6.13, 6.14), so qcore and pg-boss instances on
+one schema share the work:
+
+1. the queues are grouped by physical job table, in chunks of 100 names;
+2. the **monitor claim** stamps ``monitor_claim_on`` on the chunk's queues that
+   are due (the background pass: last claimed at least ``monitor_interval_seconds``
+   ago) and returns them, so one instance per interval works on a queue;
+3. for the claimed queues, expiry and then heartbeat loss, in batches of at most
+   1000 jobs, repeated while a batch is full, each batch one transaction under
+   pg-boss's ``<table>failJobsByTimeout`` / ``<table>failJobsByHeartbeat`` advisory
+   lock (on a backend without advisory locks the claim is the only gate: a batch
+   deletes only jobs still matching the predicate, so two passes never fail a job
+   twice);
+4. ``monitor_on`` = now on the claimed queues.
+
+Maintenance (retention), cached stats, warnings and flows are not part of the pass
+yet.
+
+An explicit :func:`supervise` (``Boss.supervise()``) is not gated by the interval:
+it runs the pass now for every queue, or the one named, as a caller asking for a
+pass (a test, an instance run with ``supervise=False``) expects. It still stamps
+the claim, so the other instances' background passes skip those queues for an
+interval. That is a deliberate difference from pg-boss, whose ``supervise()``
+honours the interval.
+
+:class:`Supervisor` runs the background pass every ``interval_seconds`` (the first
+one interval after start, as pg-boss's timer) and serialises passes: one at a time
+per ``Boss``, an explicit one waiting for the one in flight; a background tick that
+finds a pass running skips. An error is emitted as an ``error`` event (and logged)
+and the loop goes on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from itertools import groupby
+from typing import TypeVar
+
+from qcore import jobs, locks, retry
+from qcore.backend import FetchStrategy
+from qcore.context import Context
+from qcore.db import Database
+from qcore.events import Events
+from qcore.options import queue_name
+from qcore.queues import missing_queue
+from qcore.services.base import Periodic
+from qcore.sql import monitor as sql
+
+__all__ = [
+    "EXPIRY_LOCK_TIMEOUT_SECONDS",
+    "SLOW_QUERY_SECONDS",
+    "MonitorResult",
+    "Supervisor",
+    "supervise",
+]
+
+T = TypeVar("T")
+
+#: how long an expiry batch waits for its advisory lock (pg-boss's lock_timeout)
+EXPIRY_LOCK_TIMEOUT_SECONDS = 30.0
+#: a monitor statement slower than this emits a ``slow_query`` warning (pg-boss's default)
+SLOW_QUERY_SECONDS = 30.0
+
+TIMEOUT_LOCK = "failJobsByTimeout"
+HEARTBEAT_LOCK = "failJobsByHeartbeat"
+
+
+@dataclass(frozen=True)
+class MonitorResult:
+    """What one pass did: the queues it claimed (and so worked on), and how many jobs it
+    failed for running past their expiry and for losing their heartbeat."""
+
+    claimed: tuple[str, ...] = ()
+    expired: int = 0
+    heartbeat_lost: int = 0
+
+
+def _never() -> bool:
+    return False
+
+
+async def supervise(
+    ctx: Context,
+    name: str | None = None,
+    *,
+    monitor_interval_seconds: float | None = None,
+    batch_size: int = jobs.EXPIRY_BATCH_SIZE,
+    events: Events | None = None,
+    stopping: Callable[[], bool] = _never,
+) -> MonitorResult:
+    """One monitor pass now, over every queue or the queue ``name`` (which must exist).
+
+    With ``monitor_interval_seconds`` (the background loop) only the queues whose
+    monitor claim is at least that old are worked on; without it (an explicit call)
+    every queue is. Expiry fails at most ``batch_size`` jobs per transaction.
+    ``events`` receives a ``slow_query`` warning for a statement slower than
+    :data:`SLOW_QUERY_SECONDS`. ``stopping`` is asked between steps; once it says yes
+    the pass ends (every finished batch stays committed).
+    """
+    if name is not None:
+        queue_name(name)
+    listed = sql.monitor_queues(ctx.q, by_name=name is not None)
+    rows = await _timed(events, listed.sql, retry.execute(ctx, listed.sql, listed.bind(name=name)))
+    if name is not None and not rows:
+        raise missing_queue(name)
+    claimed: list[str] = []
+    expired = heartbeat_lost = 0
+    for table, group in groupby(rows, key=lambda r: str(r["table_name"])):
+        names = [str(r["name"]) for r in group]
+        for start in range(0, len(names), sql.CLAIM_CHUNK_SIZE):
+            if stopping():
+                break
+            chunk = names[start : start + sql.CLAIM_CHUNK_SIZE]
+            mine = await _claim(ctx, chunk, monitor_interval_seconds, events)
+            if not mine:
+                continue
+            claimed += mine
+            for heartbeat in (False, True):
+                failed = await _expire(ctx, table, mine, heartbeat, batch_size, events, stopping)
+                if heartbeat:
+                    heartbeat_lost += failed
+                else:
+                    expired += failed
+            if stopping():
+                break
+            stamp = sql.stamp_monitored(ctx.q)
+            await _timed(events, stamp.sql, retry.execute(ctx, stamp.sql, stamp.bind(names=mine)))
+    return MonitorResult(tuple(sorted(claimed)), expired, heartbeat_lost)
+
+
+async def _claim(
+    ctx: Context, names: list[str], interval: float | None, events: Events | None
+) -> list[str]:
+    statement = sql.claim_monitor(
+        ctx.q,
+        gated=interval is not None,
+        skip_locked=ctx.backend.fetch is FetchStrategy.SKIP_LOCKED,
+    )
+    params = statement.bind(names=names, seconds=interval)
+    rows = await _timed(events, statement.sql, retry.execute(ctx, statement.sql, params))
+    return sorted(str(r["name"]) for r in rows)
+
+
+async def _expire(
+    ctx: Context,
+    table: str,
+    names: list[str],
+    heartbeat: bool,
+    batch_size: int,
+    events: Events | None,
+    stopping: Callable[[], bool],
+) -> int:
+    """Expiry (or heartbeat loss) for queues of one table, a batch per transaction until
+    a batch is not full; the number of jobs failed."""
+    suffix = table + (HEARTBEAT_LOCK if heartbeat else TIMEOUT_LOCK)
+
+    async def batch(tx: Database) -> jobs.ExpiryBatch:
+        await locks.advisory_lock(ctx, tx, suffix, timeout=EXPIRY_LOCK_TIMEOUT_SECONDS)
+        return await jobs.expire(
+            ctx.with_db(tx), table, names, heartbeat=heartbeat, limit=batch_size
+        )
+
+    failed = 0
+    while not stopping():
+        done = await _timed(events, f"expiry batch ({suffix})", retry.transaction(ctx, batch))
+        failed += done.failed
+        if done.picked < batch_size:
+            break
+    return failed
+
+
+async def _timed(events: Events | None, what: str, work: Awaitable[T]) -> T:
+    """Await ``work``; warn ``slow_query`` when it took over :data:`SLOW_QUERY_SECONDS`."""
+    started = time.monotonic()
+    result = await work
+    elapsed = time.monotonic() - started
+    if events is not None and elapsed > SLOW_QUERY_SECONDS:
+        events.warn(
+            "slow_query",
+            f"Warning: slow query ({elapsed:.1f} s). Your queues and/or database server"
+            " should be reviewed",
+            elapsed=elapsed,
+            sql=what,
+        )
+    return result
+
+
+class Supervisor(Periodic):
+    """The background monitor pass of one ``Boss`` (every ``interval_seconds``), and the
+    lock that keeps its passes, background or explicit (:meth:`run`), one at a time."""
+
+    name = "supervisor"
+
+    def __init__(
+        self,
+        context: Callable[[], Context],
+        events: Events,
+        *,
+        interval_seconds: float,
+        monitor_interval_seconds: float,
+        enabled: bool = True,
+    ) -> None:
+        super().__init__(events, interval_seconds, enabled=enabled)
+        self._context = context
+        self._events = events
+        self.monitor_interval_seconds = monitor_interval_seconds
+
+    @property
+    def maintaining(self) -> bool:
+        """Whether a pass, background or explicit, is in flight."""
+        return self.busy
+
+    async def run(self, name: str | None = None) -> MonitorResult | None:
+        """One pass now, not gated by the interval (see :func:`supervise`), after the
+        one in flight; None, without running, once :meth:`stop` was called."""
+        return await self.exclusive(
+            lambda: supervise(self._context(), name, events=self._events, stopping=self._stop_seen)
+        )
+
+    async def run_pass(self) -> None:
+        await supervise(
+            self._context(),
+            monitor_interval_seconds=self.monitor_interval_seconds,
+            events=self._events,
+            stopping=self._stop_seen,
+        )
+
+    def _stop_seen(self) -> bool:
+        return self.stopping
