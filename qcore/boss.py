@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypedDict
+from typing import Any
 
 from typing_extensions import Unpack
 
@@ -41,7 +41,15 @@ from qcore.events import Events
 from qcore.identifiers import schema_name
 from qcore.job import CommandResult, Job, Queue
 from qcore.jobs import Ids
-from qcore.options import QueueOptions, check_batch_size, queue_name
+from qcore.options import (
+    FetchOptions,
+    QueueOptions,
+    ScheduledSendOptions,
+    SendOptions,
+    WorkArguments,
+    check_batch_size,
+    queue_name,
+)
 from qcore.schema import install_or_migrate, is_installed, schema_version
 from qcore.services import Service
 from qcore.services.monitor import Supervisor
@@ -49,45 +57,6 @@ from qcore.services.notifier import Notifier
 from qcore.worker import WipReporter, Worker, WorkerStatus, WorkOptions
 
 __all__ = ["Boss", "FetchOptions", "Handler", "QueueOptions", "ScheduledSendOptions", "SendOptions"]
-
-
-class ScheduledSendOptions(TypedDict, total=False):
-    """Options of ``send_after``: those of ``send`` but ``start_after``."""
-
-    priority: int
-    singleton_key: str
-    singleton_seconds: int
-    singleton_next_slot: bool
-    retry_limit: int
-    retry_delay: int
-    retry_backoff: bool
-    retry_delay_max: int
-    expire_in_seconds: int
-    retention_seconds: int
-    delete_after_seconds: int
-    heartbeat_seconds: int
-    dead_letter: str
-    id: uuid.UUID | str
-    group_id: str
-    group_tier: str
-
-
-class SendOptions(ScheduledSendOptions, total=False):
-    """Options of ``send``; each one left out is inherited from the queue."""
-
-    start_after: dt.datetime | dt.timedelta | float | str
-
-
-class FetchOptions(TypedDict, total=False):
-    """Options of ``fetch``."""
-
-    batch_size: int
-    priority: bool
-    order_by_created_on: bool
-    include_metadata: bool
-    ignore_start_after: bool
-    min_priority: int | None
-    max_priority: int | None
 
 
 @dataclass(frozen=True)
@@ -647,23 +616,9 @@ class Boss:
     #: workers stopped by ``off_work`` still finishing their handlers, with their stop()
     _retiring: dict[str, tuple[Worker, asyncio.Future[None]]] | None = None
 
-    @verb()
+    @verb(WorkArguments)
     async def work(
-        self,
-        name: str,
-        handler: Callable[[list[Job]], Any],
-        *,
-        batch_size: int = 1,
-        local_concurrency: int = 1,
-        polling_interval_seconds: float = 2.0,
-        include_metadata: bool = False,
-        priority: bool = True,
-        order_by_created_on: bool = True,
-        min_priority: int | None = None,
-        max_priority: int | None = None,
-        ignore_start_after: bool = False,
-        heartbeat_refresh_seconds: float | None = None,
-        notify_polling_interval_seconds: float | None = None,
+        self, name: str, handler: Callable[[list[Job]], Any], **options: Unpack[WorkArguments]
     ) -> str:
         """Run ``handler(jobs)`` for jobs of queue ``name``; the worker's id.
 
@@ -684,25 +639,13 @@ class Boss:
         any pool size ``max``. A worker registered before ``start()`` succeeds emits
         ``error`` on each poll and takes jobs once it does.
         """
-        options = WorkOptions(
-            batch_size=batch_size,
-            local_concurrency=local_concurrency,
-            polling_interval_seconds=polling_interval_seconds,
-            include_metadata=include_metadata,
-            priority=priority,
-            order_by_created_on=order_by_created_on,
-            min_priority=min_priority,
-            max_priority=max_priority,
-            ignore_start_after=ignore_start_after,
-            heartbeat_refresh_seconds=heartbeat_refresh_seconds,
-            notify_polling_interval_seconds=notify_polling_interval_seconds,
-        )
+        settings = WorkOptions(**options)
         if self._wip is None:
             self._wip = WipReporter(self.events, self.worker_statuses)
         worker = Worker(
             name,
             handler,
-            options,
+            settings,
             context=self.context,
             events=self.events,
             listening=self._listening,
@@ -713,7 +656,7 @@ class Boss:
         return worker.id
 
     def handler(
-        self, name: str, **options: Any
+        self, name: str, **options: Unpack[WorkArguments]
     ) -> Callable[[Callable[[list[Job]], Any]], Callable[[list[Job]], Any]]:
         """Register the decorated function as the handler of queue ``name``, with
         ``work()``'s options; nothing runs until :meth:`work_handlers` (which
@@ -724,12 +667,13 @@ class Boss:
         ... async def send_email(jobs): ...
         """
         queue_name(name)
-        try:
-            WorkOptions(**options)
-        except TypeError as exc:
+        unknown = sorted(set(options) - set(WorkArguments.__annotations__))
+        if unknown:
             raise ValidationError(
-                f"handler(): {str(exc).split('() ', 1)[-1]}; it takes work()'s options"
-            ) from None
+                f"handler(): unknown option {', '.join(unknown)}; it takes work()'s:"
+                f" {', '.join(WorkArguments.__annotations__)}"
+            )
+        WorkOptions(**options)
 
         def register(function: Callable[[list[Job]], Any]) -> Callable[[list[Job]], Any]:
             if not callable(function):
@@ -756,7 +700,7 @@ class Boss:
             chosen = [h for h in self.handlers if h.queue in queues]
         ids = []
         for registered in chosen:
-            options = dict(registered.options)
+            options: WorkArguments = {**registered.options}  # type: ignore[typeddict-item]
             if local_concurrency is not None:
                 options["local_concurrency"] = local_concurrency
             ids.append(await self.work(registered.queue, registered.function, **options))

@@ -33,6 +33,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from typing_extensions import Unpack
+
 from qcore import retry as retrying
 from qcore.backend import FetchStrategy, MutationStrategy
 from qcore.context import Context, QueueRoute
@@ -40,15 +42,16 @@ from qcore.db import Database, Json
 from qcore.errors import DatabaseError, QueueNotFoundError, UniqueViolation, ValidationError
 from qcore.job import CommandResult, Job
 from qcore.options import (
+    FetchOptions,
     JobRecord,
-    check_batch_size,
+    SendOptions,
     check_json,
+    fetch_options,
     ids_and_fences,
     job_id,
     job_record,
     normalize_output,
     payloads_json,
-    priority_bounds,
     queue_name,
     records_json,
 )
@@ -128,27 +131,7 @@ async def _routed(
 
 
 async def send(
-    ctx: Context,
-    name: str,
-    data: Any = None,
-    *,
-    priority: int | None = None,
-    start_after: dt.datetime | dt.timedelta | float | str | None = None,
-    singleton_key: str | None = None,
-    singleton_seconds: int | None = None,
-    singleton_next_slot: bool = False,
-    retry_limit: int | None = None,
-    retry_delay: int | None = None,
-    retry_backoff: bool | None = None,
-    retry_delay_max: int | None = None,
-    expire_in_seconds: int | None = None,
-    retention_seconds: int | None = None,
-    delete_after_seconds: int | None = None,
-    heartbeat_seconds: int | None = None,
-    dead_letter: str | None = None,
-    id: uuid.UUID | str | None = None,
-    group_id: str | None = None,
-    group_tier: str | None = None,
+    ctx: Context, name: str, data: Any = None, **options: Unpack[SendOptions]
 ) -> uuid.UUID | None:
     """Queue one job; its id, or None when the queue's policy (or a throttle slot)
     already holds a job for it and it was dropped.
@@ -160,31 +143,12 @@ async def send(
     its slot taken goes into the next slot instead (debounce).
     """
     queue_name(name)
-    record = job_record(
-        data,
-        priority=priority,
-        start_after=start_after,
-        singleton_key=singleton_key,
-        singleton_seconds=singleton_seconds,
-        singleton_next_slot=singleton_next_slot,
-        retry_limit=retry_limit,
-        retry_delay=retry_delay,
-        retry_backoff=retry_backoff,
-        retry_delay_max=retry_delay_max,
-        expire_in_seconds=expire_in_seconds,
-        retention_seconds=retention_seconds,
-        delete_after_seconds=delete_after_seconds,
-        heartbeat_seconds=heartbeat_seconds,
-        dead_letter=dead_letter,
-        id=id,
-        group_id=group_id,
-        group_tier=group_tier,
-    )
+    record = job_record(data, **options)
     text = records_json([record], numbered=False)
     inserted = await _insert(ctx, name, [record], text)
     if inserted:
         return inserted[0]
-    if singleton_next_slot:
+    if options.get("singleton_next_slot"):
         inserted = await _insert(ctx, name, [record], text, next_slot=True)
         if inserted:
             return inserted[0]
@@ -359,18 +323,7 @@ def _insert_error(name: str, exc: DatabaseError) -> Exception:
 # --------------------------------------------------------------------------- fetch
 
 
-async def fetch(
-    ctx: Context,
-    name: str,
-    *,
-    batch_size: int = 1,
-    priority: bool = True,
-    order_by_created_on: bool = True,
-    include_metadata: bool = False,
-    ignore_start_after: bool = False,
-    min_priority: int | None = None,
-    max_priority: int | None = None,
-) -> list[Job]:
+async def fetch(ctx: Context, name: str, **options: Unpack[FetchOptions]) -> list[Job]:
     """Claim up to ``batch_size`` ready jobs (now active), returned in claim order:
     highest priority first, then oldest (``created_on``), as the fetch index holds
     them, so a claim costs the same on a long queue as on a short one. Jobs of one
@@ -388,16 +341,13 @@ async def fetch(
     a race on a policy index returns [].
     """
     queue_name(name)
-    check_batch_size(batch_size)
-    for option, value in (
-        ("priority", priority),
-        ("order_by_created_on", order_by_created_on),
-        ("include_metadata", include_metadata),
-        ("ignore_start_after", ignore_start_after),
-    ):
-        if not isinstance(value, bool):
-            raise ValidationError(f"{option} must be True or False, got {value!r}")
-    low, high = priority_bounds(min_priority, max_priority)
+    given = fetch_options(options)
+    batch_size: int = given["batch_size"]
+    priority: bool = given["priority"]
+    order_by_created_on: bool = given["order_by_created_on"]
+    include_metadata: bool = given["include_metadata"]
+    ignore_start_after: bool = given["ignore_start_after"]
+    low, high = given["min_priority"], given["max_priority"]
     skip_locked = ctx.backend.fetch is FetchStrategy.SKIP_LOCKED
 
     async def attempt(route: QueueRoute) -> list[Job] | None:

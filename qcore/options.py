@@ -24,16 +24,24 @@ from qcore.errors import ValidationError
 from qcore.job import POLICIES, Job, Policy
 
 __all__ = [
+    "FETCH_OPTIONS",
     "INT4_MAX",
     "MAX_EXPIRE_SECONDS",
     "MAX_QUEUE_NAME_LENGTH",
     "MIN_HEARTBEAT_SECONDS",
     "QUEUE_OPTIONS",
     "SEND_OPTIONS",
+    "FetchOptions",
     "JobRecord",
     "QueueOptions",
+    "ScheduledSendOptions",
+    "SendOptions",
+    "WorkArguments",
     "check_batch_size",
+    "check_count",
     "check_json",
+    "check_seconds",
+    "fetch_options",
     "ids_and_fences",
     "job_id",
     "job_record",
@@ -315,26 +323,60 @@ def queue_options_json(options: Mapping[str, Any]) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- jobs
 
+
 #: the options of send(), by their Python names (each job of insert() takes these too)
-SEND_OPTIONS: Final = (
-    "id",
-    "priority",
-    "start_after",
-    "singleton_key",
-    "singleton_seconds",
-    "singleton_next_slot",
-    "retry_limit",
-    "retry_delay",
-    "retry_backoff",
-    "retry_delay_max",
-    "expire_in_seconds",
-    "retention_seconds",
-    "delete_after_seconds",
-    "heartbeat_seconds",
-    "dead_letter",
-    "group_id",
-    "group_tier",
-)
+class ScheduledSendOptions(TypedDict, total=False):
+    """Options of ``send_after``: those of ``send`` but ``start_after``."""
+
+    priority: int
+    singleton_key: str
+    singleton_seconds: int
+    singleton_next_slot: bool
+    retry_limit: int
+    retry_delay: int
+    retry_backoff: bool
+    retry_delay_max: int
+    expire_in_seconds: int
+    retention_seconds: int
+    delete_after_seconds: int
+    heartbeat_seconds: int
+    dead_letter: str
+    id: uuid.UUID | str
+    group_id: str
+    group_tier: str
+
+
+class SendOptions(ScheduledSendOptions, total=False):
+    """Options of ``send``; each one left out is inherited from the queue."""
+
+    start_after: dt.datetime | dt.timedelta | float | str
+
+
+class FetchOptions(TypedDict, total=False):
+    """Options of ``fetch`` (and of ``work``, which fetches with them)."""
+
+    batch_size: int
+    priority: bool
+    order_by_created_on: bool
+    include_metadata: bool
+    ignore_start_after: bool
+    min_priority: int | None
+    max_priority: int | None
+
+
+class WorkArguments(FetchOptions, total=False):
+    """Options of ``work`` and ``handler``: the fetch's, and how the worker runs."""
+
+    local_concurrency: int
+    polling_interval_seconds: float
+    heartbeat_refresh_seconds: float | None
+    notify_polling_interval_seconds: float | None
+
+
+#: every option of a job (``send``'s), in their declaration order
+SEND_OPTIONS: Final = tuple(SendOptions.__annotations__)
+#: every option of a fetch
+FETCH_OPTIONS: Final = tuple(FetchOptions.__annotations__)
 
 
 def _start_after(value: object) -> dict[str, Any]:
@@ -430,11 +472,56 @@ def job_record(data: Any = None, **options: Any) -> JobRecord:
     return record
 
 
+def check_seconds(name: str, value: object, minimum: float, *, inclusive: bool = True) -> float:
+    """A duration option: a finite number of seconds >= ``minimum`` (> with
+    ``inclusive=False``)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and (value >= minimum if inclusive else value > minimum):  # type: ignore[operator]
+        return float(value)  # type: ignore[arg-type]
+    bound = f">= {minimum}" if inclusive else f"> {minimum}"
+    raise ValidationError(f"{name} must be a number of seconds {bound}, got {value!r}")
+
+
+def check_count(name: str, value: object, maximum: int) -> int:
+    """A count option: an integer from 1 to ``maximum``."""
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= maximum:
+        return value
+    raise ValidationError(f"{name} must be an integer from 1 to {maximum}, got {value!r}")
+
+
 def check_batch_size(value: object) -> int:
     """A fetch's ``batch_size``: an integer >= 1."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValidationError(f"batch_size must be an integer >= 1, got {value!r}")
     return value
+
+
+#: a fetch's options left out take these
+FETCH_DEFAULTS: Final[Mapping[str, Any]] = {
+    "batch_size": 1,
+    "priority": True,
+    "order_by_created_on": True,
+    "include_metadata": False,
+    "ignore_start_after": False,
+    "min_priority": None,
+    "max_priority": None,
+}
+
+
+def fetch_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """A fetch's options, validated, with the defaults of those left out (one set of
+    checks for ``fetch`` and ``work``)."""
+    unknown = sorted(set(options) - set(FETCH_OPTIONS))
+    if unknown:
+        raise ValidationError(
+            f"unknown fetch option {', '.join(unknown)}; known: {', '.join(FETCH_OPTIONS)}"
+        )
+    merged = {**FETCH_DEFAULTS, **options}
+    check_batch_size(merged["batch_size"])
+    for flag in ("priority", "order_by_created_on", "include_metadata", "ignore_start_after"):
+        _bool(flag, merged[flag])
+    priority_bounds(merged["min_priority"], merged["max_priority"])
+    return merged
 
 
 def priority_bounds(minimum: object, maximum: object) -> tuple[int | None, int | None]:

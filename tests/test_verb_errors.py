@@ -122,7 +122,7 @@ def test_sync_boss_verbs_raise_the_same(pg_dsn: str) -> None:
             boss.create_queue("q")
             with pytest.raises(ValidationError, match="unknown option colour"):
                 boss.send("q", {}, colour="blue")  # type: ignore[call-arg]
-            with pytest.raises(ValidationError, match="unexpected keyword argument 'colour'"):
+            with pytest.raises(ValidationError, match="unknown option colour"):
                 boss.work("q", _noop, colour="blue")  # type: ignore[call-arg]
             with pytest.raises(ValidationError, match="batch_size"):
                 boss.fetch("q", batch_size=0)

@@ -98,14 +98,7 @@ class Worker:
         self._listening = listening
         self._on_change = on_change
         self._async = _is_async(handler)
-        self._fetch_options: dict[str, Any] = {
-            "priority": options.priority,
-            "order_by_created_on": options.order_by_created_on,
-            "include_metadata": options.include_metadata,
-            "ignore_start_after": options.ignore_start_after,
-            "min_priority": options.min_priority,
-            "max_priority": options.max_priority,
-        }
+        self._fetch_options = options.fetch
         self._gate = _Gate()
         # loops fetching or completing at the same moment share one statement
         # one fetch in flight: loops asking meanwhile share the next (unlocked claims in

@@ -2,41 +2,17 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
-from qcore.errors import (
-    ValidationError,
-)
-from qcore.options import priority_bounds
+from qcore.options import FETCH_OPTIONS, check_count, check_seconds, fetch_options
 
 #: pg-boss's floor for ``pollingIntervalSeconds``
 MIN_POLLING_INTERVAL_SECONDS = 0.5
-
-
 #: the relaxed poll while a NOTIFY would wake the worker: at least this long
 DEFAULT_NOTIFY_POLLING_INTERVAL_SECONDS = 30.0
-
-
 MAX_LOCAL_CONCURRENCY = 1000
-
-
 MAX_BATCH_SIZE = 100_000
-
-
-def _seconds(option: str, value: object, minimum: float, *, inclusive: bool = True) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and (value >= minimum if inclusive else value > minimum):  # type: ignore[operator]
-        return float(value)  # type: ignore[arg-type]
-    bound = f">= {minimum}" if inclusive else f"> {minimum}"
-    raise ValidationError(f"{option} must be a number of seconds {bound}, got {value!r}")
-
-
-def _count(option: str, value: object, maximum: int) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= maximum:
-        return value
-    raise ValidationError(f"{option} must be an integer from 1 to {maximum}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -56,27 +32,27 @@ class WorkOptions:
     notify_polling_interval_seconds: float | None = None
 
     def __post_init__(self) -> None:
-        _count("batch_size", self.batch_size, MAX_BATCH_SIZE)
-        _count("local_concurrency", self.local_concurrency, MAX_LOCAL_CONCURRENCY)
-        _seconds(
+        fetch_options({name: getattr(self, name) for name in FETCH_OPTIONS})
+        check_count("batch_size", self.batch_size, MAX_BATCH_SIZE)
+        check_count("local_concurrency", self.local_concurrency, MAX_LOCAL_CONCURRENCY)
+        check_seconds(
             "polling_interval_seconds", self.polling_interval_seconds, MIN_POLLING_INTERVAL_SECONDS
         )
-        for option in ("include_metadata", "priority", "order_by_created_on", "ignore_start_after"):
-            if not isinstance(getattr(self, option), bool):
-                raise ValidationError(
-                    f"{option} must be True or False, got {getattr(self, option)!r}"
-                )
-        priority_bounds(self.min_priority, self.max_priority)
         if self.heartbeat_refresh_seconds is not None:
-            _seconds(
+            check_seconds(
                 "heartbeat_refresh_seconds", self.heartbeat_refresh_seconds, 0, inclusive=False
             )
         if self.notify_polling_interval_seconds is not None:
-            _seconds(
+            check_seconds(
                 "notify_polling_interval_seconds",
                 self.notify_polling_interval_seconds,
                 MIN_POLLING_INTERVAL_SECONDS,
             )
+
+    @property
+    def fetch(self) -> dict[str, Any]:
+        """The options its fetches take, but the batch size (the loops share fetches)."""
+        return {name: getattr(self, name) for name in FETCH_OPTIONS if name != "batch_size"}
 
     @property
     def relaxed_polling_interval_seconds(self) -> float:
