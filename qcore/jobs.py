@@ -684,7 +684,7 @@ async def get_job_by_id(ctx: Context, name: str, id: uuid.UUID | str) -> Job | N
     """A job with every field; None if the queue holds no job with that id."""
     queue_name(name)
     statement = sql.get_job(ctx.q)
-    rows = await retrying.execute(ctx, statement.sql, statement.bind(queue=name, id=job_id(id)))
+    rows = await retrying.run(ctx, statement, queue=name, id=job_id(id))
     if not rows:
         raise missing_queue(name)
     return Job.from_row(rows[0]) if rows[0]["id"] is not None else None

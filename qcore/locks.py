@@ -33,6 +33,7 @@ from qcore.errors import DatabaseError
 from qcore.events import Events
 from qcore.services.base import Periodic
 from qcore.sql import locks as sql
+from qcore.sql._statement import Statement
 
 __all__ = [
     "DEFAULT_EXPIRY_SECONDS",
@@ -75,8 +76,8 @@ async def advisory_lock(
         return False
     if timeout is not None:
         await tx.execute(sql.set_lock_timeout(timeout))
-    statement, params = sql.advisory_xact_lock(ctx.schema_spec, suffix)
-    await tx.execute(statement, params)
+    statement = sql.advisory_xact_lock
+    await tx.execute(statement.sql, statement.bind(key=sql.lock_key_text(ctx.schema_spec, suffix)))
     return True
 
 
@@ -111,15 +112,16 @@ class Lease:
         self.lost = False
         self._renewal = _Renewal(self, events)
 
-    async def _run(self, statement: tuple[str, list[Any]]) -> list[dict[str, Any]]:
-        sql_text, params = statement
-        return await _detached(retry.execute(self.ctx, sql_text, params))
+    async def _run(self, statement: Statement, **values: Any) -> list[dict[str, Any]]:
+        """A lease statement on lease ``name`` of ``holder``, outside the caller's
+        transaction."""
+        return await _detached(
+            retry.run(self.ctx, statement, name=self.name, holder=self.holder, **values)
+        )
 
     async def try_acquire(self) -> bool:
         """Take the lease if it is free or expired; whether we hold it now."""
-        rows = await self._run(
-            sql.acquire_lease(self.ctx.schema, self.name, self.holder, self.expiry)
-        )
+        rows = await self._run(sql.acquire_lease(self.ctx.schema), seconds=float(self.expiry))
         return bool(rows)
 
     async def acquire(self, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
@@ -129,7 +131,8 @@ class Lease:
         delay = 0.02
         while not await self.try_acquire():
             if time.monotonic() >= deadline:
-                rows = await self._run(sql.lease_holder(self.ctx.schema, self.name))
+                holder = sql.lease_holder(self.ctx.schema)
+                rows = await _detached(retry.run(self.ctx, holder, name=self.name))
                 held = ""
                 if rows:
                     held = f" (held by {rows[0]['holder']} until {rows[0]['expires_on']})"
@@ -146,7 +149,7 @@ class Lease:
         """Stop renewing and give the lease back (best effort: it expires anyway)."""
         await self._renewal.stop()
         try:
-            await self._run(sql.release_lease(self.ctx.schema, self.name, self.holder))
+            await self._run(sql.release_lease(self.ctx.schema))
         except DatabaseError as exc:
             log.warning(
                 "releasing the qcore lock %r failed (it expires in %g s): %s",
@@ -170,8 +173,12 @@ class _Renewal(Periodic):
 
     async def run_pass(self) -> bool:
         held = self.held
-        rows = await retry.execute(
-            held.ctx, *sql.renew_lease(held.ctx.schema, held.name, held.holder, held.expiry)
+        rows = await retry.run(
+            held.ctx,
+            sql.renew_lease(held.ctx.schema),
+            name=held.name,
+            holder=held.holder,
+            seconds=float(held.expiry),
         )
         if rows:
             return True

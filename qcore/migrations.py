@@ -101,8 +101,11 @@ async def apply(ctx: Context, migration: Migration) -> None:
             await ctx.db.execute(_sql_step(ctx, step))
         else:
             await step(ctx)
-    statement, params = sql.update_version(ctx.schema, migration.version - 1, migration.version)
-    rows = await ctx.db.execute(statement, params)
+    statement = sql.update_version(ctx.schema)
+    rows = await ctx.db.execute(
+        statement.sql,
+        statement.bind(from_version=migration.version - 1, to_version=migration.version),
+    )
     if not rows:
         raise SchemaVersionError(
             f"schema {ctx.schema!r} was not at version {migration.version - 1} when its"

@@ -130,7 +130,7 @@ async def update_queue(ctx: Context, name: str, **options: Unpack[QueueOptions])
 
 async def _read_queue(ctx: Context, name: str) -> Queue | None:
     statement = sql.get_queues(ctx.q, by_name=True)
-    rows = await retry.execute(ctx, statement.sql, statement.bind(names=[name]))
+    rows = await retry.run(ctx, statement, names=[name])
     return Queue.from_row(rows[0]) if rows else None
 
 
@@ -158,7 +158,7 @@ async def get_queues(ctx: Context, names: list[str] | None = None) -> list[Queue
         for n in names:
             queue_name(n)
     statement = sql.get_queues(ctx.q, by_name=names is not None)
-    rows = await retry.execute(ctx, statement.sql, statement.bind(names=names))
+    rows = await retry.run(ctx, statement, names=names)
     return [Queue.from_row(r) for r in rows]
 
 
@@ -176,7 +176,7 @@ async def delete_queue(ctx: Context, name: str) -> None:
     if queue is None:
         return
     refs = sql.dead_letter_references(ctx.q)
-    rows = await retry.execute(ctx, refs.sql, refs.bind(name=name))
+    rows = await retry.run(ctx, refs, name=name)
     if rows[0]["queues"] or rows[0]["jobs"]:
         users = ", ".join(repr(n) for n in rows[0]["queues"]) or "jobs of other queues"
         raise ValidationError(
@@ -225,9 +225,7 @@ async def _delete_in_batches(ctx: Context, name: str, which: str) -> int:
     statement = sql.delete_jobs_batch(ctx.q, which)
     deleted = retained = 0
     while True:
-        rows = await retry.execute(
-            ctx, statement.sql, statement.bind(name=name, limit=DELETE_BATCH_SIZE)
-        )
+        rows = await retry.run(ctx, statement, name=name, limit=DELETE_BATCH_SIZE)
         deleted += rows[0]["deleted"]
         retained += rows[0]["retained"]
         if rows[0]["deleted"] < DELETE_BATCH_SIZE:
@@ -245,9 +243,7 @@ async def reduce_cached_counts(ctx: Context, name: str, *, retained: int, total:
         return
     statement = sql.reduce_cached_counts(ctx.q)
     try:
-        await retry.execute(
-            ctx, statement.sql, statement.bind(name=name, retained=retained, total=total)
-        )
+        await retry.run(ctx, statement, name=name, retained=retained, total=total)
     except DatabaseError as exc:
         log.warning("could not lower the cached counts of queue %r: %s", name, exc)
 
@@ -293,7 +289,7 @@ async def get_blocked_keys(ctx: Context, name: str) -> list[str]:
     such a key runs until the failed one is retried or deleted."""
     queue_name(name)
     statement = sql.select_blocked_keys(ctx.q)
-    rows = await retry.execute(ctx, statement.sql, statement.bind(name=name))
+    rows = await retry.run(ctx, statement, name=name)
     if not rows:
         raise missing_queue(name)
     return [r["key"] for r in rows if r["key"] is not None]

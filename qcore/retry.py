@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 from qcore.context import Context
 from qcore.db import Database, Rows
 from qcore.errors import DatabaseError, SerializationError
+from qcore.sql._statement import Statement
 
-__all__ = ["ATTEMPTS", "execute", "is_retryable", "transaction"]
+__all__ = ["ATTEMPTS", "execute", "is_retryable", "run", "transaction"]
 
 T = TypeVar("T")
 ATTEMPTS = 6
@@ -48,6 +49,11 @@ async def execute(
 ) -> Rows:
     """One statement, run again if it fails retryably."""
     return await _retrying(ctx, lambda: ctx.db.execute(sql, params), attempts)
+
+
+async def run(ctx: Context, statement: Statement, **values: Any) -> Rows:
+    """A built statement with its values (by name), run again if it fails retryably."""
+    return await execute(ctx, statement.sql, statement.bind(**values))
 
 
 async def _retrying(ctx: Context, once: Callable[[], Awaitable[T]], attempts: int) -> T:

@@ -53,8 +53,7 @@ _CREATE_ATTEMPTS = 8
 
 async def is_installed(ctx: Context) -> bool:
     """Whether the schema holds a version table (pg-boss's definition of "installed")."""
-    statement, params = sql.version_table_exists(ctx.schema)
-    rows = await retry.execute(ctx, statement, params)
+    rows = await retry.run(ctx, sql.version_table_exists, schema=ctx.schema)
     return bool(rows[0]["present"])
 
 
@@ -66,15 +65,14 @@ async def schema_version(ctx: Context) -> int | None:
 
 
 async def _read_version(ctx: Context) -> int | None:
-    rows = await retry.execute(ctx, sql.select_version(ctx.schema))
+    rows = await retry.run(ctx, sql.select_version(ctx.schema))
     value = rows[0]["version"] if rows else None
     return None if value is None else int(value)
 
 
 async def _state(ctx: Context) -> tuple[bool, int | None]:
     """(version table present, version) as seen on ``ctx.db``."""
-    statement, params = sql.version_table_exists(ctx.schema)
-    rows = await retry.execute(ctx, statement, params)
+    rows = await retry.run(ctx, sql.version_table_exists, schema=ctx.schema)
     if not rows[0]["present"]:
         return False, None
     return True, await _read_version(ctx)
@@ -156,8 +154,7 @@ async def _check_before_install(
 ) -> None:
     """The checks pg-boss makes before an install (outside the lock; read-only)."""
     if not create_schema:
-        statement, params = sql.schema_exists(ctx.schema)
-        rows = await retry.execute(ctx, statement, params)
+        rows = await retry.run(ctx, sql.schema_exists, schema=ctx.schema)
         if not rows[0]["present"]:
             raise ConfigError(
                 f"schema {ctx.schema!r} does not exist and create_schema=False forbids creating"
@@ -166,9 +163,8 @@ async def _check_before_install(
             )
     if allow_schema_case_variant:
         return
-    statement, params = sql.case_variants(ctx.schema)
     try:
-        rows = await retry.execute(ctx, statement, params)
+        rows = await retry.run(ctx, sql.case_variants, schema=ctx.schema)
     except DatabaseError as exc:  # a catalog this role cannot read proves nothing
         log.debug("the schema case-variant check could not run: %s", exc)
         return
@@ -207,8 +203,8 @@ async def _apply(ctx: Context, step: sql.DDL) -> None:
     for attempt in range(1, attempts + 1):
         try:
             if step.skip_if is not None:
-                probe, params = step.skip_if
-                found = await retry.execute(ctx, probe, params)
+                probe, values = step.skip_if
+                found = await retry.run(ctx, probe, **values)
                 if found and found[0]["present"]:
                     return
             await retry.execute(ctx, step.sql)
@@ -242,7 +238,7 @@ async def _one_unit(
 
 
 async def _install(ctx: Context, create_schema: bool) -> None:
-    rows = await retry.execute(ctx, sql.server_today())
+    rows = await retry.run(ctx, sql.server_today)
     today = dt.date.fromisoformat(str(rows[0]["today"]))
     steps = sql.install(ctx.backend, ctx.schema, today=today, create_schema=create_schema)
     for step in steps:

@@ -107,7 +107,7 @@ async def supervise(
     if name is not None:
         queue_name(name)
     listed = sql.monitor_queues(ctx.q, by_name=name is not None)
-    rows = await _timed(events, listed.sql, retry.execute(ctx, listed.sql, listed.bind(name=name)))
+    rows = await _timed(events, listed.sql, retry.run(ctx, listed, name=name))
     if name is not None and not rows:
         raise missing_queue(name)
     claimed: list[str] = []
@@ -131,7 +131,7 @@ async def supervise(
             if stopping():
                 break
             stamp = sql.stamp_monitored(ctx.q)
-            await _timed(events, stamp.sql, retry.execute(ctx, stamp.sql, stamp.bind(names=mine)))
+            await _timed(events, stamp.sql, retry.run(ctx, stamp, names=mine))
     return MonitorResult(tuple(sorted(claimed)), expired, heartbeat_lost)
 
 

@@ -28,15 +28,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from typing import Any
 
 from qcore.identifiers import quote, schema_name
+from qcore.sql._statement import Params, Statement
 
 __all__ = [
     "INSTALL",
     "LOCK_TABLE",
     "acquire_lease",
-    "advisory_try_xact_lock",
     "advisory_xact_lock",
     "create_lock_table",
     "lease_holder",
@@ -115,18 +114,11 @@ def lock_key_expression(param: str = "$1") -> str:
     )
 
 
-def advisory_xact_lock(schema_spec: str, suffix: str = "") -> tuple[str, list[Any]]:
-    """Wait for pg-boss's transaction-scoped lock ``suffix`` (only on backends with advisory
-    locks; lease backends use :func:`acquire_lease` instead)."""
-    sql = f"SELECT pg_advisory_xact_lock({lock_key_expression()}) AS locked"
-    return sql, [lock_key_text(schema_spec, suffix)]
-
-
-def advisory_try_xact_lock(schema_spec: str, suffix: str = "") -> tuple[str, list[Any]]:
-    """Take pg-boss's transaction-scoped lock ``suffix`` if free; one row, ``got`` boolean
-    (advisory-lock backends only)."""
-    sql = f"SELECT pg_try_advisory_xact_lock({lock_key_expression()}) AS got"
-    return sql, [lock_key_text(schema_spec, suffix)]
+# Wait for pg-boss's transaction-scoped lock of ``key`` (:func:`lock_key_text`); only on
+# backends with advisory locks (lease backends take a lease row instead).
+advisory_xact_lock = Statement(
+    f"SELECT pg_advisory_xact_lock({lock_key_expression()}) AS locked", ("key",)
+)
 
 
 def set_lock_timeout(seconds: float) -> str:
@@ -165,45 +157,55 @@ def create_lock_table(schema: str) -> str:
     )
 
 
-def acquire_lease(
-    schema: str, name: str, holder: str, expiry_seconds: float
-) -> tuple[str, list[Any]]:
-    """Take lease ``name`` for ``holder`` if nobody holds it or the holder's lease ran out.
+def _lease_table(schema: str) -> str:
+    return f"{quote(schema)}.{quote(LOCK_TABLE)}"
+
+
+@functools.lru_cache(maxsize=16)
+def acquire_lease(schema: str) -> Statement:
+    """Take lease ``name`` for ``holder`` for ``seconds`` if nobody holds it or the
+    holder's lease ran out.
 
     One mutation of one table, so it runs on every engine; a row comes back when the
     lease is ours, none when someone else holds it.
     """
-    table = f"{quote(schema)}.{quote(LOCK_TABLE)}"
-    sql = (
-        f"INSERT INTO {table} AS l (name, holder, expires_on)"
-        " VALUES ($1, $2, clock_timestamp() + $3::float8 * interval '1 second')"
+    p = Params()
+    return p.statement(
+        f"INSERT INTO {_lease_table(schema)} AS l (name, holder, expires_on)"
+        f" VALUES ({p('name')}, {p('holder')},"
+        f" clock_timestamp() + {p('seconds')}::float8 * interval '1 second')"
         " ON CONFLICT (name) DO UPDATE"
         " SET holder = excluded.holder, expires_on = excluded.expires_on"
         " WHERE l.expires_on < clock_timestamp() OR l.holder = excluded.holder"
         " RETURNING l.holder"
     )
-    return sql, [name, holder, float(expiry_seconds)]
 
 
-def renew_lease(
-    schema: str, name: str, holder: str, expiry_seconds: float
-) -> tuple[str, list[Any]]:
-    """Push out the expiry of a lease we hold; no row back means it was lost."""
-    table = f"{quote(schema)}.{quote(LOCK_TABLE)}"
-    sql = (
-        f"UPDATE {table} SET expires_on = clock_timestamp() + $3::float8 * interval '1 second'"
-        " WHERE name = $1 AND holder = $2 RETURNING holder"
+@functools.lru_cache(maxsize=16)
+def renew_lease(schema: str) -> Statement:
+    """Push the expiry of lease ``name`` held by ``holder`` out to ``seconds`` from now;
+    no row back means it was lost."""
+    p = Params()
+    return p.statement(
+        f"UPDATE {_lease_table(schema)} SET expires_on = clock_timestamp()"
+        f" + {p('seconds')}::float8 * interval '1 second'"
+        f" WHERE name = {p('name')} AND holder = {p('holder')} RETURNING holder"
     )
-    return sql, [name, holder, float(expiry_seconds)]
 
 
-def release_lease(schema: str, name: str, holder: str) -> tuple[str, list[Any]]:
-    """Give a lease back (only if we still hold it)."""
-    table = f"{quote(schema)}.{quote(LOCK_TABLE)}"
-    return f"DELETE FROM {table} WHERE name = $1 AND holder = $2", [name, holder]
+@functools.lru_cache(maxsize=16)
+def release_lease(schema: str) -> Statement:
+    """Give lease ``name`` back (only if ``holder`` still holds it)."""
+    p = Params()
+    return p.statement(
+        f"DELETE FROM {_lease_table(schema)} WHERE name = {p('name')} AND holder = {p('holder')}"
+    )
 
 
-def lease_holder(schema: str, name: str) -> tuple[str, list[Any]]:
+@functools.lru_cache(maxsize=16)
+def lease_holder(schema: str) -> Statement:
     """Who holds lease ``name`` and until when (for messages)."""
-    table = f"{quote(schema)}.{quote(LOCK_TABLE)}"
-    return f"SELECT holder, expires_on FROM {table} WHERE name = $1", [name]
+    p = Params()
+    return p.statement(
+        f"SELECT holder, expires_on FROM {_lease_table(schema)} WHERE name = {p('name')}"
+    )

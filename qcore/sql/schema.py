@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from qcore.backend import Backend
 from qcore.errors import ConfigError
 from qcore.identifiers import quote
+from qcore.job import JobState
+from qcore.sql._statement import Statement
 from qcore.sql.locks import create_lock_table
 
 __all__ = [
@@ -41,7 +44,6 @@ __all__ = [
     "DDL",
     "INDEXES",
     "JOB_STATES",
-    "POLICIES",
     "POLICY_INDEXES",
     "SCHEMA_VERSION",
     "case_variants",
@@ -62,18 +64,17 @@ __all__ = [
 SCHEMA_VERSION = 46
 
 #: ``job_state`` labels in declaration order (range comparisons depend on it)
-JOB_STATES = ("created", "retry", "active", "completed", "cancelled", "failed")
-#: queue policies
-POLICIES = ("standard", "short", "singleton", "stately", "exclusive", "key_strict_fifo")
+JOB_STATES: tuple[str, ...] = tuple(state.value for state in JobState)
 
 
 @dataclass(frozen=True)
 class DDL:
-    """One install statement; skipped when ``skip_if`` (a query and its parameters, one
-    row with a boolean ``present``) says the object it creates is already there."""
+    """One install statement (no parameters: DDL is sent as a script); skipped when
+    ``skip_if`` — a probe :class:`Statement` and its values, answering one row with a
+    boolean ``present`` — says the object it creates is already there."""
 
     sql: str
-    skip_if: tuple[str, list[Any]] | None = None
+    skip_if: tuple[Statement, Mapping[str, Any]] | None = None
 
 
 # --------------------------------------------------------------------------- columns
@@ -432,20 +433,22 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _constraint_exists(schema: str, table: str, name: str) -> tuple[str, list[Any]]:
-    sql = (
-        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint"
-        " WHERE conrelid = to_regclass($1) AND conname = $2) AS present"
-    )
-    return sql, [f"{quote(schema)}.{quote(table)}", name]
+# Whether constraint ``name`` exists on the table (a qualified, quoted ``table``).
+_constraint_exists = Statement(
+    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint"
+    " WHERE conrelid = to_regclass($1) AND conname = $2) AS present",
+    ("table", "name"),
+)
 
+# Whether type ``name`` (qualified, quoted) exists.
+_type_exists = Statement("SELECT to_regtype($1) IS NOT NULL AS present", ("name",))
 
-def _is_partition(schema: str, table: str) -> tuple[str, list[Any]]:
-    sql = (
-        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits"
-        " WHERE inhrelid = to_regclass($1)) AS present"
-    )
-    return sql, [f"{quote(schema)}.{quote(table)}"]
+# Whether the table (qualified, quoted) is attached as a partition.
+_is_partition = Statement(
+    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits"
+    " WHERE inhrelid = to_regclass($1)) AS present",
+    ("table",),
+)
 
 
 # --------------------------------------------------------------------------- statements
@@ -460,8 +463,7 @@ def _job_state(schema: str) -> DDL:
     # CREATE TYPE has no IF NOT EXISTS: a catalog probe makes it idempotent everywhere
     labels = ", ".join(_literal(s) for s in JOB_STATES)
     sql = f"CREATE TYPE {quote(schema)}.job_state AS ENUM ({labels})"
-    probe = "SELECT to_regtype($1) IS NOT NULL AS present", [f"{quote(schema)}.job_state"]
-    return DDL(sql, probe)
+    return DDL(sql, (_type_exists, {"name": f"{quote(schema)}.job_state"}))
 
 
 def _job_now(q: str) -> str:
@@ -874,14 +876,14 @@ def _install_partitioned(backend: Backend, schema: str, today: dt.date) -> list[
         probe = None
         if constraint is not None:
             name = constraint.format(table="job_common")
-            probe = _constraint_exists(schema, "job_common", name)
+            probe = (_constraint_exists, {"table": f"{q}.job_common", "name": name})
         steps.append(
             DDL(f"SELECT {q}.job_table_run({_literal(command)}, 'job_common') AS done", probe)
         )
     steps.append(
         DDL(
             f"ALTER TABLE {q}.job ATTACH PARTITION {q}.job_common DEFAULT",
-            _is_partition(schema, "job_common"),
+            (_is_partition, {"table": f"{q}.job_common"}),
         )
     )
     steps += _warning_table(schema)
@@ -950,57 +952,53 @@ def _install_single(backend: Backend, schema: str) -> list[DDL]:
 # --------------------------------------------------------------------------- probes
 
 
-def version_table_exists(schema: str) -> tuple[str, list[Any]]:
-    """Whether the schema holds a version table (pg-boss's "installed"); every backend.
-
-    Reads pg_class rather than calling ``to_regclass``: inside a transaction that has
-    just waited for the install lock, ``to_regclass`` may still answer from a catalog
-    cache older than the install another instance committed meanwhile.
-    """
-    sql = (
-        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c"
-        " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = $1 AND c.relname = 'version' AND c.relkind IN ('r', 'p'))"
-        " AS present"
-    )
-    return sql, [schema]
+# Whether ``schema`` holds a version table (pg-boss's "installed"); every backend. Reads
+# pg_class rather than calling to_regclass: inside a transaction that has just waited for
+# the install lock, to_regclass may still answer from a catalog cache older than the
+# install another instance committed meanwhile.
+version_table_exists = Statement(
+    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c"
+    " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE n.nspname = $1 AND c.relname = 'version' AND c.relkind IN ('r', 'p'))"
+    " AS present",
+    ("schema",),
+)
 
 
-def select_version(schema: str) -> str:
+@lru_cache(maxsize=16)
+def select_version(schema: str) -> Statement:
     """The installed version (NULL when the table is empty); every backend."""
-    return f"SELECT max(version) AS version FROM {quote(schema)}.version"
+    return Statement(f"SELECT max(version) AS version FROM {quote(schema)}.version")
 
 
-def update_version(schema: str, from_version: int, to_version: int) -> tuple[str, list[Any]]:
-    """Move the version row one migration on; a row comes back only if it was at
-    ``from_version``. The same on every backend."""
-    sql = (
+@lru_cache(maxsize=16)
+def update_version(schema: str) -> Statement:
+    """Move the version row from ``from_version`` to ``to_version``; a row comes back only
+    if it was at ``from_version``. The same on every backend."""
+    return Statement(
         f"UPDATE {quote(schema)}.version SET version = $1::integer"
-        " WHERE version = $2::integer RETURNING version"
+        " WHERE version = $2::integer RETURNING version",
+        ("to_version", "from_version"),
     )
-    return sql, [to_version, from_version]
 
 
-def schema_exists(schema: str) -> tuple[str, list[Any]]:
-    """Whether a schema of exactly this stored name exists; every backend."""
-    sql = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1) AS present"
-    return sql, [schema]
+# Whether a schema of exactly the stored name ``schema`` exists; every backend.
+schema_exists = Statement(
+    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1) AS present",
+    ("schema",),
+)
 
+# Other schemas whose names differ from ``schema`` only by letter case and that hold a
+# version table (an install); every backend.
+case_variants = Statement(
+    "SELECT n.nspname AS name FROM pg_catalog.pg_namespace n"
+    " JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid"
+    " AND c.relname = 'version' AND c.relkind IN ('r', 'p')"
+    " WHERE lower(n.nspname) = lower($1) AND n.nspname <> $1"
+    " ORDER BY n.nspname",
+    ("schema",),
+)
 
-def case_variants(schema: str) -> tuple[str, list[Any]]:
-    """Other schemas whose names differ from ``schema`` only by letter case and that hold a
-    version table (an install); every backend."""
-    sql = (
-        "SELECT n.nspname AS name FROM pg_catalog.pg_namespace n"
-        " JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid"
-        " AND c.relname = 'version' AND c.relkind IN ('r', 'p')"
-        " WHERE lower(n.nspname) = lower($1) AND n.nspname <> $1"
-        " ORDER BY n.nspname"
-    )
-    return sql, [schema]
-
-
-def server_today() -> str:
-    """The server's current UTC date, as ``YYYY-MM-DD`` text (names the first queue_stats
-    partition; text so that every adapter returns the same type)."""
-    return "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS today"
+# The server's current UTC date as YYYY-MM-DD text (names the first queue_stats
+# partition; text so that every adapter returns the same type); every backend.
+server_today = Statement("SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS today")

@@ -363,7 +363,7 @@ def expected_functions(backend: Backend) -> dict[str, str]:
 
 
 async def server_today(db: Database) -> dt.date:
-    rows = await db.execute(schema_sql.server_today())
+    rows = await db.execute(schema_sql.server_today.sql)
     return dt.date.fromisoformat(str(rows[0]["today"]))
 
 
@@ -594,8 +594,8 @@ async def test_install_is_idempotent(
     statements = schema_sql.install(backend, schema, today=await server_today(db))
     for step in statements:
         if step.skip_if is not None:
-            probe, params = step.skip_if
-            if (await db.execute(probe, params))[0]["present"]:
+            probe, values = step.skip_if
+            if (await db.execute(probe.sql, probe.bind(**values)))[0]["present"]:
                 continue
         await db.execute(step.sql)
     assert await catalog(db, schema) == before

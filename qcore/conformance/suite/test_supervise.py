@@ -21,7 +21,7 @@ from qcore.context import Context
 from qcore.errors import QueueNotFoundError
 from qcore.events import Events
 from qcore.schema import install_or_migrate
-from qcore.sql.locks import advisory_xact_lock
+from qcore.sql.locks import advisory_xact_lock, lock_key_text
 from qcore.supervisor import MonitorResult, Supervisor, supervise
 
 pytestmark = pytest.mark.feature("recovery")
@@ -251,7 +251,7 @@ async def test_expiry_waits_for_the_pgboss_lock_and_passes_run_one_at_a_time(
     await _age(ctx, sent, "started_on", 3600)
     [queue] = await ctx.db.execute(f"SELECT table_name FROM {ctx.q}.queue WHERE name = 'q'")
     suffix = f"{queue['table_name']}failJobsByTimeout"
-    statement, params = advisory_xact_lock(ctx.schema_spec, suffix)
+    statement, params = advisory_xact_lock.sql, [lock_key_text(ctx.schema_spec, suffix)]
 
     held = asyncio.Event()
     release = asyncio.Event()
