@@ -1,0 +1,393 @@
+"""The pg-boss v46 catalog as qcore expects it: tables and their columns, the job
+indexes and constraints, for both physical shapes (see :mod:`qcore.sql.schema`).
+
+Pure data and the builders that render it as DDL; drift detection reads it alone.
+Names, types, defaults, index keys and predicates are pg-boss's exactly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections.abc import Sequence
+
+from qcore.backend import Backend
+from qcore.identifiers import quote
+from qcore.job import JobState
+
+#: the pg-boss schema version this qcore installs
+SCHEMA_VERSION = 46
+
+
+#: ``job_state`` labels in declaration order (range comparisons depend on it)
+JOB_STATES: tuple[str, ...] = tuple(state.value for state in JobState)
+
+
+# (name, type, NOT NULL, default). "{S}" in a type stands for the quoted schema.
+_Column = tuple[str, str, bool, str | None]
+
+
+_VERSION: list[_Column] = [
+    ("version", "integer", True, None),
+    ("cron_on", "timestamptz", False, None),
+    ("bam_on", "timestamptz", False, None),
+    ("flow_on", "timestamptz", False, None),
+    ("reindex_on", "timestamptz", False, None),
+    ("monitor_backoff_on", "timestamptz", False, None),
+]
+
+
+_QUEUE: list[_Column] = [
+    ("name", "text", True, None),
+    ("policy", "text", True, None),
+    ("retry_limit", "integer", True, None),
+    ("retry_delay", "integer", True, None),
+    ("retry_backoff", "boolean", True, None),
+    ("retry_delay_max", "integer", False, None),
+    ("expire_seconds", "integer", True, None),
+    ("retention_seconds", "integer", True, None),
+    ("deletion_seconds", "integer", True, None),
+    ("dead_letter", "text", False, None),
+    ("partition", "boolean", True, None),
+    ("table_name", "text", True, None),
+    ("deferred_count", "integer", True, "0"),
+    ("blocked_count", "integer", True, "0"),
+    ("queued_count", "integer", True, "0"),
+    ("ready_count", "integer", True, "0"),
+    ("warning_queued", "integer", True, "0"),
+    ("active_count", "integer", True, "0"),
+    ("failed_count", "integer", True, "0"),
+    ("total_count", "integer", True, "0"),
+    ("retained_count", "integer", False, None),
+    ("retained_on", "timestamptz", False, None),
+    ("created_delta", "integer", True, "0"),
+    ("completed_delta", "integer", True, "0"),
+    ("failed_delta", "integer", True, "0"),
+    ("delta_on", "timestamptz", False, None),
+    ("delta_seconds", "integer", False, None),
+    ("wait_bins", "integer[]", False, None),
+    ("run_bins", "integer[]", False, None),
+    ("ready_oldest_seconds", "integer", False, None),
+    ("ready_history", "integer[]", True, "'{}'"),
+    ("heartbeat_seconds", "integer", False, None),
+    ("notify", "boolean", True, "false"),
+    ("singletons_active", "text[]", False, None),
+    ("monitor_claim_on", "timestamptz", False, None),
+    ("monitor_on", "timestamptz", False, None),
+    ("maintain_on", "timestamptz", False, None),
+    ("created_on", "timestamptz", True, "now()"),
+    ("updated_on", "timestamptz", True, "now()"),
+]
+
+
+_SCHEDULE: list[_Column] = [
+    ("name", "text", True, None),
+    ("key", "text", True, "''"),
+    ("kind", "text", True, "'cron'"),
+    ("cron", "text", True, None),
+    ("timezone", "text", False, "'UTC'"),
+    ("data", "jsonb", False, None),
+    ("options", "jsonb", False, None),
+    ("created_on", "timestamptz", True, "now()"),
+    ("updated_on", "timestamptz", True, "now()"),
+    ("last_job_id", "uuid", False, None),
+]
+
+
+_SUBSCRIPTION: list[_Column] = [
+    ("event", "text", True, None),
+    ("name", "text", True, None),
+    ("created_on", "timestamptz", True, "now()"),
+    ("updated_on", "timestamptz", True, "now()"),
+]
+
+
+_BAM: list[_Column] = [
+    ("id", "uuid", True, "gen_random_uuid()"),
+    ("name", "text", True, None),
+    ("version", "integer", True, None),
+    ("status", "text", True, "'pending'"),
+    ("queue", "text", False, None),
+    ("table_name", "text", True, None),
+    ("command", "text", True, None),
+    ("error", "text", False, None),
+    # clock time, so that rows inserted by one transaction keep their order
+    ("created_on", "timestamptz", True, "clock_timestamp()"),
+    ("started_on", "timestamptz", False, None),
+    ("completed_on", "timestamptz", False, None),
+]
+
+
+_JOB: list[_Column] = [
+    ("id", "uuid", True, "gen_random_uuid()"),
+    ("name", "text", True, None),
+    ("priority", "integer", True, "0"),
+    ("data", "jsonb", False, None),
+    ("state", "{S}.job_state", True, "'created'"),
+    ("retry_limit", "integer", True, "2"),
+    ("retry_count", "integer", True, "0"),
+    ("retry_delay", "integer", True, "0"),
+    ("retry_backoff", "boolean", True, "false"),
+    ("retry_delay_max", "integer", False, None),
+    ("expire_seconds", "integer", True, "900"),
+    ("deletion_seconds", "integer", True, "604800"),
+    ("singleton_key", "text", False, None),
+    ("singleton_on", "timestamp without time zone", False, None),
+    ("group_id", "text", False, None),
+    ("group_tier", "text", False, None),
+    ("start_after", "timestamptz", True, "now()"),
+    ("created_on", "timestamptz", True, "now()"),
+    ("started_on", "timestamptz", False, None),
+    ("completed_on", "timestamptz", False, None),
+    # 14 days, written in hours so the catalog shows '336:00:00' as pg-boss's does
+    ("keep_until", "timestamptz", True, "now() + interval '336 hours'"),
+    ("output", "jsonb", False, None),
+    ("dead_letter", "text", False, None),
+    ("policy", "text", False, None),
+    ("heartbeat_on", "timestamptz", False, None),
+    ("heartbeat_seconds", "integer", False, None),
+    ("blocked", "boolean", True, "false"),
+    ("blocking", "boolean", True, "false"),
+    ("pending_dependencies", "integer", True, "0"),
+    ("source_name", "text", False, None),
+    ("source_id", "uuid", False, None),
+    ("source_created_on", "timestamptz", False, None),
+    ("source_retry_count", "integer", False, None),
+    ("source_output", "jsonb", False, None),
+    ("source_root_id", "uuid", False, None),
+    ("trace_context", "jsonb", False, None),
+    ("upsert_by_key", "boolean", False, None),
+]
+
+
+_WARNING: list[_Column] = [
+    ("id", "uuid", True, "gen_random_uuid()"),
+    ("type", "text", True, None),
+    ("message", "text", True, None),
+    ("data", "jsonb", False, None),
+    ("created_on", "timestamptz", True, "now()"),
+]
+
+
+_QUEUE_STATS: list[_Column] = [
+    ("id", "uuid", True, "gen_random_uuid()"),
+    ("name", "text", True, None),
+    ("deferred_count", "integer", True, "0"),
+    ("queued_count", "integer", True, "0"),
+    ("ready_count", "integer", True, "0"),
+    ("active_count", "integer", True, "0"),
+    ("failed_count", "integer", True, "0"),
+    ("total_count", "integer", True, "0"),
+    ("created_delta", "integer", False, None),
+    ("completed_delta", "integer", False, None),
+    ("failed_delta", "integer", False, None),
+    ("delta_seconds", "integer", False, None),
+    ("delta_on", "timestamptz", False, None),
+    ("wait_bins", "integer[]", False, None),
+    ("run_bins", "integer[]", False, None),
+    ("ready_oldest_seconds", "integer", False, None),
+    ("captured_on", "timestamptz", True, "now()"),
+]
+
+
+_JOB_DEPENDENCY: list[_Column] = [
+    ("child_name", "text", True, None),
+    ("child_id", "uuid", True, None),
+    ("parent_name", "text", True, None),
+    ("parent_id", "uuid", True, None),
+]
+
+
+_INSTANCE: list[_Column] = [
+    ("id", "uuid", True, None),
+    ("name", "text", False, None),
+    ("host", "text", True, None),
+    ("pid", "integer", True, None),
+    ("version", "text", True, None),
+    ("node_version", "text", True, None),
+    ("application_name", "text", False, None),
+    ("heartbeat_seconds", "integer", True, None),
+    ("supervise", "boolean", True, None),
+    ("schedule", "boolean", True, None),
+    ("migrate", "boolean", True, None),
+    ("persist_queue_stats", "boolean", True, None),
+    ("persist_warnings", "boolean", True, None),
+    ("pool_max", "integer", False, None),
+    ("pool_total", "integer", False, None),
+    ("pool_idle", "integer", False, None),
+    ("pool_waiting", "integer", False, None),
+    ("workers", "jsonb", True, "'[]'"),
+    ("metrics", "jsonb", False, None),
+    ("config", "jsonb", True, "'{}'"),
+    ("crash_restarts", "integer", True, "0"),
+    ("crash_restarts_since", "timestamptz", False, None),
+    ("started_on", "timestamptz", True, "now()"),
+    ("heartbeat_on", "timestamptz", True, "now()"),
+    ("stopped_on", "timestamptz", False, None),
+]
+
+
+def _column_lines(columns: Sequence[_Column], q: str) -> list[str]:
+    lines = []
+    for name, typ, not_null, default in columns:
+        line = f"{quote(name)} {typ.replace('{S}', q)}"
+        if default is not None:
+            line += f" DEFAULT {default}"
+        if not_null:
+            line += " NOT NULL"
+        lines.append(line)
+    return lines
+
+
+def _create_table(
+    q: str, table: str, columns: Sequence[_Column], constraints: Sequence[str] = (), tail: str = ""
+) -> str:
+    body = ",\n  ".join([*_column_lines(columns, q), *constraints])
+    return f"CREATE TABLE IF NOT EXISTS {q}.{quote(table)} (\n  {body}\n){tail}"
+
+
+# number -> (unique, key columns, INCLUDE columns or "", predicate or "")
+INDEXES: dict[int, tuple[bool, str, str, str]] = {
+    1: (
+        True,
+        "name, COALESCE(singleton_key, '')",
+        "",
+        "state = 'created' AND policy = 'short'",
+    ),
+    2: (
+        True,
+        "name, COALESCE(singleton_key, '')",
+        "",
+        "state = 'active' AND policy = 'singleton'",
+    ),
+    3: (
+        True,
+        "name, state, COALESCE(singleton_key, '')",
+        "",
+        "state <= 'active' AND policy = 'stately'",
+    ),
+    4: (
+        True,
+        "name, singleton_on, COALESCE(singleton_key, '')",
+        "",
+        "state <> 'cancelled' AND singleton_on IS NOT NULL",
+    ),
+    6: (
+        True,
+        "name, COALESCE(singleton_key, '')",
+        "",
+        "state <= 'active' AND policy = 'exclusive'",
+    ),
+    7: (False, "name, group_id", "", "state = 'active' AND group_id IS NOT NULL"),
+    8: (
+        True,
+        "name, singleton_key",
+        "",
+        "state IN ('active', 'retry', 'failed') AND policy = 'key_strict_fifo'",
+    ),
+    9: (False, "name, id", "", "blocking AND state = 'completed'"),
+    10: (
+        False,
+        "name, singleton_key, state DESC, created_on, id",
+        "start_after",
+        "state < 'active' AND NOT blocked AND policy = 'key_strict_fifo'",
+    ),
+    11: (
+        False,
+        "name, priority DESC, created_on, start_after",
+        "",
+        "state < 'active' AND NOT blocked",
+    ),
+    12: (False, "source_root_id", "", "source_root_id IS NOT NULL"),
+    13: (True, "name, singleton_key", "", "state = 'created' AND upsert_by_key"),
+    14: (
+        False,
+        "name, state, blocked, start_after",
+        "",
+        "state IN ('created', 'retry', 'active', 'failed')",
+    ),
+    15: (False, "name, created_on", "", ""),
+    16: (False, "name, completed_on", "", "completed_on IS NOT NULL"),
+    17: (
+        False,
+        "name, singleton_key, created_on",
+        "",
+        "state < 'active' AND singleton_key IS NOT NULL",
+    ),
+}
+
+
+#: the indexes every job table has
+BASE_INDEXES = (11, 4, 7, 9, 12, 13, 14, 15, 16, 17)
+
+
+#: the extra indexes of a per-queue partition, by policy (job_common and the single
+#: job table have all of them)
+POLICY_INDEXES: dict[str, tuple[int, ...]] = {
+    "standard": (),
+    "short": (1,),
+    "singleton": (2,),
+    "stately": (3,),
+    "exclusive": (6,),
+    "key_strict_fifo": (8, 10),
+}
+
+
+_ALL_INDEXES = tuple(sorted(INDEXES))
+
+
+_FIFO_CHECK = "NOT (policy = 'key_strict_fifo' AND singleton_key IS NULL)"
+
+
+def job_index(backend: Backend, schema: str, number: int) -> str:
+    """Index ``job_i<number>`` on the base job table; INCLUDE only with covering indexes.
+    (Retargeted to another job table by ``job_table_format``.)"""
+    unique, keys, include, predicate = INDEXES[number]
+    sql = (
+        f"CREATE {'UNIQUE ' if unique else ''}INDEX IF NOT EXISTS job_i{number}"
+        f" ON {quote(schema)}.job ({keys})"
+    )
+    if include and backend.schema.covering_indexes:
+        sql += f" INCLUDE ({include})"
+    if predicate:
+        sql += f" WHERE {predicate}"
+    return sql
+
+
+def _fkey_tail(backend: Backend) -> str:
+    # deferred FKs let a job and its queue row arrive in either order within a transaction
+    return " DEFERRABLE INITIALLY DEFERRED" if backend.schema.deferrable_foreign_keys else ""
+
+
+def _job_constraint_defs(backend: Backend, q: str) -> dict[str, str]:
+    """The named constraints of every job table, as table-constraint clauses."""
+    tail = _fkey_tail(backend)
+    return {
+        "q_fkey": f"FOREIGN KEY (name) REFERENCES {q}.queue (name) ON DELETE RESTRICT{tail}",
+        "dlq_fkey": (
+            f"FOREIGN KEY (dead_letter) REFERENCES {q}.queue (name) ON DELETE RESTRICT{tail}"
+        ),
+        "job_key_strict_fifo_singleton_key_check": f"CHECK ({_FIFO_CHECK})",
+    }
+
+
+def job_table_name(backend: Backend, queue: str, *, partition: bool = False) -> str:
+    """The physical job table of a queue: ``j`` + SHA-224 hex of the name for a partitioned
+    queue, ``job_common`` otherwise; ``job`` for every queue in the single-table shape."""
+    if not backend.schema.partitioned:
+        return "job"
+    if partition:
+        return "j" + hashlib.sha224(queue.encode()).hexdigest()
+    return "job_common"
+
+
+def _literal(text: str) -> str:
+    """A standard SQL string literal (the texts given here hold no backslashes)."""
+    if "\\" in text:
+        raise ValueError("a literal built here may not contain a backslash")
+    return "'" + text.replace("'", "''") + "'"
+
+
+def queue_stats_partition_name(day: dt.date) -> str:
+    """The daily partition of ``queue_stats`` for a UTC day: ``queue_stats_YYYYMMDD``."""
+    return f"queue_stats_{day:%Y%m%d}"

@@ -1,0 +1,83 @@
+"""Read-only questions the install asks: is the schema there, which version is it at,
+does an object exist (for idempotent DDL), the server's date. The same on every backend.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from qcore.identifiers import quote
+from qcore.sql._statement import Statement
+
+# Whether constraint ``name`` exists on the table (a qualified, quoted ``table``).
+_constraint_exists = Statement(
+    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint"
+    " WHERE conrelid = to_regclass($1) AND conname = $2) AS present",
+    ("table", "name"),
+)
+
+
+# Whether type ``name`` (qualified, quoted) exists.
+_type_exists = Statement("SELECT to_regtype($1) IS NOT NULL AS present", ("name",))
+
+
+# Whether the table (qualified, quoted) is attached as a partition.
+_is_partition = Statement(
+    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits"
+    " WHERE inhrelid = to_regclass($1)) AS present",
+    ("table",),
+)
+
+
+# Whether ``schema`` holds a version table (pg-boss's "installed"); every backend. Reads
+# pg_class rather than calling to_regclass: inside a transaction that has just waited for
+# the install lock, to_regclass may still answer from a catalog cache older than the
+# install another instance committed meanwhile.
+version_table_exists = Statement(
+    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c"
+    " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE n.nspname = $1 AND c.relname = 'version' AND c.relkind IN ('r', 'p'))"
+    " AS present",
+    ("schema",),
+)
+
+
+@lru_cache(maxsize=16)
+def select_version(schema: str) -> Statement:
+    """The installed version (NULL when the table is empty); every backend."""
+    return Statement(f"SELECT max(version) AS version FROM {quote(schema)}.version")
+
+
+@lru_cache(maxsize=16)
+def update_version(schema: str) -> Statement:
+    """Move the version row from ``from_version`` to ``to_version``; a row comes back only
+    if it was at ``from_version``. The same on every backend."""
+    return Statement(
+        f"UPDATE {quote(schema)}.version SET version = $1::integer"
+        " WHERE version = $2::integer RETURNING version",
+        ("to_version", "from_version"),
+    )
+
+
+# Whether a schema of exactly the stored name ``schema`` exists; every backend.
+schema_exists = Statement(
+    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1) AS present",
+    ("schema",),
+)
+
+
+# Other schemas whose names differ from ``schema`` only by letter case and that hold a
+# version table (an install); every backend.
+case_variants = Statement(
+    "SELECT n.nspname AS name FROM pg_catalog.pg_namespace n"
+    " JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid"
+    " AND c.relname = 'version' AND c.relkind IN ('r', 'p')"
+    " WHERE lower(n.nspname) = lower($1) AND n.nspname <> $1"
+    " ORDER BY n.nspname",
+    ("schema",),
+)
+
+
+# The server's current UTC date as YYYY-MM-DD text (names the first queue_stats
+# partition; text so that every adapter returns the same type); every backend.
+server_today = Statement("SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS today")
