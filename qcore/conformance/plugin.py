@@ -27,6 +27,8 @@ Fixtures (each test that uses one is parametrised by backend, ids like
 ``schema``        a fresh schema name, created for the test and dropped after
 ``ctx``           a ``qcore.context.Context`` on ``db`` and ``schema``, with the schema
                   installed
+``sctx``          ``ctx`` twice: with the backend's strategies, and with the atomic-update
+                  fetch and split mutations on the same engine
 ``boss``          a started ``qcore.Boss`` on ``db`` and ``schema``
 
 Markers: ``@pytest.mark.requires("listen_notify")`` skips the test where the
@@ -52,7 +54,7 @@ from typing import Any
 import pytest
 
 from qcore import backends as registry
-from qcore.backend import Backend
+from qcore.backend import Backend, FetchStrategy, MutationStrategy
 from qcore.conformance.markers import DEFAULT_FEATURE
 from qcore.conformance.provisioners import (
     LocalProvisioner,
@@ -574,6 +576,20 @@ else:  # pragma: no cover
 # --------------------------------------------------------------------------- ctx, boss
 
 if pytest_asyncio is not None:
+
+    @pytest.fixture(params=["native", "split"])
+    def sctx(request: pytest.FixtureRequest, backend: Backend) -> Any:
+        """``ctx`` with the backend's own strategies, and with CockroachDB's (atomic-update
+        fetch, split mutations) on the same engine: both must write the same rows."""
+        from qcore.context import Context
+
+        ctx: Context = request.getfixturevalue("ctx")
+        if request.param == "native":
+            return ctx
+        distributed = dataclasses.replace(
+            ctx.backend, fetch=FetchStrategy.ATOMIC_UPDATE, mutation=MutationStrategy.SPLIT
+        )
+        return Context(db=ctx.db, backend=distributed, schema_spec=ctx.schema_spec)
 
     @pytest_asyncio.fixture
     async def ctx(db: Any, backend: Backend, schema: str) -> Any:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from qcore import jobs, queues
-from qcore.backend import Backend, FetchStrategy, MutationStrategy
+from qcore.backend import Backend, MutationStrategy
 from qcore.conformance.helpers import row, server_now
 from qcore.context import Context
 from qcore.job import JobState
@@ -21,19 +21,6 @@ from qcore.job import JobState
 pytestmark = pytest.mark.feature("retries")
 
 SLACK = dt.timedelta(milliseconds=50)
-
-
-@pytest.fixture(params=["native", "split"])
-def sctx(request: pytest.FixtureRequest, backend: Backend) -> Context:
-    """``ctx`` as the backend has it, and with CockroachDB's strategies (atomic-update
-    fetch, split fail) on the same engine: both must write the same rows."""
-    ctx: Context = request.getfixturevalue("ctx")
-    if request.param == "native":
-        return ctx
-    distributed = dataclasses.replace(
-        ctx.backend, fetch=FetchStrategy.ATOMIC_UPDATE, mutation=MutationStrategy.SPLIT
-    )
-    return Context(db=ctx.db, backend=distributed, schema_spec=ctx.schema_spec)
 
 
 async def _fail_timed(

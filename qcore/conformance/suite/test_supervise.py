@@ -7,7 +7,6 @@ and goes on. Jobs are aged by moving their timestamps back, not by sleeping."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime as dt
 import uuid
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 
 from qcore import Boss, jobs, queues
-from qcore.backend import Backend, FetchStrategy, MutationStrategy
+from qcore.backend import Backend
 from qcore.conformance.helpers import row, server_now, states
 from qcore.context import Context
 from qcore.errors import QueueNotFoundError
@@ -25,19 +24,6 @@ from qcore.sql.locks import advisory_xact_lock, lock_key_text
 from qcore.supervisor import MonitorResult, Supervisor, supervise
 
 pytestmark = pytest.mark.feature("recovery")
-
-
-@pytest.fixture(params=["native", "split"])
-def sctx(request: pytest.FixtureRequest, backend: Backend) -> Context:
-    """``ctx`` with the backend's own strategies, and with CockroachDB's (atomic-update
-    fetch, split fail) on the same engine: expiry must fail jobs the same way."""
-    ctx: Context = request.getfixturevalue("ctx")
-    if request.param == "native":
-        return ctx
-    distributed = dataclasses.replace(
-        ctx.backend, fetch=FetchStrategy.ATOMIC_UPDATE, mutation=MutationStrategy.SPLIT
-    )
-    return Context(db=ctx.db, backend=distributed, schema_spec=ctx.schema_spec)
 
 
 async def _age(ctx: Context, ids: Any, column: str, seconds: int) -> None:
