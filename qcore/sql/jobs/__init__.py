@@ -1,0 +1,68 @@
+"""SQL for the job verbs: send/insert, fetch, complete, fail, cancel, resume, retry,
+delete, touch and the job reads; and the monitor's expiry batches, which fail jobs
+exactly as fail does.
+
+Every builder is a pure function of the quoted schema (``q``, from
+``Context.q``) and a few flags; it returns a :class:`Statement` whose
+``params`` name the ``$n`` values in order. Values only ever travel as
+parameters. Builders are cached: the same flags give the same text, so
+drivers can reuse their prepared statements.
+
+Statements address the job table ``<schema>.job``: in the partitioned shape
+PostgreSQL routes each row to the queue's partition (or ``job_common``), in
+the single-table shape it is the table itself (the expiry batches pick from one
+physical table, as pg-boss's do). Every timestamp is
+``<schema>.job_now()``, pg-boss's one clock.
+
+Most verbs begin with ``q``, the queue's row, and end by selecting from ``q
+LEFT JOIN <result>``: no row back means the queue does not exist, a row with
+NULLs means it exists and nothing matched. So one round trip both does the
+work and tells an unknown queue apart, and nothing is written for one.
+"""
+
+from __future__ import annotations
+
+from qcore.sql.jobs.columns import FETCH_COLUMNS, JOB_COLUMN_TYPES, JOB_COLUMNS, REINSERT_COLUMNS
+from qcore.sql.jobs.fail import (
+    expire_jobs,
+    expire_remove,
+    fail_jobs,
+    fail_reinsert_failed,
+    fail_reinsert_retry,
+    fail_remove,
+)
+from qcore.sql.jobs.fetch import fetch_jobs
+from qcore.sql.jobs.insert import insert_jobs, send_job
+from qcore.sql.jobs.reads import find_jobs, get_job
+from qcore.sql.jobs.settle import (
+    cancel_jobs,
+    complete_jobs,
+    delete_jobs,
+    resume_jobs,
+    retry_jobs,
+    touch_jobs,
+)
+
+__all__ = [
+    "FETCH_COLUMNS",
+    "JOB_COLUMNS",
+    "JOB_COLUMN_TYPES",
+    "REINSERT_COLUMNS",
+    "cancel_jobs",
+    "complete_jobs",
+    "delete_jobs",
+    "expire_jobs",
+    "expire_remove",
+    "fail_jobs",
+    "fail_reinsert_failed",
+    "fail_reinsert_retry",
+    "fail_remove",
+    "fetch_jobs",
+    "find_jobs",
+    "get_job",
+    "insert_jobs",
+    "resume_jobs",
+    "retry_jobs",
+    "send_job",
+    "touch_jobs",
+]

@@ -1,0 +1,170 @@
+"""What every job statement shares: the job table's columns (in table order, with their
+recordset types), the claim's columns, pg-boss's job defaults, and the small clauses
+(queue guard, table choice, targets) the builders compose."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from qcore.identifiers import quote
+from qcore.sql._statement import Params
+
+#: the job table's columns in table order, with the type each has in a JSON recordset
+JOB_COLUMN_TYPES: Mapping[str, str] = {
+    "id": "uuid",
+    "name": "text",
+    "priority": "integer",
+    "data": "jsonb",
+    "state": "text",  # the enum travels as text and is cast where it is written
+    "retry_limit": "integer",
+    "retry_count": "integer",
+    "retry_delay": "integer",
+    "retry_backoff": "boolean",
+    "retry_delay_max": "integer",
+    "expire_seconds": "integer",
+    "deletion_seconds": "integer",
+    "singleton_key": "text",
+    "singleton_on": "timestamp",
+    "group_id": "text",
+    "group_tier": "text",
+    "start_after": "timestamptz",
+    "created_on": "timestamptz",
+    "started_on": "timestamptz",
+    "completed_on": "timestamptz",
+    "keep_until": "timestamptz",
+    "output": "jsonb",
+    "dead_letter": "text",
+    "policy": "text",
+    "heartbeat_on": "timestamptz",
+    "heartbeat_seconds": "integer",
+    "blocked": "boolean",
+    "blocking": "boolean",
+    "pending_dependencies": "integer",
+    "source_name": "text",
+    "source_id": "uuid",
+    "source_created_on": "timestamptz",
+    "source_retry_count": "integer",
+    "source_output": "jsonb",
+    "source_root_id": "uuid",
+    "trace_context": "jsonb",
+    "upsert_by_key": "boolean",
+}
+
+
+JOB_COLUMNS: tuple[str, ...] = tuple(JOB_COLUMN_TYPES)
+
+
+#: what a failed job keeps when it is deleted and inserted again: all but upsert_by_key
+REINSERT_COLUMNS: tuple[str, ...] = JOB_COLUMNS[:-1]
+
+
+#: what fetch returns without include_metadata (a worker's needs, and the sort keys)
+FETCH_COLUMNS: tuple[str, ...] = (
+    "id",
+    "name",
+    "priority",
+    "data",
+    "created_on",
+    "retry_count",
+    "expire_seconds",
+    "heartbeat_seconds",
+    "group_id",
+    "group_tier",
+)
+
+
+#: the options a send or insert record may carry, with their recordset types
+_SEND_RECORD: Mapping[str, str] = {
+    "id": "uuid",
+    "data": "jsonb",
+    "priority": "integer",
+    "start_after": "timestamptz",
+    "start_after_seconds": "float8",
+    "singleton_key": "text",
+    "singleton_seconds": "integer",
+    "retry_limit": "integer",
+    "retry_delay": "integer",
+    "retry_backoff": "boolean",
+    "retry_delay_max": "integer",
+    "expire_in_seconds": "integer",
+    "retention_seconds": "integer",
+    "delete_after_seconds": "integer",
+    "heartbeat_seconds": "integer",
+    "dead_letter": "text",
+    "group_id": "text",
+    "group_tier": "text",
+}
+
+
+# Queue defaults (pg-boss's), used only if a queue row ever lacks a value.
+_DEFAULT_RETRY_LIMIT = 2
+
+
+_DEFAULT_EXPIRE_SECONDS = 900
+
+
+_DEFAULT_RETENTION_SECONDS = 1_209_600
+
+
+_DEFAULT_DELETION_SECONDS = 604_800
+
+
+def _now(q: str) -> str:
+    return f"{q}.job_now()"
+
+
+def _recordset(p: Params, param: str, columns: Mapping[str, str], alias: str = "r") -> str:
+    """``jsonb_to_recordset($n) AS alias(col type, ...)``: a JSON array parameter as rows."""
+    spec = ", ".join(f"{name} {kind}" for name, kind in columns.items())
+    return f"jsonb_to_recordset({p(param)}::jsonb) AS {alias}({spec})"
+
+
+def _returning(columns: tuple[str, ...], alias: str) -> str:
+    return ", ".join(f"{alias}.{c}" for c in columns)
+
+
+def _targets(p: Params, alias: str, fenced: bool) -> str:
+    """The jobs a command acts on: the queue's jobs among ``ids``; with ``fenced``, those
+    given as a Job only while still active in the attempt they were fetched in."""
+    where = f"{alias}.name = {p('queue')}::text AND {alias}.id = ANY({p('ids')}::uuid[])"
+    if fenced:
+        where += (
+            f" AND ({alias}.id = ANY({p('plain_ids')}::uuid[])"
+            f" OR ({alias}.state = 'active'"
+            f" AND ({alias}.id::text || ':' || {alias}.retry_count::text)"
+            f" = ANY({p('fences')}::text[])))"
+        )
+    return where
+
+
+def _queue_cte(
+    q: str, p: Params, columns: str = "name", table: str | None = None, policy: bool = False
+) -> str:
+    """``q``: the queue's row, only while it still has ``policy`` (a parameter) and
+    ``table`` when the statement was built for them."""
+    where = f"name = {p('queue')}::text"
+    if policy:
+        where += f" AND policy = {p('policy')}::text"
+    return f"q AS (SELECT {columns} FROM {q}.queue WHERE {where}{_table_check(p, table)})"
+
+
+def _job_table(q: str, table: str | None) -> str:
+    """The table a statement addresses: the queue's own physical job table when the
+    caller knows it (as pg-boss does: no partition routing, no other partition
+    planned or locked), else ``job`` (partitioned: PostgreSQL routes by name)."""
+    return f"{q}.{quote(table)}" if table else f"{q}.job"
+
+
+def _table_check(p: Params, table: str | None, alias: str = "") -> str:
+    """With a known table: the queue row must still name it (else the statement finds
+    no queue, and the caller reads the route again)."""
+    return f" AND {alias}table_name = {p('table')}::text" if table else ""
+
+
+def _command(q: str, p: Params, mutation: str, result: str = "id", table: str | None = None) -> str:
+    """A command CTE wrapped in the queue guard: rows ``queue, <result columns>``."""
+    cols = ", ".join(f"done.{c}" for c in result.split(", "))
+    return (
+        f"WITH {_queue_cte(q, p, table=table)}, done AS ({mutation})"
+        f" SELECT q.name AS queue, {cols} FROM q LEFT JOIN done ON true"
+    )

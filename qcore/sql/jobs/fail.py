@@ -1,0 +1,279 @@
+"""Failing jobs: retry with backoff while retries are left, else failed with a copy to
+the dead letter queue; and expiry, the monitor's failing of jobs past their time."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+
+from qcore.identifiers import quote
+from qcore.sql._statement import Params, Statement
+from qcore.sql.jobs.columns import (
+    JOB_COLUMN_TYPES,
+    JOB_COLUMNS,
+    REINSERT_COLUMNS,
+    _command,
+    _now,
+    _queue_cte,
+    _recordset,
+    _returning,
+    _targets,
+)
+
+
+def _retry_delay(alias: str) -> str:
+    """Seconds until a failed attempt runs again: retry_delay, or with retry_backoff a
+    random delay in [d*2^k, d*2^(k+1)) for attempt k (exponent at most 16, d at least 1),
+    capped by retry_delay_max (LEAST ignores a NULL cap)."""
+    a = alias
+    exp = f"2 ^ LEAST(16, {a}.retry_count + 1)"
+    return (
+        f"CASE WHEN NOT {a}.retry_backoff THEN {a}.retry_delay::float8"
+        f" ELSE LEAST({a}.retry_delay_max, GREATEST({a}.retry_delay, 1)"
+        f" * ({exp} / 2 + {exp} / 2 * random())) END"
+    )
+
+
+def _failed_copy(q: str, src: str, output: str) -> dict[str, str]:
+    """A deleted job inserted again as failed: completed now, everything else kept."""
+    values = {c: f"{src}.{c}" for c in REINSERT_COLUMNS}
+    values.update(
+        state=f"'failed'::{q}.job_state",
+        completed_on=_now(q),
+        output=output,
+        heartbeat_on="NULL::timestamptz",
+    )
+    return values
+
+
+def _dead_letter_copy(q: str, src: str, dlq: str, output: str) -> dict[str, str]:
+    """A new job in the dead letter queue ``dlq`` for the failed job ``src``: its payload,
+    the dead letter queue's settings, and ``source_*`` saying where it came from. Columns
+    pg-boss leaves at their defaults are given those defaults."""
+    now = _now(q)
+    return {
+        "id": "gen_random_uuid()",
+        "name": f"{dlq}.name",
+        "priority": f"{src}.priority",
+        "data": f"{src}.data",
+        "state": f"'created'::{q}.job_state",
+        "retry_limit": f"{dlq}.retry_limit",
+        "retry_count": "0",
+        "retry_delay": f"{dlq}.retry_delay",
+        "retry_backoff": f"{dlq}.retry_backoff",
+        "retry_delay_max": "NULL::integer",
+        "expire_seconds": f"{dlq}.expire_seconds",
+        "deletion_seconds": f"{dlq}.deletion_seconds",
+        "singleton_key": f"{src}.singleton_key",
+        "singleton_on": "NULL::timestamp",
+        "group_id": f"{src}.group_id",
+        "group_tier": f"{src}.group_tier",
+        "start_after": now,
+        "created_on": now,
+        "started_on": "NULL::timestamptz",
+        "completed_on": "NULL::timestamptz",
+        "keep_until": f"{now} + {dlq}.retention_seconds * interval '1 second'",
+        "output": "NULL::jsonb",
+        "dead_letter": "NULL::text",
+        "policy": "NULL::text",
+        "heartbeat_on": "NULL::timestamptz",
+        "heartbeat_seconds": f"{dlq}.heartbeat_seconds",
+        "blocked": "false",
+        "blocking": "false",
+        "pending_dependencies": "0",
+        "source_name": f"{src}.name",
+        "source_id": f"{src}.id",
+        "source_created_on": f"{src}.created_on",
+        "source_retry_count": f"{src}.retry_count",
+        "source_output": output,
+        "source_root_id": f"COALESCE({src}.source_root_id, {src}.id)",
+        "trace_context": f"{src}.trace_context",
+    }
+
+
+def _insert(q: str, values: Mapping[str, str]) -> str:
+    return f"INSERT INTO {q}.job ({', '.join(values)}) SELECT {', '.join(values.values())}"
+
+
+def _fail_removed(q: str, p: Params, output: str) -> str:
+    """The CTEs that fail the jobs a preceding ``removed`` CTE deleted (``RETURNING j.*``):
+    each is inserted again with the same id as retry (after its delay) or, out of retries,
+    as failed; a re-insert a policy index refuses becomes failed too; every failed job
+    with an existing dead letter queue gets a copy there. Ends with ``settled``: the ids
+    inserted again. Shared by :func:`fail_jobs` and :func:`expire_jobs`."""
+    now = _now(q)
+    retried = {c: f"x.{c}" for c in REINSERT_COLUMNS}
+    retried.update(
+        state=(
+            f"CASE WHEN x.retry_count < x.retry_limit THEN 'retry'::{q}.job_state"
+            f" ELSE 'failed'::{q}.job_state END"
+        ),
+        start_after=(
+            "CASE WHEN x.retry_count = x.retry_limit THEN x.start_after"
+            f" ELSE {now} + ({_retry_delay('x')}) * interval '1 second' END"
+        ),
+        completed_on=f"CASE WHEN x.retry_count < x.retry_limit THEN NULL ELSE {now} END",
+        output=output,
+        heartbeat_on="NULL::timestamptz",
+    )
+    keep = ", ".join(REINSERT_COLUMNS)
+    return f"""again AS (
+  {_insert(q, retried)} FROM removed x
+  ON CONFLICT DO NOTHING
+  RETURNING {keep}
+),
+refused AS (
+  {_insert(q, _failed_copy(q, "x", output))} FROM removed x
+  WHERE x.id NOT IN (SELECT id FROM again)
+  RETURNING {keep}
+),
+ended AS (
+  SELECT * FROM again WHERE state = 'failed' UNION ALL SELECT * FROM refused
+),
+lettered AS (
+  {_insert(q, _dead_letter_copy(q, "e", "dq", output))}
+  FROM ended e JOIN {q}.queue dq ON dq.name = e.dead_letter
+  RETURNING id
+),
+settled AS (SELECT id FROM again UNION ALL SELECT id FROM refused)"""
+
+
+@lru_cache(maxsize=8)
+def fail_jobs(q: str, *, fenced: bool = False) -> Statement:
+    """Fail jobs in one statement (MutationStrategy.CTE): delete them, then fail what was
+    deleted as :func:`_fail_removed` does (retry, failed, dead letter copy).
+
+    Rows ``queue, id``: the ids of the jobs inserted again (retry or failed).
+    """
+    p = Params()
+    sql = f"""WITH {_queue_cte(q, p)},
+removed AS (
+  DELETE FROM {q}.job j WHERE {_targets(p, "j", fenced)} AND j.state < 'completed'
+  RETURNING j.*
+),
+{_fail_removed(q, p, f"{p('output')}::jsonb")}
+SELECT q.name AS queue, settled.id FROM q LEFT JOIN settled ON true"""
+    return p.statement(sql)
+
+
+def _expired(q: str, p: Params, alias: str, heartbeat: bool) -> str:
+    """Active jobs of the queues ``names`` past their expiry (``expire_seconds`` after
+    they started) or, with ``heartbeat``, whose heartbeat is older than
+    ``heartbeat_seconds``."""
+    a, now = alias, _now(q)
+    where = f"{a}.name = ANY({p('names')}::text[]) AND {a}.state = 'active'"
+    if heartbeat:
+        return (
+            f"{where} AND {a}.heartbeat_seconds IS NOT NULL"
+            f" AND {a}.heartbeat_on + {a}.heartbeat_seconds * interval '1 second' < {now}"
+        )
+    return f"{where} AND {a}.started_on + {a}.expire_seconds * interval '1 second' < {now}"
+
+
+def _expired_batch(q: str, p: Params, table: str, heartbeat: bool) -> str:
+    """At most ``limit`` expired jobs of one physical job table, unordered (nothing
+    indexes the predicate, and a failed job no longer matches it, so the next batch
+    cannot pick it again)."""
+    return (
+        f"SELECT e.name, e.id FROM {q}.{quote(table)} e"
+        f" WHERE {_expired(q, p, 'e', heartbeat)} LIMIT {p('limit')}::int"
+    )
+
+
+@lru_cache(maxsize=64)
+def expire_jobs(q: str, table: str, *, heartbeat: bool = False) -> Statement:
+    """One expiry batch in one statement (MutationStrategy.CTE): pick at most ``limit``
+    expired jobs of the queues ``names`` in the physical job table ``table``
+    (``job_common``, ``j<hash>`` or ``job``), delete those still expired (the predicate
+    is checked again, so a job settled meanwhile is left alone) and fail them with
+    ``output`` as :func:`fail_jobs` fails jobs.
+
+    One row: ``picked`` (the batch was full when it equals ``limit``), ``failed``.
+    """
+    p = Params()
+    sql = f"""WITH picked AS ({_expired_batch(q, p, table, heartbeat)}),
+removed AS (
+  DELETE FROM {q}.{quote(table)} j
+  WHERE (j.name, j.id) IN (SELECT name, id FROM picked) AND {_expired(q, p, "j", heartbeat)}
+  RETURNING j.*
+),
+{_fail_removed(q, p, f"{p('output')}::jsonb")}
+SELECT (SELECT count(*) FROM picked)::int AS picked,
+  (SELECT count(*) FROM settled)::int AS failed"""
+    return p.statement(sql)
+
+
+@lru_cache(maxsize=64)
+def expire_remove(q: str, table: str, *, heartbeat: bool = False) -> Statement:
+    """Split expiry, step 1 (MutationStrategy.SPLIT): delete at most ``limit`` expired
+    jobs of the queues ``names`` in ``table`` and return them whole; the client then
+    fails them as a split fail does (:func:`fail_reinsert_retry`,
+    :func:`fail_reinsert_failed`). Rows: every job column."""
+    p = Params()
+    sql = (
+        f"DELETE FROM {q}.{quote(table)} j WHERE (j.name, j.id) IN"
+        f" ({_expired_batch(q, p, table, heartbeat)}) AND {_expired(q, p, 'j', heartbeat)}"
+        f" RETURNING {_returning(JOB_COLUMNS, 'j')}"
+    )
+    return p.statement(sql)
+
+
+@lru_cache(maxsize=8)
+def fail_remove(q: str, *, fenced: bool = False) -> Statement:
+    """Split fail, step 1 (MutationStrategy.SPLIT, one table mutation per statement):
+    delete the jobs to fail and return them whole, so the client can decide each one's
+    fate and insert it again. Rows ``queue, <every job column>``."""
+    p = Params()
+    mutation = (
+        f"DELETE FROM {q}.job j WHERE {_targets(p, 'j', fenced)} AND j.state < 'completed'"
+        f" RETURNING {_returning(JOB_COLUMNS, 'j')}"
+    )
+    return p.statement(_command(q, p, mutation, ", ".join(JOB_COLUMNS)))
+
+
+def _row_columns(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    columns = {c: JOB_COLUMN_TYPES[c] for c in REINSERT_COLUMNS}
+    columns.update(extra or {})
+    return columns
+
+
+@lru_cache(maxsize=8)
+def fail_reinsert_retry(q: str) -> Statement:
+    """Split fail, step 2: insert the jobs with retries left again as retry, each
+    ``delay`` seconds (computed by the client) from now; a row a policy index refuses
+    is skipped. Rows: the ids inserted."""
+    p = Params()
+    values = {c: f"r.{c}" for c in REINSERT_COLUMNS}
+    values.update(
+        state=f"'retry'::{q}.job_state",
+        start_after=f"{_now(q)} + r.delay * interval '1 second'",
+        completed_on="NULL::timestamptz",
+        output=f"{p('output')}::jsonb",
+        heartbeat_on="NULL::timestamptz",
+    )
+    records = _recordset(p, "rows", _row_columns({"delay": "float8"}))
+    sql = f"{_insert(q, values)} FROM {records} ON CONFLICT DO NOTHING RETURNING id"
+    return p.statement(sql)
+
+
+@lru_cache(maxsize=8)
+def fail_reinsert_failed(q: str) -> Statement:
+    """Split fail, step 3: insert the jobs out of retries (or refused as retry) again as
+    failed, and a copy of each in its dead letter queue, as one INSERT (one mutation of
+    the job table). A row's ``delay`` moves its start_after as a retry's would (NULL
+    keeps it). Rows ``id, name``: a failed job keeps its queue's name."""
+    p = Params()
+    output = f"{p('output')}::jsonb"
+    failed = _failed_copy(q, "r", output)
+    failed["start_after"] = f"COALESCE({_now(q)} + r.delay * interval '1 second', r.start_after)"
+    copies = _dead_letter_copy(q, "r", "dq", output)
+    # the same parameter, expanded once in each branch of the UNION
+    records = _recordset(p, "rows", _row_columns({"delay": "float8"}))
+    sql = (
+        f"INSERT INTO {q}.job ({', '.join(REINSERT_COLUMNS)})"
+        f" SELECT {', '.join(failed[c] for c in REINSERT_COLUMNS)} FROM {records}"
+        f" UNION ALL SELECT {', '.join(copies[c] for c in REINSERT_COLUMNS)}"
+        f" FROM {records} JOIN {q}.queue dq ON dq.name = r.dead_letter"
+        " RETURNING id, name"
+    )
+    return p.statement(sql)

@@ -1,0 +1,120 @@
+"""The claim: the next ready jobs of a queue, marked active, in the fetch index's order."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from qcore.sql._statement import Params, Statement
+from qcore.sql.jobs.columns import (
+    FETCH_COLUMNS,
+    JOB_COLUMNS,
+    _job_table,
+    _now,
+    _queue_cte,
+    _returning,
+)
+
+
+@lru_cache(maxsize=256)
+def fetch_jobs(
+    q: str,
+    *,
+    skip_locked: bool,
+    policy: str = "standard",
+    priority: bool = True,
+    order_by_created_on: bool = True,
+    ignore_start_after: bool = False,
+    min_priority: bool = False,
+    max_priority: bool = False,
+    include_metadata: bool = False,
+    table: str | None = None,
+) -> Statement:
+    """Claim up to ``limit`` ready jobs of a queue with ``policy`` (in ``table``, see
+    :func:`_job_table`): mark them active and return them.
+
+    One statement, built for one policy so the server plans only what that policy
+    needs (a queue's policy never changes; the statement checks it). ``skip_locked``
+    (FetchStrategy.SKIP_LOCKED) locks the candidates FOR UPDATE SKIP LOCKED, so
+    concurrent claimers take disjoint rows; without it (ATOMIC_UPDATE, for
+    engines without SKIP LOCKED) the candidates are read unlocked and the UPDATE
+    rechecks ``state < 'active'``, so a row two claimers both picked goes to one
+    of them and the other simply gets fewer. key_strict_fifo takes only the head
+    of each key and nothing from a key with a job active, in retry or failed;
+    singleton and stately skip keys with an active job and take one job per key
+    per batch.
+
+    Claim order: ``priority DESC`` (unless ``priority=False``), then ``created_on``
+    (unless ``order_by_created_on=False``): exactly the order of the fetch index
+    (i11), so the default claim reads the index up to its LIMIT and sorts nothing,
+    whatever the backlog and however stale the table's statistics. Rows sharing a
+    ``created_on`` (a pg-boss batch, sends in one transaction) are claimed in the
+    index's order, as pg-boss claims them; qcore's own batches give each row its own
+    ``created_on`` (see :func:`insert_jobs`), so one insert is claimed as given. The
+    claimed rows come back sorted by the same keys, then ``id``.
+
+    Rows: the claimed jobs (``FETCH_COLUMNS`` or, with ``include_metadata``,
+    every column) in claim order; one row of NULLs when none; no row, and nothing
+    claimed, when the queue does not exist or has another policy or table.
+    """
+    p = Params()
+    now = _now(q)
+    jobs = _job_table(q, table)
+    due = "" if ignore_start_after else f" AND j.start_after <= {now}"
+    bounds = ""
+    if min_priority:
+        bounds += f" AND j.priority >= {p('min_priority')}::int"
+    if max_priority:
+        bounds += f" AND j.priority <= {p('max_priority')}::int"
+    keys = (["priority DESC"] if priority else []) + (["created_on"] if order_by_created_on else [])
+    order = f" ORDER BY {', '.join('j.' + k for k in keys)}" if keys else ""
+    returned = ", ".join("claimed." + k for k in [*keys, "id"])
+    if policy == "key_strict_fifo":
+        other_due = "" if ignore_start_after else f" AND o.start_after <= {now}"
+        shape = (
+            f" AND NOT EXISTS (SELECT 1 FROM {jobs} o WHERE o.name = {p('queue')}::text"
+            " AND o.singleton_key = j.singleton_key AND o.id <> j.id"
+            " AND (o.state IN ('retry', 'active', 'failed')"
+            " OR (j.state = 'created' AND o.state = 'created' AND NOT o.blocked"
+            f"{other_due} AND (o.created_on, o.id) < (j.created_on, j.id))))"
+        )
+    elif policy in ("singleton", "stately"):
+        shape = (
+            f" AND NOT EXISTS (SELECT 1 FROM {jobs} a WHERE a.name = {p('queue')}::text"
+            " AND a.state = 'active' AND a.policy = j.policy"
+            " AND COALESCE(a.singleton_key, '') = COALESCE(j.singleton_key, ''))"
+        )
+    else:
+        shape = ""
+    lock = " FOR UPDATE OF j SKIP LOCKED" if skip_locked else ""
+    recheck = "" if skip_locked else " AND j.state < 'active'"
+    columns = JOB_COLUMNS if include_metadata else FETCH_COLUMNS
+    ctes = [
+        _queue_cte(q, p, table=table, policy=True),
+        f"""candidates AS (
+  SELECT j.id, j.singleton_key, j.priority, j.created_on
+  FROM {jobs} j
+  WHERE EXISTS (SELECT 1 FROM q) AND j.name = {p("queue")}::text AND j.state < 'active'
+    AND NOT j.blocked{due}{bounds}{shape}
+  {order} LIMIT {p("limit")}::int{lock}
+)""",
+    ]
+    chosen = "candidates"
+    if policy in ("singleton", "stately"):
+        # one job per key per batch: the first of each key in claim order
+        key_order = ", ".join(["COALESCE(singleton_key, '')", *keys, "id"])
+        ctes.append(
+            "chosen AS (SELECT DISTINCT ON (COALESCE(singleton_key, '')) id FROM candidates"
+            f" ORDER BY {key_order})"
+        )
+        chosen = "chosen"
+    ctes.append(
+        f"""claimed AS (
+  UPDATE {jobs} j SET state = 'active', started_on = {now}, heartbeat_on = {now},
+    retry_count = CASE WHEN j.started_on IS NULL THEN j.retry_count ELSE j.retry_count + 1 END
+  FROM {chosen} c
+  WHERE j.name = {p("queue")}::text AND j.id = c.id{recheck}
+  RETURNING {_returning(columns, "j")}
+)"""
+    )
+    select = f"SELECT claimed.* FROM q LEFT JOIN claimed ON true ORDER BY {returned}"
+    return p.statement(f"WITH {', '.join(ctes)}\n{select}")

@@ -1,0 +1,48 @@
+"""Reading jobs: one by id, or by singleton key, data containment and state."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from qcore.sql._statement import Params, Statement
+from qcore.sql.jobs.columns import JOB_COLUMNS, _queue_cte, _returning
+
+
+@lru_cache(maxsize=8)
+def get_job(q: str) -> Statement:
+    """One job by id, every column (a plain read on every backend)."""
+    p = Params()
+    sql = (
+        f"WITH {_queue_cte(q, p)} SELECT q.name AS queue, {_returning(JOB_COLUMNS, 'j')}"
+        f" FROM q LEFT JOIN {q}.job j ON j.name = q.name AND j.id = {p('id')}::uuid"
+    )
+    return p.statement(sql)
+
+
+@lru_cache(maxsize=32)
+def find_jobs(
+    q: str,
+    *,
+    by_id: bool = False,
+    by_key: bool = False,
+    by_data: bool = False,
+    queued: bool = False,
+) -> Statement:
+    """A queue's jobs matching an id, a singleton key, data containing a JSON value
+    (``@>``), and/or only queued ones; oldest first (a plain read everywhere)."""
+    p = Params()
+    conditions = ["j.name = q.name"]
+    if by_id:
+        conditions.append(f"j.id = {p('id')}::uuid")
+    if by_key:
+        conditions.append(f"j.singleton_key = {p('key')}::text")
+    if by_data:
+        conditions.append(f"j.data @> {p('data')}::jsonb")
+    if queued:
+        conditions.append("j.state < 'active'")
+    sql = (
+        f"WITH {_queue_cte(q, p)} SELECT q.name AS queue, {_returning(JOB_COLUMNS, 'j')}"
+        f" FROM q LEFT JOIN {q}.job j ON {' AND '.join(conditions)}"
+        " ORDER BY j.created_on, j.id"
+    )
+    return p.statement(sql)

@@ -1,0 +1,121 @@
+"""Commands on jobs by id: complete, cancel, resume, retry, delete, touch."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from qcore.sql._statement import Params, Statement
+from qcore.sql.jobs.columns import _command, _job_table, _now, _queue_cte, _targets
+
+
+@lru_cache(maxsize=256)
+def complete_jobs(
+    q: str, *, fenced: bool = False, include_queued: bool = False, table: str | None = None
+) -> Statement:
+    """Mark active jobs completed with an output (same on every backend: one UPDATE).
+
+    ``include_queued`` also completes queued jobs and releases flow-blocked ones.
+    ``table``: see :func:`_job_table`.
+    """
+    p = Params()
+    now = _now(q)
+    where = _targets(p, "j", fenced)
+    state = "j.state < 'completed'" if include_queued else "j.state = 'active'"
+    release = ", blocked = false, pending_dependencies = 0" if include_queued else ""
+    mutation = (
+        f"UPDATE {_job_table(q, table)} j SET state = 'completed', completed_on = {now},"
+        f" output = {p('output')}::jsonb{release}"
+        f" WHERE {where} AND {state} RETURNING j.id"
+    )
+    return p.statement(_command(q, p, mutation, table=table))
+
+
+@lru_cache(maxsize=256)
+def cancel_jobs(q: str, *, fenced: bool = False, table: str | None = None) -> Statement:
+    """Cancel jobs not yet settled (one UPDATE on every backend)."""
+    p = Params()
+    mutation = (
+        f"UPDATE {_job_table(q, table)} j SET state = 'cancelled', completed_on = {_now(q)}"
+        f" WHERE {_targets(p, 'j', fenced)} AND j.state < 'completed' RETURNING j.id"
+    )
+    return p.statement(_command(q, p, mutation, table=table))
+
+
+@lru_cache(maxsize=256)
+def resume_jobs(q: str, *, table: str | None = None) -> Statement:
+    """Bring cancelled jobs back to created, no earlier than now (one UPDATE everywhere).
+
+    Rows also tell whether each resumed job was in the queue's cached
+    ``retained_count`` (finished by its ``retained_on``), from the completion
+    time it had before.
+    """
+    p = Params()
+    now = _now(q)
+    where = _targets(p, "c", False)
+    jobs = _job_table(q, table)
+    mutation = (
+        f"UPDATE {jobs} j SET state = 'created', completed_on = NULL, upsert_by_key = NULL,"
+        f" start_after = GREATEST(j.start_after, {now})"
+        f" FROM (SELECT c.id, c.completed_on FROM {jobs} c WHERE {where}"
+        " AND c.state = 'cancelled') was"
+        f" WHERE j.name = {p('queue')}::text AND j.id = was.id AND j.state = 'cancelled'"
+        f" RETURNING j.id, was.completed_on <= (SELECT retained_on FROM {q}.queue"
+        f" WHERE name = {p('queue')}::text) AS retained"
+    )
+    return p.statement(_command(q, p, mutation, "id, retained", table))
+
+
+@lru_cache(maxsize=256)
+def retry_jobs(q: str, *, notify: bool = False, table: str | None = None) -> Statement:
+    """Give failed jobs one more attempt: back to retry with retry_limit + 1 (one UPDATE).
+
+    ``notify`` (where LISTEN/NOTIFY exists) also sends pg_notify(channel, queue) in
+    the same statement when the queue has ``notify`` and a retried job is ready now, so
+    idle workers wake at once (pg-boss's retry does not notify; a pg-boss listener
+    simply fetches once more). Rows ``queue, id``.
+    """
+    p = Params()
+    now = _now(q)
+    mutation = (
+        f"UPDATE {_job_table(q, table)} j SET state = 'retry', retry_limit = j.retry_limit + 1,"
+        f" completed_on = NULL, start_after = GREATEST(j.start_after, {now})"
+        f" WHERE {_targets(p, 'j', False)} AND j.state = 'failed' RETURNING j.id, j.start_after"
+    )
+    if not notify:
+        return p.statement(_command(q, p, mutation, table=table))
+    # an uncorrelated scalar subquery runs once; pg_notify inside count() always runs
+    notified = (
+        f"(SELECT count(pg_notify({p('channel')}::text, n.name)) FROM q n WHERE n.notify"
+        f" AND EXISTS (SELECT 1 FROM done WHERE done.start_after <= {now}))::int AS notified"
+    )
+    sql = (
+        f"WITH {_queue_cte(q, p, 'name, notify', table)}, done AS ({mutation})"
+        f" SELECT q.name AS queue, done.id, {notified} FROM q LEFT JOIN done ON true"
+    )
+    return p.statement(sql)
+
+
+@lru_cache(maxsize=256)
+def delete_jobs(q: str, *, fenced: bool = False, table: str | None = None) -> Statement:
+    """Delete jobs by id, whatever their state (one DELETE on every backend).
+
+    Rows tell whether each deleted job was in the queue's cached ``retained_count``.
+    """
+    p = Params()
+    mutation = (
+        f"DELETE FROM {_job_table(q, table)} j WHERE {_targets(p, 'j', fenced)}"
+        " RETURNING j.id, (j.state IN ('completed', 'cancelled') AND j.completed_on <="
+        f" (SELECT retained_on FROM {q}.queue WHERE name = {p('queue')}::text)) AS retained"
+    )
+    return p.statement(_command(q, p, mutation, "id, retained", table))
+
+
+@lru_cache(maxsize=256)
+def touch_jobs(q: str, *, fenced: bool = False, table: str | None = None) -> Statement:
+    """Refresh the heartbeat of active jobs (one UPDATE on every backend)."""
+    p = Params()
+    mutation = (
+        f"UPDATE {_job_table(q, table)} j SET heartbeat_on = {_now(q)}"
+        f" WHERE {_targets(p, 'j', fenced)} AND j.state = 'active' RETURNING j.id"
+    )
+    return p.statement(_command(q, p, mutation, table=table))
