@@ -172,11 +172,15 @@ async def send_throttled(
     *,
     seconds: int,
     key: str | None = None,
+    next_slot: bool = False,
     **options: Any,
 ) -> uuid.UUID | None:
     """Queue a job unless one for ``key`` was already sent in the current slot of
-    ``seconds`` (slots are aligned to the epoch); None when it was dropped."""
-    return await send(ctx, name, data, **_slot_options(seconds, key, options))
+    ``seconds`` (slots are aligned to the epoch); None when it was dropped. With
+    ``next_slot`` (debouncing) a job whose slot is taken goes into the next slot,
+    starting about a second after it begins; None only if that one is taken too."""
+    slot = _slot_options(seconds, key, options)
+    return await send(ctx, name, data, singleton_next_slot=next_slot, **slot)
 
 
 async def send_debounced(
@@ -188,10 +192,11 @@ async def send_debounced(
     key: str | None = None,
     **options: Any,
 ) -> uuid.UUID | None:
-    """Like :func:`send_throttled`, but a job whose slot is taken goes into the next
-    slot, starting about a second after it begins; None only if that one is taken too."""
-    slot = _slot_options(seconds, key, options)
-    return await send(ctx, name, data, singleton_next_slot=True, **slot)
+    """:func:`send_throttled` with ``next_slot``: a job whose slot is taken goes into the
+    next one."""
+    return await send_throttled(
+        ctx, name, data, seconds=seconds, key=key, next_slot=True, **options
+    )
 
 
 async def insert(
@@ -439,17 +444,26 @@ async def complete(
     return _result(every, [r["id"] for r in rows])
 
 
-async def cancel(ctx: Context, name: str, ids: Ids) -> CommandResult:
-    """Cancel jobs that are not finished yet (queued or active)."""
+async def _fenced_command(
+    ctx: Context, name: str, ids: Ids, build: Callable[..., Statement]
+) -> tuple[list[uuid.UUID], list[dict[str, Any]]]:
+    """Run the command ``build(q, fenced=..., table=...)`` makes on jobs ``ids`` (fenced on
+    the attempts of the ``Job`` objects among them): the ids asked for, and the rows."""
     queue_name(name)
     every, plain, fences = _ids(ids)
     rows = await _run_command(
         ctx,
         name,
-        lambda table: sql.cancel_jobs(ctx.q, fenced=bool(fences), table=table),
+        lambda table: build(ctx.q, fenced=bool(fences), table=table),
         every,
         **_fence_values(plain, fences),
     )
+    return every, rows
+
+
+async def cancel(ctx: Context, name: str, ids: Ids) -> CommandResult:
+    """Cancel jobs that are not finished yet (queued or active)."""
+    every, rows = await _fenced_command(ctx, name, ids, sql.cancel_jobs)
     return _result(every, [r["id"] for r in rows])
 
 
@@ -482,15 +496,7 @@ async def retry(ctx: Context, name: str, ids: Ids) -> CommandResult:
 
 async def delete_job(ctx: Context, name: str, ids: Ids) -> CommandResult:
     """Delete jobs, whatever their state."""
-    queue_name(name)
-    every, plain, fences = _ids(ids)
-    rows = await _run_command(
-        ctx,
-        name,
-        lambda table: sql.delete_jobs(ctx.q, fenced=bool(fences), table=table),
-        every,
-        **_fence_values(plain, fences),
-    )
+    every, rows = await _fenced_command(ctx, name, ids, sql.delete_jobs)
     retained = sum(1 for r in rows if r["retained"])
     await reduce_cached_counts(ctx, name, retained=retained, total=retained)
     return _result(every, [r["id"] for r in rows])
@@ -499,15 +505,7 @@ async def delete_job(ctx: Context, name: str, ids: Ids) -> CommandResult:
 async def touch(ctx: Context, name: str, ids: Ids) -> CommandResult:
     """Refresh the heartbeat of active jobs; ``ids`` of the result are those refreshed
     (a job missing from it is no longer active, or no longer in that attempt)."""
-    queue_name(name)
-    every, plain, fences = _ids(ids)
-    rows = await _run_command(
-        ctx,
-        name,
-        lambda table: sql.touch_jobs(ctx.q, fenced=bool(fences), table=table),
-        every,
-        **_fence_values(plain, fences),
-    )
+    every, rows = await _fenced_command(ctx, name, ids, sql.touch_jobs)
     return _result(every, [r["id"] for r in rows])
 
 

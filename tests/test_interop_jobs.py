@@ -12,7 +12,6 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 import pytest_asyncio
 
 from qcore import backends, jobs, queues
@@ -22,16 +21,9 @@ from qcore.identifiers import quote
 from qcore.job import JobState
 from qcore.schema import install_or_migrate
 from qcore.sql.locks import notify_channel
-from tests.interop.pgboss import missing_tools, run_ok
+from tests.interop.pgboss import interop_marks, run_ok
 
-_MISSING = missing_tools()
-
-pytestmark = [
-    pytest.mark.feature("interop"),
-    pytest.mark.node,
-    pytest.mark.postgres,
-    pytest.mark.skipif(_MISSING is not None, reason=_MISSING or ""),
-]
+pytestmark = interop_marks()
 
 
 @pytest_asyncio.fixture

@@ -27,16 +27,9 @@ from qcore.identifiers import quote
 from qcore.schema import SCHEMA_VERSION, install_or_migrate, schema_version
 from tests.conftest import ADMIN_DSN, admin_execute, with_database
 from tests.interop import catalog
-from tests.interop.pgboss import missing_tools, run_ok
+from tests.interop.pgboss import interop_marks, run_ok
 
-_MISSING = missing_tools()
-
-pytestmark = [
-    pytest.mark.feature("interop"),
-    pytest.mark.node,
-    pytest.mark.postgres,
-    pytest.mark.skipif(_MISSING is not None, reason=_MISSING or ""),
-]
+pytestmark = interop_marks()
 
 POLICIES = ["standard", "short", "singleton", "stately", "exclusive", "key_strict_fifo"]
 # (qcore backend profile, pg-boss backend option, does the shape partition?)

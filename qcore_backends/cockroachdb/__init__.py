@@ -28,7 +28,6 @@ BACKEND = Backend(
         transactional_ddl=False,
         plpgsql_dynamic=False,
     ),
-    retryable_sqlstates=frozenset({"40001", "40P01"}),
     provisioning=ProvisioningSpec(
         image="cockroachdb/cockroach:v26.2.0",
         port=26257,

@@ -29,7 +29,6 @@ BACKEND = Backend(
         transactional_ddl=False,
         plpgsql_dynamic=True,
     ),
-    retryable_sqlstates=frozenset({"40001", "40P01"}),
     provisioning=ProvisioningSpec(
         image="yugabytedb/yugabyte:2025.2.0.0-b131",
         port=5433,

@@ -29,6 +29,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 __all__ = [
     "PACKAGE_FILES",
     "PgBossError",
@@ -156,3 +158,15 @@ def run_ok(command: Mapping[str, Any], *, timeout: float = 120.0) -> list[dict[s
         detail = failed[-1]["error"] if failed else result.get("errors")
         raise PgBossError(f"pg-boss failed: {json.dumps(detail)[:3000]}", result)
     return list(result["results"])
+
+
+def interop_marks() -> list[pytest.MarkDecorator]:
+    """The marks of a test module that runs the real pg-boss: its feature group, the
+    tools it needs, and a skip naming what is missing when Node.js or npm is not here."""
+    missing = missing_tools()
+    return [
+        pytest.mark.feature("interop"),
+        pytest.mark.node,
+        pytest.mark.postgres,
+        pytest.mark.skipif(missing is not None, reason=missing or ""),
+    ]
