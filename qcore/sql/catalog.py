@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 from qcore.backend import Backend
 from qcore.identifiers import quote
@@ -118,19 +119,26 @@ _BAM: list[_Column] = [
 ]
 
 
+#: pg-boss's defaults for a job's and a queue's lifetimes and retries (seconds)
+DEFAULT_RETRY_LIMIT = 2
+DEFAULT_EXPIRE_SECONDS = 900
+DEFAULT_RETENTION_SECONDS = 1_209_600  # 14 days
+DEFAULT_DELETION_SECONDS = 604_800  # 7 days
+_RETENTION_HOURS = DEFAULT_RETENTION_SECONDS // 3600
+
 _JOB: list[_Column] = [
     ("id", "uuid", True, "gen_random_uuid()"),
     ("name", "text", True, None),
     ("priority", "integer", True, "0"),
     ("data", "jsonb", False, None),
     ("state", "{S}.job_state", True, "'created'"),
-    ("retry_limit", "integer", True, "2"),
+    ("retry_limit", "integer", True, str(DEFAULT_RETRY_LIMIT)),
     ("retry_count", "integer", True, "0"),
     ("retry_delay", "integer", True, "0"),
     ("retry_backoff", "boolean", True, "false"),
     ("retry_delay_max", "integer", False, None),
-    ("expire_seconds", "integer", True, "900"),
-    ("deletion_seconds", "integer", True, "604800"),
+    ("expire_seconds", "integer", True, str(DEFAULT_EXPIRE_SECONDS)),
+    ("deletion_seconds", "integer", True, str(DEFAULT_DELETION_SECONDS)),
     ("singleton_key", "text", False, None),
     ("singleton_on", "timestamp without time zone", False, None),
     ("group_id", "text", False, None),
@@ -139,8 +147,13 @@ _JOB: list[_Column] = [
     ("created_on", "timestamptz", True, "now()"),
     ("started_on", "timestamptz", False, None),
     ("completed_on", "timestamptz", False, None),
-    # 14 days, written in hours so the catalog shows '336:00:00' as pg-boss's does
-    ("keep_until", "timestamptz", True, "now() + interval '336 hours'"),
+    # the retention, written in hours so the catalog shows '336:00:00' as pg-boss's does
+    (
+        "keep_until",
+        "timestamptz",
+        True,
+        f"now() + interval '{DEFAULT_RETENTION_SECONDS // 3600} hours'",
+    ),
     ("output", "jsonb", False, None),
     ("dead_letter", "text", False, None),
     ("policy", "text", False, None),
@@ -391,3 +404,13 @@ def _literal(text: str) -> str:
 def queue_stats_partition_name(day: dt.date) -> str:
     """The daily partition of ``queue_stats`` for a UTC day: ``queue_stats_YYYYMMDD``."""
     return f"queue_stats_{day:%Y%m%d}"
+
+
+#: a JSON recordset's type for each catalog type of the job table (the rest are the same)
+_RECORDSET_TYPES = {"{S}.job_state": "text", "timestamp without time zone": "timestamp"}
+
+#: the job table's columns in table order, with the type each has in a JSON recordset
+#: (the state enum travels as text and is cast where it is written)
+JOB_COLUMN_TYPES: Mapping[str, str] = MappingProxyType(
+    {name: _RECORDSET_TYPES.get(kind, kind) for name, kind, _, _ in _JOB}
+)

@@ -9,6 +9,10 @@ from qcore.backend import Backend
 from qcore.identifiers import quote
 from qcore.sql.catalog import (
     BASE_INDEXES,
+    DEFAULT_DELETION_SECONDS,
+    DEFAULT_EXPIRE_SECONDS,
+    DEFAULT_RETENTION_SECONDS,
+    DEFAULT_RETRY_LIMIT,
     POLICY_INDEXES,
     _job_constraint_defs,
     _literal,
@@ -111,13 +115,13 @@ def _queue_values(q: str, *, partition: str, table: str, notify: str) -> str:
     return f"""(
     queue_name,
     COALESCE(options->>'policy', 'standard'),
-    COALESCE((options->>'retryLimit')::integer, 2),
+    COALESCE((options->>'retryLimit')::integer, {DEFAULT_RETRY_LIMIT}),
     COALESCE((options->>'retryDelay')::integer, 0),
     COALESCE((options->>'retryBackoff')::boolean, false),
     (options->>'retryDelayMax')::integer,
-    COALESCE((options->>'expireInSeconds')::integer, 900),
-    COALESCE((options->>'retentionSeconds')::integer, 1209600),
-    COALESCE((options->>'deleteAfterSeconds')::integer, 604800),
+    COALESCE((options->>'expireInSeconds')::integer, {DEFAULT_EXPIRE_SECONDS}),
+    COALESCE((options->>'retentionSeconds')::integer, {DEFAULT_RETENTION_SECONDS}),
+    COALESCE((options->>'deleteAfterSeconds')::integer, {DEFAULT_DELETION_SECONDS}),
     COALESCE((options->>'warningQueueSize')::integer, 0),
     options->>'deadLetter',
     {partition},

@@ -22,7 +22,8 @@ work and tells an unknown queue apart, and nothing is written for one.
 
 from __future__ import annotations
 
-from qcore.sql.jobs.columns import FETCH_COLUMNS, JOB_COLUMN_TYPES, JOB_COLUMNS, REINSERT_COLUMNS
+from qcore.sql.catalog import JOB_COLUMN_TYPES
+from qcore.sql.jobs.columns import FETCH_COLUMNS, JOB_COLUMNS, REINSERT_COLUMNS
 from qcore.sql.jobs.fail import (
     expire_jobs,
     expire_remove,

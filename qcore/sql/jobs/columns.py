@@ -8,48 +8,13 @@ from collections.abc import Mapping
 
 from qcore.identifiers import quote
 from qcore.sql._statement import Params
-
-#: the job table's columns in table order, with the type each has in a JSON recordset
-JOB_COLUMN_TYPES: Mapping[str, str] = {
-    "id": "uuid",
-    "name": "text",
-    "priority": "integer",
-    "data": "jsonb",
-    "state": "text",  # the enum travels as text and is cast where it is written
-    "retry_limit": "integer",
-    "retry_count": "integer",
-    "retry_delay": "integer",
-    "retry_backoff": "boolean",
-    "retry_delay_max": "integer",
-    "expire_seconds": "integer",
-    "deletion_seconds": "integer",
-    "singleton_key": "text",
-    "singleton_on": "timestamp",
-    "group_id": "text",
-    "group_tier": "text",
-    "start_after": "timestamptz",
-    "created_on": "timestamptz",
-    "started_on": "timestamptz",
-    "completed_on": "timestamptz",
-    "keep_until": "timestamptz",
-    "output": "jsonb",
-    "dead_letter": "text",
-    "policy": "text",
-    "heartbeat_on": "timestamptz",
-    "heartbeat_seconds": "integer",
-    "blocked": "boolean",
-    "blocking": "boolean",
-    "pending_dependencies": "integer",
-    "source_name": "text",
-    "source_id": "uuid",
-    "source_created_on": "timestamptz",
-    "source_retry_count": "integer",
-    "source_output": "jsonb",
-    "source_root_id": "uuid",
-    "trace_context": "jsonb",
-    "upsert_by_key": "boolean",
-}
-
+from qcore.sql.catalog import (
+    DEFAULT_DELETION_SECONDS,
+    DEFAULT_EXPIRE_SECONDS,
+    DEFAULT_RETENTION_SECONDS,
+    DEFAULT_RETRY_LIMIT,
+    JOB_COLUMN_TYPES,
+)
 
 JOB_COLUMNS: tuple[str, ...] = tuple(JOB_COLUMN_TYPES)
 
@@ -97,16 +62,10 @@ _SEND_RECORD: Mapping[str, str] = {
 
 
 # Queue defaults (pg-boss's), used only if a queue row ever lacks a value.
-_DEFAULT_RETRY_LIMIT = 2
-
-
-_DEFAULT_EXPIRE_SECONDS = 900
-
-
-_DEFAULT_RETENTION_SECONDS = 1_209_600
-
-
-_DEFAULT_DELETION_SECONDS = 604_800
+_DEFAULT_RETRY_LIMIT = DEFAULT_RETRY_LIMIT
+_DEFAULT_EXPIRE_SECONDS = DEFAULT_EXPIRE_SECONDS
+_DEFAULT_RETENTION_SECONDS = DEFAULT_RETENTION_SECONDS
+_DEFAULT_DELETION_SECONDS = DEFAULT_DELETION_SECONDS
 
 
 def _now(q: str) -> str:

@@ -8,8 +8,8 @@ from functools import lru_cache
 
 from qcore.identifiers import quote
 from qcore.sql._statement import Params, Statement
+from qcore.sql.catalog import JOB_COLUMN_TYPES
 from qcore.sql.jobs.columns import (
-    JOB_COLUMN_TYPES,
     JOB_COLUMNS,
     REINSERT_COLUMNS,
     _command,
