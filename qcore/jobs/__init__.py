@@ -1,0 +1,64 @@
+"""The job verbs: send and insert, fetch, and the commands that settle or move jobs.
+
+Each verb validates its input first (nothing is written for bad input), then
+runs statements built by :mod:`qcore.sql.jobs` for the context's backend:
+
+* fetch claims with ``FOR UPDATE SKIP LOCKED`` or, on engines without it,
+  with an unlocked read and an ``UPDATE`` that rechecks the state
+  (``FetchStrategy``);
+* fail is one statement of data-modifying CTEs, or the same effect as
+  several statements in one transaction with the retry backoff computed
+  here (``MutationStrategy``).
+
+Everything else is one statement on every backend. Statements outside a
+caller's transaction are run again on a retryable failure (``qcore.retry``);
+inside one they are the caller's to run again.
+
+Most verbs address the queue's own physical job table, as pg-boss does (no
+partition routing, no other partition planned or locked): its route, the
+policy and table read once per context and checked by every statement, so a
+queue deleted or recreated by another process is noticed and read again.
+
+Ids may be given as a UUID, its string, a :class:`~qcore.job.Job`, or a list
+of these. A ``Job`` fences the command on the attempt it was fetched in
+(``retry_count``): a worker whose claim lapsed cannot settle a newer attempt.
+"""
+
+from __future__ import annotations
+
+from qcore.jobs.claim import fetch
+from qcore.jobs.commands import cancel, complete, delete_job, resume, retry, touch
+from qcore.jobs.enqueue import insert, send, send_debounced, send_throttled
+from qcore.jobs.failing import (
+    EXPIRY_BATCH_SIZE,
+    HEARTBEAT_LOST,
+    TIMED_OUT,
+    ExpiryBatch,
+    expire,
+    fail,
+)
+from qcore.jobs.reads import find_jobs, get_job_by_id
+from qcore.jobs.routes import Ids
+
+__all__ = [
+    "EXPIRY_BATCH_SIZE",
+    "HEARTBEAT_LOST",
+    "TIMED_OUT",
+    "ExpiryBatch",
+    "Ids",
+    "cancel",
+    "complete",
+    "delete_job",
+    "expire",
+    "fail",
+    "fetch",
+    "find_jobs",
+    "get_job_by_id",
+    "insert",
+    "resume",
+    "retry",
+    "send",
+    "send_debounced",
+    "send_throttled",
+    "touch",
+]

@@ -1,0 +1,79 @@
+"""The claim: ``fetch`` takes the next ready jobs of a queue."""
+
+from __future__ import annotations
+
+from typing_extensions import Unpack
+
+from qcore import retry as retrying
+from qcore.backend import FetchStrategy
+from qcore.context import Context, QueueRoute
+from qcore.errors import UniqueViolation
+from qcore.job import Job
+from qcore.jobs.routes import _routed
+from qcore.options import (
+    FetchOptions,
+    fetch_options,
+    queue_name,
+)
+from qcore.sql import jobs as sql
+
+
+async def fetch(ctx: Context, name: str, **options: Unpack[FetchOptions]) -> list[Job]:
+    """Claim up to ``batch_size`` ready jobs (now active), returned in claim order:
+    highest priority first, then oldest (``created_on``), as the fetch index holds
+    them, so a claim costs the same on a long queue as on a short one. Jobs of one
+    insert are claimed in the order they were given; jobs sharing a ``created_on``
+    (a pg-boss batch, sends in one transaction) in the index's order, as pg-boss
+    claims them. A batch comes back sorted by those keys, then by id.
+
+    ``priority=False`` ignores priority (and sorts every ready job: slower on a
+    long queue); ``order_by_created_on=False`` takes any jobs of the highest
+    priority (the cheapest claim). The queue's policy applies: key_strict_fifo
+    hands out only the head job of each key, and none of a key with a job
+    active, in retry or failed; singleton and stately hand out nothing for a key
+    with an active job and at most one job per key per batch.
+    ``ignore_start_after`` also takes jobs deferred to later. A fetch that lost
+    a race on a policy index returns [].
+    """
+    queue_name(name)
+    given = fetch_options(options)
+    batch_size: int = given["batch_size"]
+    priority: bool = given["priority"]
+    order_by_created_on: bool = given["order_by_created_on"]
+    include_metadata: bool = given["include_metadata"]
+    ignore_start_after: bool = given["ignore_start_after"]
+    low, high = given["min_priority"], given["max_priority"]
+    skip_locked = ctx.backend.fetch is FetchStrategy.SKIP_LOCKED
+
+    async def attempt(route: QueueRoute) -> list[Job] | None:
+        statement = sql.fetch_jobs(
+            ctx.q,
+            skip_locked=skip_locked,
+            policy=route.policy,
+            priority=priority,
+            order_by_created_on=order_by_created_on,
+            ignore_start_after=ignore_start_after,
+            min_priority=low is not None,
+            max_priority=high is not None,
+            include_metadata=include_metadata,
+            table=route.table,
+        )
+        params = statement.bind(
+            queue=name,
+            policy=route.policy,
+            table=route.table,
+            limit=min(batch_size, 2**31 - 1),
+            min_priority=low,
+            max_priority=high,
+        )
+        try:
+            rows = await retrying.execute(ctx, statement.sql, params)
+        except UniqueViolation:
+            if ctx.db.in_transaction:  # the caller's transaction is aborted: theirs to handle
+                raise
+            return []  # another claimer took the key's slot first (singleton/stately index)
+        if not rows:
+            return None
+        return [Job.from_row(r) for r in rows if r["id"] is not None]
+
+    return await _routed(ctx, name, attempt)

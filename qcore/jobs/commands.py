@@ -1,0 +1,105 @@
+"""Commands on jobs by id: complete, cancel, resume, retry, delete, touch."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from qcore.context import Context
+from qcore.job import CommandResult
+from qcore.jobs.routes import Ids, _fence_values, _ids, _jsonb, _result, _run_command
+from qcore.options import (
+    normalize_output,
+    queue_name,
+)
+from qcore.queues import reduce_cached_counts
+from qcore.sql import jobs as sql
+from qcore.sql._statement import Statement
+from qcore.sql.locks import notify_channel
+
+
+async def complete(
+    ctx: Context, name: str, ids: Ids, data: Any = None, *, include_queued: bool = False
+) -> CommandResult:
+    """Mark active jobs completed, storing ``data`` as their output (a dict as it is,
+    anything else as ``{"value": data}``). ``include_queued`` completes queued jobs too."""
+    queue_name(name)
+    every, plain, fences = _ids(ids)
+    output = normalize_output(data)
+    rows = await _run_command(
+        ctx,
+        name,
+        lambda table: sql.complete_jobs(
+            ctx.q, fenced=bool(fences), include_queued=include_queued, table=table
+        ),
+        every,
+        output=_jsonb(output),
+        **_fence_values(plain, fences),
+    )
+    return _result(every, [r["id"] for r in rows])
+
+
+async def _fenced_command(
+    ctx: Context, name: str, ids: Ids, build: Callable[..., Statement]
+) -> tuple[list[uuid.UUID], list[dict[str, Any]]]:
+    """Run the command ``build(q, fenced=..., table=...)`` makes on jobs ``ids`` (fenced on
+    the attempts of the ``Job`` objects among them): the ids asked for, and the rows."""
+    queue_name(name)
+    every, plain, fences = _ids(ids)
+    rows = await _run_command(
+        ctx,
+        name,
+        lambda table: build(ctx.q, fenced=bool(fences), table=table),
+        every,
+        **_fence_values(plain, fences),
+    )
+    return every, rows
+
+
+async def cancel(ctx: Context, name: str, ids: Ids) -> CommandResult:
+    """Cancel jobs that are not finished yet (queued or active)."""
+    every, rows = await _fenced_command(ctx, name, ids, sql.cancel_jobs)
+    return _result(every, [r["id"] for r in rows])
+
+
+async def resume(ctx: Context, name: str, ids: Ids) -> CommandResult:
+    """Bring cancelled jobs back to created (they run no earlier than now)."""
+    queue_name(name)
+    every, _, _ = _ids(ids)
+    rows = await _run_command(ctx, name, lambda table: sql.resume_jobs(ctx.q, table=table), every)
+    retained = sum(1 for r in rows if r["retained"])
+    await reduce_cached_counts(ctx, name, retained=retained, total=0)
+    return _result(every, [r["id"] for r in rows])
+
+
+async def retry(ctx: Context, name: str, ids: Ids) -> CommandResult:
+    """Give failed jobs another attempt: back to retry, with one more allowed. On a
+    ``notify`` queue a job that is ready now wakes listening workers."""
+    queue_name(name)
+    every, _, _ = _ids(ids)
+    notify = ctx.backend.capabilities.listen_notify
+    channel = notify_channel(ctx.schema_spec) if notify else None
+    rows = await _run_command(
+        ctx,
+        name,
+        lambda table: sql.retry_jobs(ctx.q, notify=notify, table=table),
+        every,
+        channel=channel,
+    )
+    return _result(every, [r["id"] for r in rows])
+
+
+async def delete_job(ctx: Context, name: str, ids: Ids) -> CommandResult:
+    """Delete jobs, whatever their state."""
+    every, rows = await _fenced_command(ctx, name, ids, sql.delete_jobs)
+    retained = sum(1 for r in rows if r["retained"])
+    await reduce_cached_counts(ctx, name, retained=retained, total=retained)
+    return _result(every, [r["id"] for r in rows])
+
+
+async def touch(ctx: Context, name: str, ids: Ids) -> CommandResult:
+    """Refresh the heartbeat of active jobs; ``ids`` of the result are those refreshed
+    (a job missing from it is no longer active, or no longer in that attempt)."""
+    every, rows = await _fenced_command(ctx, name, ids, sql.touch_jobs)
+    return _result(every, [r["id"] for r in rows])

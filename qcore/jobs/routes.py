@@ -1,0 +1,103 @@
+"""What the job verbs share: the ids a command takes (with the attempts they fence),
+the route of a queue to its physical table, and running a command there."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+from qcore import retry as retrying
+from qcore.context import Context, QueueRoute
+from qcore.db import Json
+from qcore.errors import DatabaseError
+from qcore.job import CommandResult, Job
+from qcore.options import (
+    ids_and_fences,
+)
+from qcore.queues import missing_queue, queue_route
+from qcore.sql._statement import Statement
+
+T = TypeVar("T")
+
+
+#: what the commands accept as job ids
+Ids = uuid.UUID | str | Job | Iterable[uuid.UUID | str | Job]
+
+
+_CHECK_VIOLATION = "23514"
+
+
+_UNDEFINED_TABLE = "42P01"
+
+
+_FOREIGN_KEY_VIOLATION = "23503"
+
+
+_MAX_BATCH = 1_000_000
+
+
+async def _routed(
+    ctx: Context,
+    name: str,
+    attempt: Callable[[QueueRoute], Awaitable[T | None]],
+    *,
+    unchanged: T | None = None,
+) -> T:
+    """Run ``attempt`` with the queue's route (policy and job table, read once per
+    context). None back means no queue row matched that route, and a missing table
+    that the table is gone: the queue was deleted, or recreated elsewhere. The route
+    is read again (QueueNotFoundError if the queue is gone) and the attempt made once
+    more; where that finds the same route, ``unchanged`` is the answer if given."""
+    route = await queue_route(ctx, name)
+    for _ in range(2):
+        try:
+            result = await attempt(route)
+        except DatabaseError as exc:
+            if exc.sqlstate != _UNDEFINED_TABLE or ctx.db.in_transaction:
+                raise
+            result = None
+        if result is not None:
+            return result
+        ctx.routes.pop(name, None)
+        fresh = await queue_route(ctx, name)
+        if fresh == route and unchanged is not None:
+            return unchanged
+        route = fresh
+    raise missing_queue(name)
+
+
+def _ids(ids: object) -> tuple[list[uuid.UUID], list[uuid.UUID], list[str]]:
+    """Every distinct id, the unfenced ids, and the ``id:retry_count`` fences of Jobs."""
+    return ids_and_fences(ids)
+
+
+async def _run_command(
+    ctx: Context,
+    name: str,
+    build: Callable[[str], Statement],
+    every: list[uuid.UUID],
+    **values: Any,
+) -> list[dict[str, Any]]:
+    """Run a command built for the queue's job table (``build(table)``); its rows."""
+
+    async def attempt(route: QueueRoute) -> list[dict[str, Any]] | None:
+        statement = build(route.table)
+        params = statement.bind(queue=name, ids=every, table=route.table, **values)
+        rows = await retrying.execute(ctx, statement.sql, params)
+        return [r for r in rows if r["id"] is not None] if rows else None
+
+    return await _routed(ctx, name, attempt)
+
+
+def _result(every: list[uuid.UUID], ids: list[uuid.UUID]) -> CommandResult:
+    return CommandResult(requested=len(every), affected=len(ids), ids=ids)
+
+
+def _fence_values(plain: list[uuid.UUID], fences: list[str]) -> dict[str, Any]:
+    return {"plain_ids": plain, "fences": fences}
+
+
+def _jsonb(value: Any) -> Any:
+    """A parameter for a ``$n::jsonb``: SQL NULL for None, else the JSON value."""
+    return None if value is None else Json(value)
