@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from qcore.conformance.helpers import cut_connection
 from qcore.db.pglite import PGliteDatabase
 from qcore.errors import (
     ConfigError,
@@ -412,7 +413,7 @@ async def test_lost_connection_fails_once_then_reconnects_and_relistens(
         channel, lambda _ch, p: messages.append(p), lambda: reconnects.append(True)
     )
     try:
-        _cut_connection(db)
+        cut_connection(db)
         with pytest.raises(ConnectionLostError):
             await db.execute("SELECT 1")
         assert await db.execute("SELECT 2 AS two") == [{"two": 2}]
@@ -429,7 +430,7 @@ async def test_lost_connection_inside_a_transaction(db: PGliteDatabase) -> None:
     with pytest.raises(ConnectionLostError):
         async with db.transaction() as tx:
             await tx.execute(f"INSERT INTO {name} VALUES (1)")
-            _cut_connection(db)
+            cut_connection(db)
             await tx.execute(f"INSERT INTO {name} VALUES (2)")
     # the server rolled the open transaction back when the socket went away
     assert await db.execute(f"SELECT count(*) AS n FROM {name}") == [{"n": 0}]
@@ -440,17 +441,6 @@ async def test_close_then_use_is_an_error(pglite_server: PGliteServer) -> None:
     await database.close()
     with pytest.raises(ConnectionLostError, match="closed"):
         await database.execute("SELECT 1")
-
-
-def _cut_connection(db: PGliteDatabase) -> None:
-    """Break the adapter's socket as a network failure would (the server stays up)."""
-    conn = db._conn
-    assert conn is not None
-    sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    finally:
-        sock.close()
 
 
 async def _until(check: Any, timeout: float = 5.0) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import inspect
+import os
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -92,3 +94,16 @@ async def send(boss: Boss, name: str, data: Any = None, **options: Any) -> uuid.
     job_id = await boss.send(name, data, **options)
     assert job_id is not None
     return job_id
+
+
+def cut_connection(db: Any) -> None:
+    """Break the single connection of a PGlite adapter (through the capability guard, if
+    any) as a network failure would; the server stays up."""
+    inner = getattr(db, "inner", db)
+    conn = inner._conn
+    assert conn is not None
+    sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    finally:
+        sock.close()

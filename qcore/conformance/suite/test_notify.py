@@ -6,8 +6,6 @@ listen fall back to polling with one ``listen_notify_unavailable`` warning."""
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,6 +16,7 @@ import pytest_asyncio
 
 from qcore import Boss, jobs, queues
 from qcore.backend import Backend
+from qcore.conformance.helpers import cut_connection
 from qcore.conformance.provisioners import Provisioner
 from qcore.context import Context
 from qcore.db import Database
@@ -160,7 +159,7 @@ async def test_listener_comes_back_after_its_connection_dies(
     notifier, heard = listening
     await queues.create_queue(ctx, "loud", notify=True)
     if backend.capabilities.single_session:  # PGlite: one connection, the adapter's
-        _cut(ctx.db)
+        cut_connection(ctx.db)
         with pytest.raises(ConnectionLostError):
             await ctx.db.execute("SELECT 1")
     else:
@@ -271,15 +270,3 @@ def _terminate_listener(url: str, channel: str) -> int:
             [f"LISTEN %{channel}%"],
         ).fetchone()
     return int(row[0]) if row else 0
-
-
-def _cut(db: Any) -> None:
-    """Break PGlite's one socket as a network failure would (the server stays up)."""
-    inner = getattr(db, "inner", db)  # through the capability guard, if any
-    conn = inner._conn
-    assert conn is not None
-    sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    finally:
-        sock.close()
