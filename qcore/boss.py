@@ -180,6 +180,8 @@ class Boss(QueueAndJobVerbs):
         self._notifier: Notifier | None = None
         #: the background services start() started, in order (stop() stops them so)
         self._services: list[Service] = []
+        #: emits ``wip`` for this instance's workers
+        self._wip = WipReporter(self.events, self.worker_statuses)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -233,7 +235,7 @@ class Boss(QueueAndJobVerbs):
             monitor_interval_seconds=self.monitor_interval_seconds,
             enabled=self.supervise_enabled,
         )
-        services.append(self._supervisor)
+        services += [self._supervisor, self._wip]
         for service in services:  # stopped in the same order by stop()
             await service.start()
         self._services = services
@@ -430,8 +432,6 @@ class Boss(QueueAndJobVerbs):
 
     # -- workers ---------------------------------------------------------------------------
 
-    #: emits ``wip`` for this instance's workers (made by the first ``work()``)
-    _wip: WipReporter | None = None
     #: workers a stop() is stopping (a stop(graceful=False) meanwhile ends their wait)
     _halting: list[Worker] = []  # noqa: RUF012 (replaced, never mutated)
     #: workers stopped by ``off_work`` still finishing their handlers, with their stop()
@@ -461,8 +461,6 @@ class Boss(QueueAndJobVerbs):
         ``error`` on each poll and takes jobs once it does.
         """
         settings = WorkOptions(**options)
-        if self._wip is None:
-            self._wip = WipReporter(self.events, self.worker_statuses)
         worker = Worker(
             name,
             handler,
@@ -555,7 +553,7 @@ class Boss(QueueAndJobVerbs):
 
             task.add_done_callback(forget)
             stopping.append(task)
-        if chosen and self._wip is not None:
+        if chosen:
             self._wip.changed()
         if wait and stopping:
             await asyncio.gather(*stopping)
@@ -572,7 +570,7 @@ class Boss(QueueAndJobVerbs):
             await asyncio.gather(*(w.stop(graceful=graceful, timeout=timeout) for w in workers))
         finally:
             self._halting = []
-        if self._wip is not None and workers:
+        if workers:
             self._wip.flush([w.status() for w in workers])
 
     def _listening(self, queue: str) -> bool:

@@ -75,7 +75,7 @@ async def advisory_lock(
     if ctx.backend.lock is not LockStrategy.ADVISORY:
         return False
     if timeout is not None:
-        await tx.execute(sql.set_lock_timeout(timeout))
+        await tx.execute(sql.set_lock_timeout(timeout).sql)
     statement = sql.advisory_xact_lock
     await tx.execute(statement.sql, statement.bind(key=sql.lock_key_text(ctx.schema_spec, suffix)))
     return True

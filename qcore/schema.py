@@ -188,8 +188,8 @@ async def _check_before_install(
 async def _ensure_lock_table(ctx: Context, create_schema: bool) -> None:
     """The schema and qcore's lock table, before the first lease (idempotent statements)."""
     if create_schema:
-        await _apply(ctx, sql.DDL(sql.create_schema_if_missing(ctx.schema)))
-    await _apply(ctx, sql.DDL(lock_sql.create_lock_table(ctx.schema)))
+        await _apply(ctx, sql.create_schema_if_missing(ctx.schema))
+    await _apply(ctx, lock_sql.create_lock_table(ctx.schema))
 
 
 async def _apply(ctx: Context, step: sql.DDL) -> None:

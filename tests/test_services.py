@@ -14,6 +14,7 @@ from qcore.events import Events
 from qcore.services import Periodic, Service
 from qcore.services.monitor import Supervisor
 from qcore.services.notifier import Notifier
+from qcore.worker import WipReporter
 
 pytestmark = pytest.mark.feature("workers")
 
@@ -87,6 +88,6 @@ async def test_a_disabled_service_runs_only_explicit_passes() -> None:
 
 def test_the_boss_services_are_services() -> None:
     assert issubclass(Supervisor, Periodic)
-    for kind in (Supervisor, Notifier):
+    for kind in (Supervisor, Notifier, WipReporter):
         assert all(hasattr(kind, member) for member in ("name", "busy", "start", "stop"))
     assert isinstance(Counting(Events()), Service)

@@ -9,10 +9,11 @@ its parameter with it, without renumbering anything by hand.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Params", "Statement"]
+__all__ = ["DDL", "Params", "Statement"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,16 @@ class Statement:
         if missing:
             raise TypeError(f"missing statement parameter(s): {', '.join(missing)}")
         return [values[n] for n in self.params]
+
+
+@dataclass(frozen=True)
+class DDL:
+    """One schema-changing statement (no parameters: DDL is sent as a script); skipped
+    when ``skip_if`` — a probe :class:`Statement` and its values, answering one row with
+    a boolean ``present`` — says the object it creates is already there."""
+
+    sql: str
+    skip_if: tuple[Statement, Mapping[str, Any]] | None = None
 
 
 class Params:

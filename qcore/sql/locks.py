@@ -30,7 +30,7 @@ import hashlib
 import re
 
 from qcore.identifiers import quote, schema_name
-from qcore.sql._statement import Params, Statement
+from qcore.sql._statement import DDL, Params, Statement
 
 __all__ = [
     "INSTALL",
@@ -121,10 +121,11 @@ advisory_xact_lock = Statement(
 )
 
 
-def set_lock_timeout(seconds: float) -> str:
-    """Bound every lock wait of the current transaction (the same on every engine)."""
+def set_lock_timeout(seconds: float) -> Statement:
+    """Bound every lock wait of the current transaction (the same on every engine; SET
+    takes no parameters, so the milliseconds are an integer literal)."""
     millis = max(1, int(seconds * 1000))
-    return f"SET LOCAL lock_timeout = {millis}"
+    return Statement(f"SET LOCAL lock_timeout = {millis}")
 
 
 @functools.lru_cache(maxsize=64)  # on every send's path: hash once per schema
@@ -146,9 +147,9 @@ def lease_name(suffix: str = "") -> str:
     return suffix or "install"
 
 
-def create_lock_table(schema: str) -> str:
+def create_lock_table(schema: str) -> DDL:
     """qcore's lease table; idempotent, created by every backend (pg-boss ignores it)."""
-    return (
+    return DDL(
         f"CREATE TABLE IF NOT EXISTS {quote(schema)}.{quote(LOCK_TABLE)} ("
         " name text PRIMARY KEY,"
         " holder text NOT NULL,"

@@ -30,14 +30,11 @@ retargets a command by rewriting exactly that spelling.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
 
 from qcore.backend import Backend
 from qcore.errors import ConfigError
 from qcore.identifiers import quote
-from qcore.sql._statement import Statement
+from qcore.sql._statement import DDL
 from qcore.sql.catalog import (
     _ALL_INDEXES,
     _BAM,
@@ -108,19 +105,9 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class DDL:
-    """One install statement (no parameters: DDL is sent as a script); skipped when
-    ``skip_if`` — a probe :class:`Statement` and its values, answering one row with a
-    boolean ``present`` — says the object it creates is already there."""
-
-    sql: str
-    skip_if: tuple[Statement, Mapping[str, Any]] | None = None
-
-
-def create_schema_if_missing(schema: str) -> str:
+def create_schema_if_missing(schema: str) -> DDL:
     """The schema itself (skipped with create_schema=False); the same on every backend."""
-    return f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}"
+    return DDL(f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}")
 
 
 def _job_state(schema: str) -> DDL:
@@ -164,8 +151,8 @@ def install(
     else:
         steps = _install_single(backend, schema)
     if create_schema:
-        steps.insert(0, DDL(create_schema_if_missing(schema)))
-    steps.append(DDL(create_lock_table(schema)))
+        steps.insert(0, create_schema_if_missing(schema))
+    steps.append(create_lock_table(schema))
     steps.append(DDL(_install_version(schema)))
     return steps
 

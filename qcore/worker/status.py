@@ -68,7 +68,13 @@ class WorkerStatus:
 class WipReporter:
     """Emits ``wip`` (the status of every worker of a Boss) when a worker changes, at
     most once per ``interval`` seconds: the first change at once, later ones together
-    at the end of the interval, so the last state is always reported."""
+    at the end of the interval, so the last state is always reported.
+
+    A :class:`~qcore.services.base.Service` driven by changes, not by a clock: ``stop()``
+    drops a report still waiting for its interval (``flush`` gives the final one)."""
+
+    name = "wip"
+    busy = False  # a report is one emit: nothing runs between them
 
     def __init__(
         self,
@@ -82,6 +88,14 @@ class WipReporter:
         self._interval = WIP_INTERVAL_SECONDS if interval is None else interval
         self._last = -math.inf
         self._timer: asyncio.TimerHandle | None = None
+
+    async def start(self) -> None:
+        """Nothing to begin: reports follow the workers' changes."""
+
+    async def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def changed(self) -> None:
         """A worker changed: report now, or at the end of the current interval."""
