@@ -135,10 +135,6 @@ class EngineIdentity:
         return f"{text}, emulating {self.emulating}" if self.emulating else text
 
 
-#: the derived feature names ``with_capabilities`` accepts, and the strategy each sets
-_DERIVED: dict[str, Callable[[Backend, bool], Backend]] = {}
-
-
 @dataclass(frozen=True)
 class Backend:
     """One engine's profile. Instances are values: compare, hash and copy them freely."""
@@ -230,7 +226,8 @@ def _shape(name: str) -> Callable[[Backend, bool], Backend]:
     return switch
 
 
-_DERIVED.update(
+#: the derived feature names ``with_capabilities`` accepts, and the strategy each sets
+_DERIVED: dict[str, Callable[[Backend, bool], Backend]] = dict(
     skip_locked=lambda b, on: dataclasses.replace(
         b, fetch=FetchStrategy.SKIP_LOCKED if on else FetchStrategy.ATOMIC_UPDATE
     ),

@@ -38,12 +38,14 @@ from qcore.events import Events
 from qcore.identifiers import schema_name
 from qcore.job import Job
 from qcore.options import (
+    WORK_OPTIONS,
     FetchOptions,
     QueueOptions,
     ScheduledSendOptions,
     SendOptions,
     WorkArguments,
     check_batch_size,
+    known_only,
     queue_name,
 )
 from qcore.schema import install_or_migrate, is_installed, schema_version
@@ -486,12 +488,7 @@ class Boss(QueueAndJobVerbs):
         ... async def send_email(jobs): ...
         """
         queue_name(name)
-        unknown = sorted(set(options) - set(WorkArguments.__annotations__))
-        if unknown:
-            raise ValidationError(
-                f"handler(): unknown option {', '.join(unknown)}; it takes work()'s:"
-                f" {', '.join(WorkArguments.__annotations__)}"
-            )
+        known_only("work", options, WORK_OPTIONS)
         WorkOptions(**options)
 
         def register(function: Callable[[list[Job]], Any]) -> Callable[[list[Job]], Any]:

@@ -17,7 +17,7 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Final, TypedDict
 
 from qcore.errors import ValidationError
@@ -31,6 +31,7 @@ __all__ = [
     "MIN_HEARTBEAT_SECONDS",
     "QUEUE_OPTIONS",
     "SEND_OPTIONS",
+    "WORK_OPTIONS",
     "FetchOptions",
     "JobRecord",
     "QueueOptions",
@@ -45,6 +46,7 @@ __all__ = [
     "ids_and_fences",
     "job_id",
     "job_record",
+    "known_only",
     "normalize_output",
     "policy",
     "priority_bounds",
@@ -279,11 +281,7 @@ def queue_options(name: str, options: Mapping[str, Any], *, update: bool = False
     None is kept where it clears a setting (``retry_delay_max``,
     ``dead_letter``, ``heartbeat_seconds``).
     """
-    unknown = sorted(set(options) - set(QUEUE_OPTIONS))
-    if unknown:
-        raise ValidationError(
-            f"unknown queue option {', '.join(unknown)}; known: {', '.join(QUEUE_OPTIONS)}"
-        )
+    known_only("queue", options, QUEUE_OPTIONS)
     given = dict(options)
     cleared = {k for k, v in given.items() if v is None}
     if update:
@@ -377,6 +375,17 @@ class WorkArguments(FetchOptions, total=False):
 SEND_OPTIONS: Final = tuple(SendOptions.__annotations__)
 #: every option of a fetch
 FETCH_OPTIONS: Final = tuple(FetchOptions.__annotations__)
+#: every option of ``work`` (and ``handler``)
+WORK_OPTIONS: Final = tuple(WorkArguments.__annotations__)
+
+
+def known_only(kind: str, options: Iterable[str], known: Collection[str]) -> None:
+    """``ValidationError`` naming the ``kind`` options given that are not ``known``."""
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValidationError(
+            f"unknown {kind} option {', '.join(unknown)}; known: {', '.join(known)}"
+        )
 
 
 def _start_after(value: object) -> dict[str, Any]:
@@ -435,11 +444,7 @@ def job_record(data: Any = None, **options: Any) -> JobRecord:
     omitted so the statement inherits them from the queue (and an id left out is
     made by the server).
     """
-    unknown = sorted(set(options) - set(SEND_OPTIONS))
-    if unknown:
-        raise ValidationError(
-            f"unknown job option {', '.join(unknown)}; known: {', '.join(SEND_OPTIONS)}"
-        )
+    known_only("job", options, SEND_OPTIONS)
     given = {k: v for k, v in options.items() if v is not None}
     record: JobRecord = {"data": data}
     if not given:  # a payload alone (the bulk case): nothing more to check
@@ -511,11 +516,7 @@ FETCH_DEFAULTS: Final[Mapping[str, Any]] = {
 def fetch_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """A fetch's options, validated, with the defaults of those left out (one set of
     checks for ``fetch`` and ``work``)."""
-    unknown = sorted(set(options) - set(FETCH_OPTIONS))
-    if unknown:
-        raise ValidationError(
-            f"unknown fetch option {', '.join(unknown)}; known: {', '.join(FETCH_OPTIONS)}"
-        )
+    known_only("fetch", options, FETCH_OPTIONS)
     merged = {**FETCH_DEFAULTS, **options}
     check_batch_size(merged["batch_size"])
     for flag in ("priority", "order_by_created_on", "include_metadata", "ignore_start_after"):

@@ -128,3 +128,16 @@ def test_sync_boss_verbs_raise_the_same(pg_dsn: str) -> None:
                 boss.fetch("q", batch_size=0)
         finally:
             admin_execute(f"DROP SCHEMA {SCHEMA}_sync CASCADE", pg_dsn)
+
+
+def test_handler_registration_checks_its_options_at_once() -> None:
+    boss = Boss("postgresql://localhost/x", supervise=False)  # never started
+    with pytest.raises(ValidationError, match="unknown work option batchSize; known: batch_size"):
+        boss.handler("q", batchSize=10)  # type: ignore[call-arg]
+    with pytest.raises(ValidationError, match="batch_size"):
+        boss.handler("q", batch_size=0)
+    with pytest.raises(ValidationError, match="queue name"):
+        boss.handler("bad name!")
+    with pytest.raises(ValidationError, match="handler must be callable"):
+        boss.handler("q")(42)  # type: ignore[arg-type]
+    assert boss.handlers == []  # nothing registered by a refused call
