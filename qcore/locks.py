@@ -113,8 +113,8 @@ class Lease:
         self._renewal = _Renewal(self, events)
 
     async def _run(self, statement: Statement, **values: Any) -> list[dict[str, Any]]:
-        """A lease statement on lease ``name`` of ``holder``, outside the caller's
-        transaction."""
+        """A lease statement on this lease (its ``name`` and ``holder``, which a statement
+        takes if it needs them), outside the caller's transaction."""
         return await _detached(
             retry.run(self.ctx, statement, name=self.name, holder=self.holder, **values)
         )
@@ -131,8 +131,7 @@ class Lease:
         delay = 0.02
         while not await self.try_acquire():
             if time.monotonic() >= deadline:
-                holder = sql.lease_holder(self.ctx.schema)
-                rows = await _detached(retry.run(self.ctx, holder, name=self.name))
+                rows = await self._run(sql.lease_holder(self.ctx.schema))
                 held = ""
                 if rows:
                     held = f" (held by {rows[0]['holder']} until {rows[0]['expires_on']})"
@@ -173,13 +172,7 @@ class _Renewal(Periodic):
 
     async def run_pass(self) -> bool:
         held = self.held
-        rows = await retry.run(
-            held.ctx,
-            sql.renew_lease(held.ctx.schema),
-            name=held.name,
-            holder=held.holder,
-            seconds=float(held.expiry),
-        )
+        rows = await held._run(sql.renew_lease(held.ctx.schema), seconds=float(held.expiry))
         if rows:
             return True
         held.lost = True
