@@ -11,6 +11,7 @@ Rows come back as plain dicts of plain values: jsonb decoded, ``uuid.UUID``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import Iterable, Sequence
@@ -56,13 +57,15 @@ def verbatim(text: str) -> str:
 def normalize_rows(
     rows: Iterable[dict[str, Any]], json_columns: Sequence[str] = ()
 ) -> list[dict[str, Any]]:
-    """Turn driver values into plain ones: JSON text of ``json_columns`` decoded,
-    UUID subclasses made ``uuid.UUID``, in place, recursing into arrays."""
+    """Turn driver values into plain ones: JSON text of ``json_columns`` decoded (text
+    that is not JSON left as it is), UUID subclasses made ``uuid.UUID``, in place,
+    recursing into arrays."""
     out = rows if isinstance(rows, list) else list(rows)
     for row in out:
         for key, value in row.items():
             if key in json_columns and isinstance(value, str):
-                row[key] = json.loads(value)
+                with contextlib.suppress(ValueError):
+                    row[key] = json.loads(value)
             elif value is not None and not isinstance(value, (str, int, float, dict)):
                 row[key] = _plain(value)
     return out

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -60,16 +59,13 @@ class CustomDatabase(Database):
 
     async def _execute(self, sql: str, params: Sequence[Any]) -> Rows:
         rows = await self._send(sql, params)
-        if not rows:
-            return rows
-        if self._json_as_text is None:
+        if rows and self._json_as_text is None:
             probe = await self._send(_PROBE, ())
             self._json_as_text = bool(probe) and isinstance(probe[0].get("probe"), str)
-        if self._json_as_text:
-            return _decoded(rows)
-        return rows
+        return normalize_rows(rows, JSON_COLUMNS if self._json_as_text else ())
 
     async def _send(self, sql: str, params: Sequence[Any]) -> Rows:
+        """One statement through the object; its rows as dicts, as the object gave them."""
         values = [dumps(v) if is_json(v) else v for v in params]
         try:
             if self._is_async:
@@ -96,7 +92,7 @@ class CustomDatabase(Database):
                 f" with .rows; got {type(result).__name__}",
                 statement=sql,
             )
-        return normalize_rows([dict(r) for r in rows])
+        return [dict(r) for r in rows]
 
     async def _execute_script(self, sql: str) -> None:
         await self._send(sql, ())
@@ -104,20 +100,6 @@ class CustomDatabase(Database):
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[Database]:
         yield _Joined(self)
-
-
-def _decoded(rows: Rows) -> Rows:
-    """The JSON columns of ``rows`` that arrived as JSON text, decoded (text that is
-    not JSON is left as it is)."""
-    for row in rows:
-        for column in JSON_COLUMNS:
-            value = row.get(column)
-            if isinstance(value, str):
-                try:
-                    row[column] = json.loads(value)
-                except ValueError:
-                    pass
-    return rows
 
 
 class _Joined(Bound):

@@ -209,7 +209,6 @@ class Supervisor(Periodic):
     ) -> None:
         super().__init__(events, interval_seconds, enabled=enabled)
         self._context = context
-        self._events = events
         self.monitor_interval_seconds = monitor_interval_seconds
 
     @property
@@ -221,14 +220,14 @@ class Supervisor(Periodic):
         """One pass now, not gated by the interval (see :func:`supervise`), after the
         one in flight; None, without running, once :meth:`stop` was called."""
         return await self.exclusive(
-            lambda: supervise(self._context(), name, events=self._events, stopping=self._stop_seen)
+            lambda: supervise(self._context(), name, events=self.events, stopping=self._stop_seen)
         )
 
     async def run_pass(self) -> None:
         await supervise(
             self._context(),
             monitor_interval_seconds=self.monitor_interval_seconds,
-            events=self._events,
+            events=self.events,
             stopping=self._stop_seen,
         )
 
