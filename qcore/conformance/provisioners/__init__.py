@@ -32,7 +32,6 @@ from qcore.conformance.provisioners.base import (  # noqa: F401
     dsn_env_var,
     dsn_from_env,
     engine_identity_of,
-    engine_version_of,
     to_url,
 )
 from qcore.conformance.provisioners.container import ContainerProvisioner, docker_available

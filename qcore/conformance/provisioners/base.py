@@ -125,15 +125,6 @@ def engine_identity_of(dsn: str) -> EngineIdentity:
     return identity_of(version, markers)
 
 
-def engine_version_of(dsn: str) -> str:
-    """``SELECT version()`` on ``dsn``."""
-    with psycopg.connect(
-        dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, prepare_threshold=None
-    ) as conn:
-        row = conn.execute("SELECT version()").fetchone()
-    return str(row[0]) if row else ""
-
-
 def _throwaway_name(prefix: str = "qcore_matrix") -> str:
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
 
@@ -172,7 +163,6 @@ class Provisioner(abc.ABC):
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self._url: str | None = None
-        self._version: str | None = None
         #: what the server said it is (while started)
         self.identity: EngineIdentity | None = None
         self._mutex = threading.RLock()
@@ -232,10 +222,10 @@ class Provisioner(abc.ABC):
 
     @property
     def engine_version(self) -> str:
-        """The engine's ``SELECT version()`` (queried once, while started)."""
-        if self._version is None:
-            self._version = engine_version_of(self.url)
-        return self._version
+        """The engine's ``SELECT version()``, as :meth:`start` read it (while started)."""
+        if self.identity is None:
+            raise RuntimeError(f"{self!r} is not started; call start() first")
+        return self.identity.version
 
     @property
     def emulated(self) -> bool:
