@@ -55,6 +55,7 @@ import pytest
 
 from qcore import backends as registry
 from qcore.backend import Backend, FetchStrategy, MutationStrategy
+from qcore.conformance import SUITE
 from qcore.conformance.markers import DEFAULT_FEATURE
 from qcore.conformance.provisioners import (
     LocalProvisioner,
@@ -293,8 +294,6 @@ def _get_backend(name: str, installed: list[str]) -> Backend:
 
 # --------------------------------------------------------------------------- collection
 
-_SUITE = Path(__file__).resolve().parent / "suite"
-
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> None:
@@ -304,7 +303,7 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
     if (
         inspect.iscoroutinefunction(obj)
         and path is not None
-        and Path(str(path)).resolve().parent == _SUITE
+        and Path(str(path)).resolve().parent == SUITE
         and not any(m.name == "asyncio" for m in getattr(obj, "pytestmark", []))
     ):
         pytest.mark.asyncio(obj)
