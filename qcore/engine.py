@@ -18,17 +18,15 @@ from qcore.db import Database
 from qcore.errors import QcoreError
 from qcore.sql import engine as sql
 
-__all__ = ["ENGINES", "EngineIdentity", "classify", "has_markers", "identify", "identity_of"]
-
-#: engine names :func:`classify` gives; ``unknown`` for anything else
-ENGINES = ("postgres", "cockroachdb", "yugabytedb", "citus", "pglite", "unknown")
+__all__ = ["EngineIdentity", "classify", "has_markers", "identify", "identity_of"]
 
 _YUGABYTE = re.compile(r"-YB-", re.IGNORECASE)
 _PGLITE = re.compile(r"emscripten|wasm32|pglite", re.IGNORECASE)
 
 
 def classify(version: str, markers: Mapping[str, str] | None = None) -> str:
-    """The engine name for a ``version()`` text and the catalog markers."""
+    """The engine name for a ``version()`` text and the catalog markers: postgres,
+    cockroachdb, yugabytedb, citus, pglite, or unknown for anything else."""
     markers = markers or {}
     if "cockroachdb" in version.lower():
         return "cockroachdb"
