@@ -31,6 +31,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 from qcore.boss import Boss
 from qcore.db import Database, adapt
 from qcore.errors import NotStartedError, QcoreError
+from qcore.tasks import cancel_and_wait
 from qcore.worker import WorkerStatus
 
 __all__ = ["SyncBoss"]
@@ -313,10 +314,7 @@ def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
         loop.run_forever()
     finally:
         try:
-            pending = asyncio.all_tasks(loop)
-            for task in pending:
-                task.cancel()
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(cancel_and_wait(asyncio.all_tasks(loop)))
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.run_until_complete(loop.shutdown_default_executor())
         finally:

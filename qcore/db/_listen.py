@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from qcore.db._base import Listener, OnMessage, OnReconnect, call
+from qcore.tasks import cancel_and_wait
 
 __all__ = ["ListenSession", "ReconnectingListener"]
 
@@ -80,13 +81,9 @@ class ReconnectingListener(Listener):
                     log.exception("on_reconnect callback failed")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        task, self._task = self._task, None
+        if task is not None:
+            await cancel_and_wait(task)
         if self._session is not None:
             await _quietly_close(self._session)
             self._session = None

@@ -32,6 +32,7 @@ from qcore.db._listen import deliver
 from qcore.db.psycopg import BoundConnection, map_error, run, run_script
 from qcore.errors import ConnectionLostError, QcoreError
 from qcore.identifiers import quote
+from qcore.tasks import cancel_and_wait
 
 __all__ = ["PGliteDatabase"]
 
@@ -252,11 +253,7 @@ class _InProcessListener(Listener):
         await self._db._unlisten(self)
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(task)
 
 
 async def _close_quietly(conn: Conn) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar, runtime_checkable
 
 from qcore.events import Events
+from qcore.tasks import cancel_and_wait
 
 __all__ = ["Periodic", "Service"]
 
@@ -141,9 +142,7 @@ class Periodic:
         self._stopping = True
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         running, self._pass = self._pass, None
         if running is not None and not running.done():
             with contextlib.suppress(asyncio.CancelledError):
