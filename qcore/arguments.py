@@ -59,19 +59,32 @@ def verb(*options: Any) -> Callable[[F], F]:
 Init = TypeVar("Init", bound=Callable[..., None])
 
 
-def constructor(init: Init) -> Init:
-    """Wrap an ``__init__``: arguments it does not take raise ``ConfigError`` (a bad
-    constructor option), naming what it takes, not ``TypeError``."""
-    signature = inspect.signature(init)
-    takes = ", ".join(list(signature.parameters)[1:])
+def constructor(*options: Any) -> Callable[[Init], Init]:
+    """Wrap an ``__init__``: arguments it does not take (beyond its named parameters and
+    the keys of the ``options`` TypedDicts its ``**options`` takes) raise ``ConfigError``
+    (a bad constructor option), naming what it takes, not ``TypeError``."""
 
-    @functools.wraps(init)
-    def call(self: Any, *args: Any, **kwargs: Any) -> None:
-        try:
-            signature.bind(self, *args, **kwargs)
-        except TypeError as exc:
-            why = str(exc).split("() ", 1)[-1]
-            raise ConfigError(f"{type(self).__name__}(): {why}; it takes: {takes}") from None
-        init(self, *args, **kwargs)
+    def decorate(init: Init) -> Init:
+        signature = inspect.signature(init)
+        parameters = list(signature.parameters.values())[1:]
+        named = [p.name for p in parameters if p.kind != p.VAR_KEYWORD]
+        extra = frozenset().union(*(_typed_dict_keys(o) for o in options))
+        takes = ", ".join(named + sorted(extra))
 
-    return call  # type: ignore[return-value]
+        def refuse(why: str, instance: Any) -> ConfigError:
+            return ConfigError(f"{type(instance).__name__}(): {why}; it takes: {takes}")
+
+        @functools.wraps(init)
+        def call(self: Any, *args: Any, **kwargs: Any) -> None:
+            try:
+                signature.bind(self, *args, **kwargs)
+            except TypeError as exc:
+                raise refuse(str(exc).split("() ", 1)[-1], self) from None
+            unknown = sorted(kwargs.keys() - set(named) - extra) if options else []
+            if unknown:
+                raise refuse(f"got an unexpected keyword argument {unknown[0]!r}", self)
+            init(self, *args, **kwargs)
+
+        return call  # type: ignore[return-value]
+
+    return decorate

@@ -24,7 +24,15 @@ from qcore.arguments import constructor, verb
 from qcore.backend import Backend, EngineIdentity, FetchStrategy, Server
 from qcore.coalescer import Coalescer
 from qcore.context import Context
-from qcore.db import Database, adapt, check_pool_options, connect
+from qcore.db import (
+    ADDRESS_OPTIONS,
+    ConnectionOptions,
+    Database,
+    adapt,
+    check_connection_options,
+    connect,
+    make_conninfo,
+)
 from qcore.engine import identify
 from qcore.errors import (
     ConfigError,
@@ -85,7 +93,7 @@ class Boss(QueueAndJobVerbs):
     #: the ``backend=`` value that picks the backend from the server's identity
     AUTO = "auto"
 
-    @constructor
+    @constructor(ConnectionOptions)
     def __init__(
         self,
         connection_string: str | None = None,
@@ -93,15 +101,6 @@ class Boss(QueueAndJobVerbs):
         backend: str | Backend = "postgres",
         db: Any = None,
         schema: str = "pgboss",
-        host: str | None = None,
-        port: int | None = None,
-        database: str | None = None,
-        user: str | None = None,
-        password: str | None = None,
-        ssl: bool | str | None = None,
-        max: int = 10,  # pg-boss's name for the pool size
-        application_name: str = "qcore",
-        connection_timeout: float = 10.0,
         migrate: bool = True,
         create_schema: bool = True,
         allow_schema_case_variant: bool = False,
@@ -110,6 +109,7 @@ class Boss(QueueAndJobVerbs):
         supervise_interval_seconds: float = 60.0,
         monitor_interval_seconds: float = 60.0,
         use_listen_notify: bool = False,
+        **connection: Unpack[ConnectionOptions],
     ) -> None:
         self._auto = backend == self.AUTO
         # with "auto", the default stands in until start() has read the server
@@ -117,13 +117,13 @@ class Boss(QueueAndJobVerbs):
         #: the server's identity, read by start()
         self.engine: EngineIdentity | None = None
         schema_name(schema)  # validate now: a bad name never reaches the database
-        options_given = any(v is not None for v in (host, port, database, user, password, ssl))
+        check_connection_options(dict(connection))
+        options_given = any(connection.get(k) is not None for k in ADDRESS_OPTIONS)
         if db is not None and (connection_string or options_given):
             raise ConfigError(
                 "give either db= (a connection you own) or a connection string / connection"
                 " options, not both"
             )
-        check_pool_options(max=max, connection_timeout=connection_timeout)
         embedded = self.backend.launcher is not None
         if self._auto and db is None and not connection_string and not options_given:
             raise ConfigError(
@@ -157,17 +157,7 @@ class Boss(QueueAndJobVerbs):
         self.create_schema = create_schema
         self.allow_schema_case_variant = allow_schema_case_variant
         self._connection_string = connection_string
-        self._connect_options: dict[str, Any] = dict(
-            host=host,
-            port=port,
-            database=database,
-            user=user,
-            password=password,
-            ssl=ssl,
-            max=max,
-            application_name=application_name,
-            connection_timeout=connection_timeout,
-        )
+        self._connect_options = connection
         self._given_db = adapt(db) if db is not None else None
         self._data_dir = data_dir
         self._db: Database | None = self._given_db
@@ -249,9 +239,8 @@ class Boss(QueueAndJobVerbs):
         identity = None
         if self._db is None:
             if self._auto:  # the adapter depends on the engine: look with one connection
-                probe = await connect(
-                    self._connection_string, **{**self._connect_options, "max": 1}
-                )
+                one: ConnectionOptions = {**self._connect_options, "max": 1}
+                probe = await connect(self._connection_string, **one)
                 try:
                     identity = await identify(probe)
                 finally:
@@ -340,16 +329,15 @@ class Boss(QueueAndJobVerbs):
     async def _open(self) -> Database:
         url = self._connection_string
         options = self._connect_options
-        has_options = any(options[k] is not None for k in ("host", "port", "database", "user"))
         if self.backend.capabilities.single_session:
-            if url is None and not has_options:
+            if url is None and not any(options.get(k) is not None for k in ADDRESS_OPTIONS):
                 assert self.backend.launcher is not None
                 launch = self.backend.launcher
                 self._server = launch(data_dir=self._data_dir).start()
                 url = self._server.url
             from qcore.db.pglite import PGliteDatabase
 
-            return await PGliteDatabase.connect(url or "")
+            return await PGliteDatabase.connect(url or make_conninfo(None, **options))
         return await connect(url, **options)
 
     # -- helpers ---------------------------------------------------------------------------

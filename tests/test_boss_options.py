@@ -53,3 +53,27 @@ async def test_verbs_before_start_say_so() -> None:
     boss = Boss(DSN)
     with pytest.raises(NotStartedError, match="not started"):
         boss.context()
+
+
+def test_work_options_dataclass_and_typed_dict_name_the_same_options() -> None:
+    """``WorkArguments`` types ``work(**options)``; ``WorkOptions`` holds their defaults
+    and validation: one may not gain an option the other lacks."""
+    from dataclasses import fields
+
+    from qcore.options import WORK_OPTIONS
+    from qcore.worker import WorkOptions
+
+    assert {f.name for f in fields(WorkOptions)} == set(WORK_OPTIONS)
+
+
+def test_connection_options_are_refused_the_same_by_boss_and_connect() -> None:
+    import asyncio
+
+    from qcore.db import connect
+
+    with pytest.raises(ConfigError, match="max must be a positive integer"):
+        Boss("postgresql://localhost/x", max=0)
+    with pytest.raises(ConfigError, match="max must be a positive integer"):
+        asyncio.run(connect("postgresql://localhost/x", max=0))
+    with pytest.raises(ConfigError, match="unknown connection option hots"):
+        asyncio.run(connect("postgresql://localhost/x", hots="h"))  # type: ignore[call-arg]

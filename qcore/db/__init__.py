@@ -9,14 +9,18 @@ opens a pool that qcore owns and closes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final, TypedDict
+
+from typing_extensions import Unpack
 
 from qcore.db._base import Bound, Database, Listener, OnMessage, OnReconnect, Rows
 from qcore.db._values import Json
 from qcore.errors import ConfigError, NotInstalledError
 
 __all__ = [
+    "CONNECTION_OPTIONS",
     "Bound",
+    "ConnectionOptions",
     "Database",
     "Json",
     "Listener",
@@ -24,7 +28,7 @@ __all__ = [
     "OnReconnect",
     "Rows",
     "adapt",
-    "check_pool_options",
+    "check_connection_options",
     "connect",
     "make_conninfo",
 ]
@@ -77,77 +81,85 @@ def adapt(obj: Any) -> Database:
     raise ConfigError(f"cannot use {type(obj).__name__} as a database; qcore accepts {ACCEPTED}")
 
 
+class ConnectionOptions(TypedDict, total=False):
+    """Keyword options of a pool qcore opens (``connect()``, ``Boss(...)``); each one given
+    wins over the connection string's setting. Unset: ``max`` 10 connections,
+    ``application_name`` "qcore", ``connection_timeout`` 10 s (0: wait for ever)."""
+
+    host: str | None
+    port: int | None
+    database: str | None
+    user: str | None
+    password: str | None
+    #: True → sslmode=require, False → disable, or a libpq sslmode by name
+    ssl: bool | str | None
+    #: the pool size (pg-boss's name for it)
+    max: int
+    application_name: str | None
+    connection_timeout: float
+
+
+#: every connection option, in declaration order
+CONNECTION_OPTIONS: Final = tuple(ConnectionOptions.__annotations__)
+#: the options that say where to connect (with none of them, a connection string must)
+ADDRESS_OPTIONS: Final = ("host", "port", "database", "user", "password", "ssl")
+DEFAULT_MAX = 10
+DEFAULT_CONNECTION_TIMEOUT = 10.0
+
+
 def make_conninfo(
-    connection_string: str | None = None,
-    *,
-    host: str | None = None,
-    port: int | None = None,
-    database: str | None = None,
-    user: str | None = None,
-    password: str | None = None,
-    ssl: bool | str | None = None,
-    application_name: str | None = "qcore",
-    connection_timeout: float | None = None,
+    connection_string: str | None = None, **options: Unpack[ConnectionOptions]
 ) -> str:
     """A libpq connection string from a URL/DSN and keyword options (options win)."""
     from psycopg.conninfo import make_conninfo as _make
 
-    options: dict[str, Any] = {
-        "host": host,
-        "port": port,
-        "dbname": database,
-        "user": user,
-        "password": password,
-        "application_name": application_name,
+    params: dict[str, Any] = {
+        "host": options.get("host"),
+        "port": options.get("port"),
+        "dbname": options.get("database"),
+        "user": options.get("user"),
+        "password": options.get("password"),
+        "application_name": options.get("application_name", "qcore"),
     }
+    ssl = options.get("ssl")
     if ssl is not None:
-        options["sslmode"] = ssl if isinstance(ssl, str) else ("require" if ssl else "disable")
-    if connection_timeout:
-        options["connect_timeout"] = max(1, int(connection_timeout))
+        params["sslmode"] = ssl if isinstance(ssl, str) else ("require" if ssl else "disable")
+    timeout = options.get("connection_timeout", DEFAULT_CONNECTION_TIMEOUT)
+    if timeout:
+        params["connect_timeout"] = max(1, int(timeout))
     try:
-        return _make(connection_string or "", **{k: v for k, v in options.items() if v is not None})
+        return _make(connection_string or "", **{k: v for k, v in params.items() if v is not None})
     except Exception as exc:
         raise ConfigError(f"invalid connection options: {exc}") from exc
 
 
-def check_pool_options(*, max: int, connection_timeout: float) -> None:
-    """Refuse a pool size or connect timeout that cannot work."""
-    if not isinstance(max, int) or isinstance(max, bool) or max < 1:
-        raise ConfigError(f"max must be a positive integer (pool size), got {max!r}")
-    if not isinstance(connection_timeout, (int, float)) or connection_timeout < 0:
-        raise ConfigError(f"connection_timeout must be >= 0 seconds, got {connection_timeout!r}")
+def check_connection_options(options: dict[str, Any]) -> None:
+    """Refuse an unknown connection option, or a pool size or timeout that cannot work."""
+    unknown = sorted(set(options) - set(CONNECTION_OPTIONS))
+    if unknown:
+        known = ", ".join(CONNECTION_OPTIONS)
+        raise ConfigError(f"unknown connection option {', '.join(unknown)}; known: {known}")
+    size = options.get("max", DEFAULT_MAX)
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise ConfigError(f"max must be a positive integer (pool size), got {size!r}")
+    timeout = options.get("connection_timeout", DEFAULT_CONNECTION_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise ConfigError(f"connection_timeout must be >= 0 seconds, got {timeout!r}")
 
 
 async def connect(
     connection_string: str | None = None,
     *,
     driver: str = "psycopg",
-    host: str | None = None,
-    port: int | None = None,
-    database: str | None = None,
-    user: str | None = None,
-    password: str | None = None,
-    ssl: bool | str | None = None,
-    max: int = 10,
-    application_name: str | None = "qcore",
-    connection_timeout: float = 10.0,
+    **options: Unpack[ConnectionOptions],
 ) -> Database:
     """Open a connection pool that qcore owns; ``close()`` on the result closes it."""
     if driver not in DRIVERS:
         raise ConfigError(f"unknown driver {driver!r}; qcore can open: {', '.join(DRIVERS)}")
-    check_pool_options(max=max, connection_timeout=connection_timeout)
-    conninfo = make_conninfo(
-        connection_string,
-        host=host,
-        port=port,
-        database=database,
-        user=user,
-        password=password,
-        ssl=ssl,
-        application_name=application_name,
-        connection_timeout=connection_timeout,
-    )
-    timeout = connection_timeout or 24 * 3600.0
+    check_connection_options(dict(options))
+    conninfo = make_conninfo(connection_string, **options)
+    size = options.get("max", DEFAULT_MAX)
+    timeout = options.get("connection_timeout", DEFAULT_CONNECTION_TIMEOUT) or 24 * 3600.0
     if driver == "asyncpg":
         try:
             from qcore.db.asyncpg import AsyncpgDatabase
@@ -155,7 +167,7 @@ async def connect(
             raise NotInstalledError(
                 "the asyncpg driver is not installed: pip install 'qcore[asyncpg]'"
             ) from exc
-        return await AsyncpgDatabase.connect(conninfo, max_size=max, timeout=timeout)
+        return await AsyncpgDatabase.connect(conninfo, max_size=size, timeout=timeout)
     from qcore.db.psycopg import PsycopgDatabase
 
-    return await PsycopgDatabase.connect(conninfo, max_size=max, timeout=timeout)
+    return await PsycopgDatabase.connect(conninfo, max_size=size, timeout=timeout)
