@@ -8,16 +8,22 @@ The per-backend fixtures (``backend``, ``provisioned``, ``db``, ``schema``, ``ct
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 from urllib.parse import quote
 
 import psycopg
 import pytest
+import pytest_asyncio
 from psycopg.conninfo import conninfo_to_dict
 
 from qcore import backends
 from qcore.conformance.provisioners import LocalProvisioner, NotAvailable
+from qcore.context import Context
+from qcore.db import connect
+from qcore.identifiers import quote as quote_identifier
+from qcore.schema import install_or_migrate
 
 ADMIN_DSN = os.environ.get("QCORE_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -63,3 +69,18 @@ def pg_dsn() -> Iterator[str]:
         yield provisioner.url
     finally:
         provisioner.stop()
+
+
+@pytest_asyncio.fixture
+async def shared(pg_dsn: str) -> AsyncIterator[Context]:
+    """A qcore Context on a fresh schema of the local PostgreSQL, installed by qcore: the
+    schema a test shares with the real pg-boss (``tests.interop.pgboss``)."""
+    db = await connect(pg_dsn, max=4)
+    schema = f"interop_{uuid.uuid4().hex[:10]}"
+    ctx = Context(db=db, backend=backends.get("postgres"), schema_spec=schema)
+    try:
+        await install_or_migrate(ctx)
+        yield ctx
+    finally:
+        await db.execute_script(f"DROP SCHEMA IF EXISTS {quote_identifier(schema)} CASCADE")
+        await db.close()

@@ -9,35 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest_asyncio
-
-from qcore import backends, jobs, queues
+from qcore import jobs, queues
 from qcore.context import Context
-from qcore.db import connect
-from qcore.identifiers import quote
 from qcore.job import JobState
-from qcore.schema import install_or_migrate
 from qcore.sql.locks import notify_channel
 from tests.interop.pgboss import interop_marks, run_ok
 
 pytestmark = interop_marks()
-
-
-@pytest_asyncio.fixture
-async def shared(pg_dsn: str) -> AsyncIterator[Context]:
-    """A qcore Context on a fresh schema of the local PostgreSQL, installed by qcore."""
-    db = await connect(pg_dsn, max=4)
-    schema = f"interop_{uuid.uuid4().hex[:10]}"
-    ctx = Context(db=db, backend=backends.get("postgres"), schema_spec=schema)
-    try:
-        await install_or_migrate(ctx)
-        yield ctx
-    finally:
-        await db.execute_script(f"DROP SCHEMA IF EXISTS {quote(schema)} CASCADE")
-        await db.close()
 
 
 def pgboss(dsn: str, ctx: Context, *actions: dict[str, Any]) -> list[Any]:

@@ -4,19 +4,17 @@ the listener's heartbeat on each driver, and a pg-boss producer waking a qcore n
 from __future__ import annotations
 
 import asyncio
-import uuid
 from typing import Any
 
 import pytest
 
-from qcore import backends, queues
+from qcore import queues
 from qcore.conformance.suite.test_notify import Heard
 from qcore.context import Context
 from qcore.db import connect
 from qcore.events import Events
-from qcore.identifiers import quote
-from qcore.schema import install_or_migrate
 from qcore.services.notifier import Notifier
+from tests.interop.pgboss import interop, run_ok
 
 
 @pytest.mark.postgres
@@ -46,7 +44,7 @@ async def test_listener_heartbeat_on_each_driver(
     listener = await db.listen("qcore_hb", lambda _c, p: heard.on_queue(p), heard.on_reconnect)
     try:
         if stale:
-            await asyncio.wait_for(heard.reconnected.wait(), 5)
+            await asyncio.wait_for(heard.reconnected.wait(), 30)
             monkeypatch.setattr(adapter, "_STILL_LISTENING", healthy)
             await asyncio.sleep(0.3)  # a reconnect under way settles on a healthy session
         else:
@@ -59,22 +57,12 @@ async def test_listener_heartbeat_on_each_driver(
         await db.close()
 
 
-@pytest.mark.feature("interop")
-@pytest.mark.node
-@pytest.mark.postgres
-async def test_a_pgboss_producer_wakes_a_qcore_notifier(pg_dsn: str) -> None:
-    from tests.interop.pgboss import missing_tools, run_ok
-
-    missing = missing_tools()
-    if missing:
-        pytest.skip(missing)
-    db = await connect(pg_dsn, max=2)
-    schema = f"interop_{uuid.uuid4().hex[:10]}"
-    ctx = Context(db=db, backend=backends.get("postgres"), schema_spec=schema)
+@interop
+async def test_a_pgboss_producer_wakes_a_qcore_notifier(pg_dsn: str, shared: Context) -> None:
+    ctx = shared
     heard = Heard()
     notifier = Notifier(ctx, Events(), on_queue=heard.on_queue, on_reconnect=heard.on_reconnect)
     try:
-        await install_or_migrate(ctx)
         await queues.create_queue(ctx, "from-node", notify=True)
         await queues.create_queue(ctx, "quiet")
         assert await notifier.start()
@@ -82,7 +70,7 @@ async def test_a_pgboss_producer_wakes_a_qcore_notifier(pg_dsn: str) -> None:
             run_ok,
             {
                 "connectionString": pg_dsn,
-                "schema": schema,
+                "schema": ctx.schema_spec,
                 "migrate": False,
                 "actions": [
                     {"op": "start"},
@@ -96,5 +84,3 @@ async def test_a_pgboss_producer_wakes_a_qcore_notifier(pg_dsn: str) -> None:
         assert name == "from-node"  # first: the earlier send to "quiet" notified nothing
     finally:
         await notifier.stop()
-        await db.execute_script(f"DROP SCHEMA IF EXISTS {quote(schema)} CASCADE")
-        await db.close()

@@ -27,15 +27,18 @@ import shutil
 import subprocess
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
+
+T = TypeVar("T")
 
 __all__ = [
     "PACKAGE_FILES",
     "PgBossError",
     "cache_dir",
     "ensure_installed",
+    "interop",
     "missing_tools",
     "run",
     "run_ok",
@@ -158,6 +161,14 @@ def run_ok(command: Mapping[str, Any], *, timeout: float = 120.0) -> list[dict[s
         detail = failed[-1]["error"] if failed else result.get("errors")
         raise PgBossError(f"pg-boss failed: {json.dumps(detail)[:3000]}", result)
     return list(result["results"])
+
+
+def interop(test: T) -> T:
+    """Mark one test as :func:`interop_marks` marks a whole module."""
+    marked: Any = test
+    for mark in interop_marks():
+        marked = mark(marked)
+    return marked  # type: ignore[no-any-return]
 
 
 def interop_marks() -> list[pytest.MarkDecorator]:
