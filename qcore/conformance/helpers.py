@@ -14,12 +14,15 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
 
 from qcore.boss import Boss
 from qcore.context import Context
 from qcore.job import Job, JobState
+
+B = TypeVar("B", bound=Boss)
 
 
 async def count(ctx: Context, table: str = "job", where: str = "true", *params: Any) -> int:
@@ -107,3 +110,13 @@ def cut_connection(db: Any) -> None:
         sock.shutdown(socket.SHUT_RDWR)
     finally:
         sock.close()
+
+
+@asynccontextmanager
+async def running(boss: B, *, stop_timeout: float = 30.0) -> AsyncIterator[B]:
+    """``boss`` started for the block and stopped after it (what a fixture yields)."""
+    await boss.start()
+    try:
+        yield boss
+    finally:
+        await boss.stop(timeout=stop_timeout)

@@ -610,10 +610,7 @@ if pytest_asyncio is not None:
         fresh schema; stopped after the test. It shares ``db``'s connection, so on a
         single-session engine (PGlite) the two never interleave."""
         from qcore import Boss
+        from qcore.conformance.helpers import running
 
-        instance = Boss(db=db, backend=backend, schema=schema)
-        await instance.start()
-        try:
+        async with running(Boss(db=db, backend=backend, schema=schema)) as instance:
             yield instance
-        finally:
-            await instance.stop()

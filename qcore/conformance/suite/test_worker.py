@@ -22,7 +22,7 @@ import pytest_asyncio
 from qcore import Boss, jobs
 from qcore import worker as worker_module
 from qcore.backend import Backend
-from qcore.conformance.helpers import job_state, send, settled, until
+from qcore.conformance.helpers import job_state, running, send, settled, until
 from qcore.db import Database
 from qcore.errors import ConfigError, NotStartedError
 from qcore.job import Job, JobState
@@ -37,12 +37,10 @@ pytestmark = pytest.mark.feature("workers")
 @pytest_asyncio.fixture
 async def wboss(db: Database, backend: Backend, schema: str) -> AsyncIterator[Boss]:
     """A started Boss on the test's adapter and schema, without the background monitor."""
-    boss = Boss(db=db, backend=backend, schema=schema, supervise=False)
-    await boss.start()
-    try:
+    async with running(
+        Boss(db=db, backend=backend, schema=schema, supervise=False), stop_timeout=2
+    ) as boss:
         yield boss
-    finally:
-        await boss.stop(timeout=2)
 
 
 def count_fetches(monkeypatch: pytest.MonkeyPatch) -> list[float]:

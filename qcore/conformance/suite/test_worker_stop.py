@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest_asyncio
 
 from qcore import Boss, jobs
 from qcore.backend import Backend
-from qcore.conformance.helpers import send, settled, until
+from qcore.conformance.helpers import running, send, settled, until
 from qcore.db import Database
 from qcore.errors import NotStartedError
 from qcore.job import Job, JobState
@@ -39,11 +40,8 @@ class CountingBoss(Boss):
 async def sboss(db: Database, backend: Backend, schema: str) -> AsyncIterator[CountingBoss]:
     """A started Boss without the background monitor."""
     boss = CountingBoss(db=db, backend=backend, schema=schema, supervise=False)
-    await boss.start()
-    try:
+    async with running(boss, stop_timeout=1):
         yield boss
-    finally:
-        await boss.stop(timeout=1)
 
 
 def stopped_count(boss: Boss) -> int:
@@ -175,16 +173,7 @@ async def test_a_job_claimed_as_the_stop_begins(
 async def test_a_hard_stop_fails_held_jobs_at_once_and_close_false_keeps_the_connection(
     sboss: Boss,
 ) -> None:
-    await sboss.create_queue("hard", retry_limit=0)
-    job_id = await send(sboss, "hard")
-    running = asyncio.Event()
-
-    async def handler(batch: list[Job]) -> None:
-        running.set()
-        await asyncio.sleep(30)
-
-    await sboss.work("hard", handler, polling_interval_seconds=0.5)
-    await asyncio.wait_for(running.wait(), 3)
+    job_id = await _a_job_running_for_30_seconds(sboss, "hard")
     begun = time.monotonic()
     await sboss.stop(graceful=False, timeout=60, close=False)
     assert time.monotonic() - begun < 20  # neither the timeout nor the 30 s handler
@@ -206,16 +195,7 @@ async def test_a_hard_stop_fails_held_jobs_at_once_and_close_false_keeps_the_con
 
 
 async def test_stop_bounds_workers_still_finishing_after_off_work(sboss: Boss) -> None:
-    await sboss.create_queue("retiring", retry_limit=0)
-    job_id = await send(sboss, "retiring")
-    running = asyncio.Event()
-
-    async def handler(batch: list[Job]) -> None:
-        running.set()
-        await asyncio.sleep(30)
-
-    await sboss.work("retiring", handler, polling_interval_seconds=0.5)
-    await asyncio.wait_for(running.wait(), 3)
+    job_id = await _a_job_running_for_30_seconds(sboss, "retiring")
     await sboss.off_work("retiring", wait=False)  # the handler goes on
     assert sboss.worker_statuses() == []
     await asyncio.sleep(0.05)
@@ -263,3 +243,19 @@ async def test_stop_without_start_ends_workers_registered_early(
     assert status.state == "active"
     await boss.stop()
     assert boss.worker_statuses() == [] and stopped == []  # nothing had started
+
+
+async def _a_job_running_for_30_seconds(boss: Boss, queue: str) -> uuid.UUID:
+    """Create ``queue`` (no retries), send a job and work it with a handler that sleeps
+    30 s; return once the handler runs."""
+    await boss.create_queue(queue, retry_limit=0)
+    job_id = await send(boss, queue)
+    running = asyncio.Event()
+
+    async def handler(batch: list[Job]) -> None:
+        running.set()
+        await asyncio.sleep(30)
+
+    await boss.work(queue, handler, polling_interval_seconds=0.5)
+    await asyncio.wait_for(running.wait(), 30)
+    return job_id
