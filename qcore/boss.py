@@ -10,8 +10,9 @@ transaction.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -20,6 +21,7 @@ from typing_extensions import Unpack
 
 from qcore import backends
 from qcore import jobs as job_ops
+from qcore import queues as queue_ops
 from qcore.arguments import constructor, verb
 from qcore.backend import Backend, EngineIdentity, FetchStrategy, Server
 from qcore.coalescer import Coalescer
@@ -56,10 +58,15 @@ from qcore.options import (
     known_only,
     queue_name,
 )
+from qcore.queues import missing_queue
 from qcore.schema import install_or_migrate, is_installed, schema_version
 from qcore.services import Service
+from qcore.services import queue_stats as stats
+from qcore.services.maintenance import Maintenance, Reindex
 from qcore.services.monitor import Supervisor
 from qcore.services.notifier import Notifier
+from qcore.services.queue_stats import QueueStats
+from qcore.services.warnings import WarningRecorder, slow_query_watch
 from qcore.verbs import QueueAndJobVerbs
 from qcore.worker import WipReporter, Worker, WorkerStatus, WorkOptions
 
@@ -108,6 +115,17 @@ class Boss(QueueAndJobVerbs):
         supervise: bool = True,
         supervise_interval_seconds: float = 60.0,
         monitor_interval_seconds: float = 60.0,
+        maintenance_interval_seconds: float = 86_400.0,
+        queue_cache_interval_seconds: float = 60.0,
+        warning_slow_query_seconds: float = 30.0,
+        warning_queue_size: int = 10_000,
+        persist_warnings: bool = False,
+        warning_retention_days: int | None = None,
+        persist_queue_stats: bool = False,
+        queue_stat_retention_days: int = 7,
+        reindex: bool | Mapping[str, float] = True,
+        reindex_interval_seconds: float = 86_400.0,
+        monitor_vacuum: bool = True,
         use_listen_notify: bool = False,
         **connection: Unpack[ConnectionOptions],
     ) -> None:
@@ -143,8 +161,28 @@ class Boss(QueueAndJobVerbs):
             ("supervise_interval_seconds", supervise_interval_seconds),
             ("monitor_interval_seconds", monitor_interval_seconds),
         ):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ConfigError(f"{option} must be a number of seconds > 0, got {value!r}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 1 <= value <= 86_400
+            ):
+                raise ConfigError(
+                    f"{option} must be a number of seconds from 1 to 86400, got {value!r}"
+                )
+        #: what a supervise pass does besides expiry (validated: ConfigError names the option)
+        self.maintenance = Maintenance(
+            maintenance_interval_seconds=maintenance_interval_seconds,
+            queue_cache_interval_seconds=queue_cache_interval_seconds,
+            warning_slow_query_seconds=warning_slow_query_seconds,
+            warning_queue_size=warning_queue_size,
+            persist_warnings=persist_warnings,
+            warning_retention_days=warning_retention_days,
+            persist_queue_stats=persist_queue_stats,
+            queue_stat_retention_days=queue_stat_retention_days,
+            reindex=Reindex.of(reindex),
+            reindex_interval_seconds=reindex_interval_seconds,
+            monitor_vacuum=monitor_vacuum,
+        )
         #: handlers registered with handler(), run by work_handlers()
         self.handlers: list[Handler] = []
         self.supervise_enabled = supervise
@@ -152,6 +190,8 @@ class Boss(QueueAndJobVerbs):
         self.monitor_interval_seconds = float(monitor_interval_seconds)
         self.use_listen_notify = use_listen_notify
         self.events = Events()
+        if persist_warnings:  # every warning, whoever raises it, also goes to the table
+            self.events.on("warning", WarningRecorder(self.context))
         self.schema = schema
         self.migrate = migrate
         self.create_schema = create_schema
@@ -225,6 +265,7 @@ class Boss(QueueAndJobVerbs):
             self.events,
             interval_seconds=self.supervise_interval_seconds,
             monitor_interval_seconds=self.monitor_interval_seconds,
+            settings=self.maintenance,
             enabled=self.supervise_enabled,
         )
         services += [self._supervisor, self._wip]
@@ -262,7 +303,12 @@ class Boss(QueueAndJobVerbs):
                 engine=identity.engine,
                 version=identity.version,
             )
-        ctx = Context(db=self._db, backend=self.backend, schema_spec=self.schema)
+        ctx = Context(
+            db=self._db,
+            backend=self.backend,
+            schema_spec=self.schema,
+            watch=slow_query_watch(self.events, self.maintenance.warning_slow_query_seconds),
+        )
         await install_or_migrate(
             ctx,
             migrate=self.migrate,
@@ -572,6 +618,58 @@ class Boss(QueueAndJobVerbs):
     def _wake_all(self) -> None:
         for worker in self._workers.values():
             worker.wake()
+
+    def is_maintaining(self) -> bool:
+        """Whether a supervise pass (background or :meth:`supervise`) is in flight."""
+        return self._supervisor is not None and self._supervisor.maintaining
+
+    @verb()
+    async def get_queue_stats(
+        self,
+        name: str,
+        *,
+        from_: dt.datetime | None = None,
+        to: dt.datetime | None = None,
+        limit: int = 1000,
+        bucket_seconds: int | None = None,
+        max_data_points: int | None = None,
+        aggregate: str = "max",
+        force: bool = False,
+        db: Any = None,
+    ) -> list[QueueStats]:
+        """Queue ``name``'s counts over time, newest first.
+
+        With ``persist_queue_stats``: the snapshots captured between ``from_`` and ``to``
+        (at most ``limit``, 1..100,000), raw or grouped in buckets of ``bucket_seconds``
+        or as many as ``max_data_points`` (gauges collapsed by ``aggregate``: max, min or
+        avg; counters summed). Without it: one snapshot, the counts cached on the queue
+        row, counted again first when older than ``queue_cache_interval_seconds`` (and
+        the supervise intervals) or, with ``force``, older than a minute.
+        """
+        ctx = self.context(db)
+        queue_name(name)
+        cached = None
+        if not self.maintenance.persist_queue_stats:
+            budget = max(
+                self.maintenance.queue_cache_interval_seconds,
+                self.monitor_interval_seconds,
+                self.supervise_interval_seconds,
+            )
+            cached = await stats.cached_stats(ctx, name, max_age_seconds=budget, force=force)
+        elif await queue_ops.get_queue(ctx, name) is not None:
+            return await stats.read_stats(
+                ctx,
+                name,
+                from_=from_,
+                to=to,
+                limit=limit,
+                bucket_seconds=bucket_seconds,
+                max_data_points=max_data_points,
+                aggregate=aggregate,
+            )
+        if cached is None:
+            raise missing_queue(name)
+        return [cached]
 
     @verb()
     async def supervise(self, name: str | None = None) -> None:

@@ -6,14 +6,18 @@ public facade and can be tested on their own.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from qcore.backend import Backend
 from qcore.db import Database
 from qcore.identifiers import quote, schema_name
 
-__all__ = ["Context", "QueueRoute"]
+__all__ = ["Context", "QueueRoute", "Watch"]
+
+#: ``watch(seconds, sql, values)``: one statement run, and how long it took
+Watch = Callable[[float, str, Sequence[Any]], None]
 
 
 class QueueRoute(NamedTuple):
@@ -41,6 +45,9 @@ class Context:
     #: queue name -> its route, as last read; statements built for a route check it
     #: against the queue row, so a queue deleted or recreated elsewhere is noticed
     routes: dict[str, QueueRoute] = field(default_factory=dict, compare=False, repr=False)
+    #: told how long each statement (or transaction) run through the retry policy took:
+    #: ``watch(seconds, sql, values)``; the ``Boss`` warns ``slow_query`` from it
+    watch: Watch | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         stored = schema_name(self.schema_spec)
@@ -54,5 +61,9 @@ class Context:
     def with_db(self, db: Database) -> Context:
         """The same context on another adapter (a caller's transaction, a bound connection)."""
         return Context(
-            db=db, backend=self.backend, schema_spec=self.schema_spec, routes=self.routes
+            db=db,
+            backend=self.backend,
+            schema_spec=self.schema_spec,
+            routes=self.routes,
+            watch=self.watch,
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -41,14 +42,26 @@ async def transaction(
         async with ctx.db.transaction() as tx:
             return await work(tx)
 
-    return await _retrying(ctx, once, attempts)
+    if ctx.watch is None:
+        return await _retrying(ctx, once, attempts)
+    started = time.monotonic()
+    try:
+        return await _retrying(ctx, once, attempts)
+    finally:
+        ctx.watch(time.monotonic() - started, f"transaction ({work.__qualname__})", ())
 
 
 async def execute(
     ctx: Context, sql: str, params: Sequence[Any] = (), *, attempts: int = ATTEMPTS
 ) -> Rows:
     """One statement, run again if it fails retryably."""
-    return await _retrying(ctx, lambda: ctx.db.execute(sql, params), attempts)
+    if ctx.watch is None:
+        return await _retrying(ctx, lambda: ctx.db.execute(sql, params), attempts)
+    started = time.monotonic()
+    try:
+        return await _retrying(ctx, lambda: ctx.db.execute(sql, params), attempts)
+    finally:
+        ctx.watch(time.monotonic() - started, sql, params)
 
 
 async def run(ctx: Context, statement: Statement, **values: Any) -> Rows:

@@ -18,8 +18,10 @@ one schema share the work:
    twice);
 4. ``monitor_on`` = now on the claimed queues.
 
-Maintenance (retention), cached stats, warnings and flows are not part of the pass
-yet.
+Between the claim and expiry, the claimed queues' counts are cached on their rows
+(:mod:`qcore.services.queue_stats`); after expiry, retention walks the chunk's
+queues under its own claim, and after every chunk the pass prunes warnings and
+snapshots (:mod:`qcore.services.maintenance`). Flows are not part of the pass yet.
 
 An explicit :func:`supervise` (``Boss.supervise()``) is not gated by the interval:
 it runs the pass now for every queue, or the one named, as a caller asking for a
@@ -37,9 +39,8 @@ and the loop goes on.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from itertools import groupby
 from typing import TypeVar
 
@@ -50,23 +51,24 @@ from qcore.db import Database
 from qcore.events import Events
 from qcore.options import queue_name
 from qcore.queues import missing_queue
+from qcore.services import maintenance, queue_stats
 from qcore.services.base import Periodic
+from qcore.services.maintenance import Maintenance
 from qcore.sql import monitor as sql
 
 __all__ = [
     "EXPIRY_LOCK_TIMEOUT_SECONDS",
-    "SLOW_QUERY_SECONDS",
     "MonitorResult",
     "Supervisor",
     "supervise",
 ]
 
 T = TypeVar("T")
+#: the pass as the Boss defaults run it
+DEFAULT_SETTINGS = Maintenance()
 
 #: how long an expiry batch waits for its advisory lock (pg-boss's lock_timeout)
 EXPIRY_LOCK_TIMEOUT_SECONDS = 30.0
-#: a monitor statement slower than this emits a ``slow_query`` warning (pg-boss's default)
-SLOW_QUERY_SECONDS = 30.0
 
 TIMEOUT_LOCK = "failJobsByTimeout"
 HEARTBEAT_LOCK = "failJobsByHeartbeat"
@@ -74,12 +76,17 @@ HEARTBEAT_LOCK = "failJobsByHeartbeat"
 
 @dataclass(frozen=True)
 class MonitorResult:
-    """What one pass did: the queues it claimed (and so worked on), and how many jobs it
-    failed for running past their expiry and for losing their heartbeat."""
+    """What one pass did: the queues it claimed for monitoring (and so worked on), and how
+    many jobs it failed for running past their expiry and for losing their heartbeat;
+    besides (not compared: an equality says what the monitor did), the queues whose
+    counts it cached and those retention walked, and the jobs retention deleted."""
 
     claimed: tuple[str, ...] = ()
     expired: int = 0
     heartbeat_lost: int = 0
+    cached: tuple[str, ...] = field(default=(), compare=False)
+    maintained: tuple[str, ...] = field(default=(), compare=False)
+    deleted: int = field(default=0, compare=False)
 
 
 def _never() -> bool:
@@ -91,60 +98,92 @@ async def supervise(
     name: str | None = None,
     *,
     monitor_interval_seconds: float | None = None,
+    maintenance_interval_seconds: float | None = None,
+    settings: Maintenance = DEFAULT_SETTINGS,
     batch_size: int = jobs.EXPIRY_BATCH_SIZE,
     events: Events | None = None,
     stopping: Callable[[], bool] = _never,
 ) -> MonitorResult:
-    """One monitor pass now, over every queue or the queue ``name`` (which must exist).
+    """One supervise pass now, over every queue or the queue ``name`` (which must exist):
+    per chunk of queues, the monitor (cached counts, backlog warnings, expiry, heartbeat
+    loss) and then retention; after the queues, the pruning of warnings and snapshots.
 
-    With ``monitor_interval_seconds`` (the background loop) only the queues whose
-    monitor claim is at least that old are worked on; without it (an explicit call)
-    every queue is. Expiry fails at most ``batch_size`` jobs per transaction.
-    ``events`` receives a ``slow_query`` warning for a statement slower than
-    :data:`SLOW_QUERY_SECONDS`. ``stopping`` is asked between steps; once it says yes
-    the pass ends (every finished batch stays committed).
+    With ``monitor_interval_seconds`` / ``maintenance_interval_seconds`` (the
+    background loop) only the queues whose claim of that step is at least that old
+    are worked on; without them (an explicit call) every queue is. Expiry fails at
+    most ``batch_size`` jobs per transaction. ``events`` receives the warnings.
+    ``stopping`` is asked between steps; once it says yes the pass ends (every
+    finished batch stays committed).
     """
     if name is not None:
         queue_name(name)
     listed = sql.monitor_queues(ctx.q, by_name=name is not None)
-    rows = await _timed(events, listed.sql, retry.run(ctx, listed, name=name))
+    rows = await retry.run(ctx, listed, name=name)
     if name is not None and not rows:
         raise missing_queue(name)
+    await maintenance.ensure_partitions(ctx, settings)
+    pass_seconds = max(monitor_interval_seconds or 0, maintenance_interval_seconds or 0)
     claimed: list[str] = []
-    expired = heartbeat_lost = 0
+    cached: list[str] = []
+    maintained: list[str] = []
+    expired = heartbeat_lost = deleted = 0
     for table, group in groupby(rows, key=lambda r: str(r["table_name"])):
         names = [str(r["name"]) for r in group]
         for start in range(0, len(names), sql.CLAIM_CHUNK_SIZE):
             if stopping():
                 break
             chunk = names[start : start + sql.CLAIM_CHUNK_SIZE]
-            mine = await _claim(ctx, chunk, monitor_interval_seconds, events)
-            if not mine:
-                continue
-            claimed += mine
-            for heartbeat in (False, True):
-                failed = await _expire(ctx, table, mine, heartbeat, batch_size, events, stopping)
-                if heartbeat:
-                    heartbeat_lost += failed
-                else:
-                    expired += failed
-            if stopping():
-                break
-            stamp = sql.stamp_monitored(ctx.q)
-            await _timed(events, stamp.sql, retry.run(ctx, stamp, names=mine))
-    return MonitorResult(tuple(sorted(claimed)), expired, heartbeat_lost)
+            mine = await _claim(ctx, chunk, monitor_interval_seconds)
+            if mine:
+                claimed += mine
+                cached += await queue_stats.cache_stats(
+                    ctx,
+                    table,
+                    mine,
+                    persist=settings.persist_queue_stats,
+                    warning_queue_size=settings.warning_queue_size,
+                    pass_seconds=pass_seconds,
+                    events=events,
+                )
+                for heartbeat in (False, True):
+                    failed = await _expire(ctx, table, mine, heartbeat, batch_size, stopping)
+                    if heartbeat:
+                        heartbeat_lost += failed
+                    else:
+                        expired += failed
+                if stopping():
+                    break
+                stamp = sql.stamp_monitored(ctx.q)
+                await retry.run(ctx, stamp, names=mine)
+            retention = await maintenance.retain(
+                ctx,
+                table,
+                chunk,
+                interval_seconds=maintenance_interval_seconds,
+                stopping=stopping,
+            )
+            maintained += retention.maintained
+            deleted += retention.deleted
+    if not stopping():
+        await maintenance.prune(ctx, settings, stopping=stopping)
+    return MonitorResult(
+        tuple(sorted(claimed)),
+        expired,
+        heartbeat_lost,
+        cached=tuple(sorted(cached)),
+        maintained=tuple(sorted(maintained)),
+        deleted=deleted,
+    )
 
 
-async def _claim(
-    ctx: Context, names: list[str], interval: float | None, events: Events | None
-) -> list[str]:
+async def _claim(ctx: Context, names: list[str], interval: float | None) -> list[str]:
     statement = sql.claim_monitor(
         ctx.q,
         gated=interval is not None,
         skip_locked=ctx.backend.fetch is FetchStrategy.SKIP_LOCKED,
     )
     params = statement.bind(names=names, seconds=interval)
-    rows = await _timed(events, statement.sql, retry.execute(ctx, statement.sql, params))
+    rows = await retry.execute(ctx, statement.sql, params)
     return sorted(str(r["name"]) for r in rows)
 
 
@@ -154,7 +193,6 @@ async def _expire(
     names: list[str],
     heartbeat: bool,
     batch_size: int,
-    events: Events | None,
     stopping: Callable[[], bool],
 ) -> int:
     """Expiry (or heartbeat loss) for queues of one table, a batch per transaction until
@@ -169,27 +207,11 @@ async def _expire(
 
     failed = 0
     while not stopping():
-        done = await _timed(events, f"expiry batch ({suffix})", retry.transaction(ctx, batch))
+        done = await retry.transaction(ctx, batch)
         failed += done.failed
         if done.picked < batch_size:
             break
     return failed
-
-
-async def _timed(events: Events | None, what: str, work: Awaitable[T]) -> T:
-    """Await ``work``; warn ``slow_query`` when it took over :data:`SLOW_QUERY_SECONDS`."""
-    started = time.monotonic()
-    result = await work
-    elapsed = time.monotonic() - started
-    if events is not None and elapsed > SLOW_QUERY_SECONDS:
-        events.warn(
-            "slow_query",
-            f"Warning: slow query ({elapsed:.1f} s). Your queues and/or database server"
-            " should be reviewed",
-            elapsed=elapsed,
-            sql=what,
-        )
-    return result
 
 
 class Supervisor(Periodic):
@@ -205,11 +227,13 @@ class Supervisor(Periodic):
         *,
         interval_seconds: float,
         monitor_interval_seconds: float,
+        settings: Maintenance = DEFAULT_SETTINGS,
         enabled: bool = True,
     ) -> None:
         super().__init__(events, interval_seconds, enabled=enabled)
         self._context = context
         self.monitor_interval_seconds = monitor_interval_seconds
+        self.settings = settings
 
     @property
     def maintaining(self) -> bool:
@@ -220,13 +244,21 @@ class Supervisor(Periodic):
         """One pass now, not gated by the interval (see :func:`supervise`), after the
         one in flight; None, without running, once :meth:`stop` was called."""
         return await self.exclusive(
-            lambda: supervise(self._context(), name, events=self.events, stopping=self._stop_seen)
+            lambda: supervise(
+                self._context(),
+                name,
+                settings=self.settings,
+                events=self.events,
+                stopping=self._stop_seen,
+            )
         )
 
     async def run_pass(self) -> None:
         await supervise(
             self._context(),
             monitor_interval_seconds=self.monitor_interval_seconds,
+            maintenance_interval_seconds=self.settings.maintenance_interval_seconds,
+            settings=self.settings,
             events=self.events,
             stopping=self._stop_seen,
         )

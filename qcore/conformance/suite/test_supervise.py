@@ -190,13 +190,14 @@ async def test_monitor_claim_gates_instances_sharing_a_schema(ctx: Context) -> N
 async def test_two_booted_instances_share_the_background_pass(
     db: Any, backend: Backend, schema: str
 ) -> None:
-    """Two Boss instances with fast background loops on one schema: each expired job is
-    failed once, and within the monitor interval neither works on the queue again."""
+    """Two Boss instances with fast background loops (every second, the shortest
+    interval allowed) on one schema: each expired job is failed once, and within the
+    monitor interval neither works on the queue again."""
     options: dict[str, Any] = dict(
         db=db,
         backend=backend,
         schema=schema,
-        supervise_interval_seconds=0.05,
+        supervise_interval_seconds=1,
         monitor_interval_seconds=3600,
     )
     # the expired job exists before either loop runs: a pass that claimed the queue
@@ -215,7 +216,7 @@ async def test_two_booted_instances_share_the_background_pass(
 
         [job] = await jobs.fetch(ctx, "q")
         await _age(ctx, job.id, "started_on", 3600)
-        await asyncio.sleep(0.4)  # several ticks of both loops
+        await asyncio.sleep(3.5)  # several ticks of both loops
         assert (await row(ctx, job.id))["state"] == "active"
         now = (await ctx.db.execute(f"SELECT monitor_claim_on FROM {ctx.q}.queue"))[0]
         assert now == claims

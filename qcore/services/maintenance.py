@@ -1,0 +1,250 @@
+"""Maintenance: the settings of the supervise pass, the retention walk, and the pruning
+of warnings and queue-stat snapshots.
+
+**Retention** works queue by queue, as pg-boss 12.38 does, so qcore and pg-boss
+instances on one schema share it: the queues of a chunk are claimed through
+``maintain_on`` (due once per ``maintenance_interval_seconds`` between all
+instances), and each claimed queue is walked one batch of 10,000 primary keys at a
+time, each batch one transaction under pg-boss's ``<table>deletion`` advisory lock
+(a lease backend relies on the claim: a batch only deletes rows still past
+retention, so two walks never delete twice). A job goes once it finished
+``deletion_seconds`` ago (``delete_after_seconds``; 0 keeps it), or once it was never
+started and its ``keep_until`` has passed (``retention_seconds`` after
+``start_after``). A walk that a stop or a failure ends early hands its claim back.
+
+**Pruning**, after the queues: persisted warnings older than
+``warning_retention_days``; snapshots older than ``queue_stat_retention_days`` (the
+partitioned shape drops whole daily partitions and creates today's and tomorrow's
+ahead; the single-table shape deletes in batches).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from qcore import locks, retry
+from qcore.backend import FetchStrategy
+from qcore.context import Context
+from qcore.db import Database
+from qcore.errors import ConfigError
+from qcore.sql import maintenance as sql
+
+__all__ = [
+    "MAINTENANCE_OPTIONS",
+    "Maintenance",
+    "Reindex",
+    "RetentionResult",
+    "prune",
+    "retain",
+]
+
+#: how long a retention batch waits for its advisory lock (pg-boss's lock_timeout)
+LOCK_TIMEOUT_SECONDS = 30.0
+DELETION_LOCK = "deletion"
+DAY_SECONDS = 86_400
+
+
+def _number(option: str, value: Any, low: float, high: float, *, integer: bool) -> None:
+    kind = "an integer" if integer else "a number"
+    ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float))
+    if not ok or not low <= value <= high:
+        raise ConfigError(f"{option} must be {kind} from {low:g} to {high:g}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Reindex:
+    """When a job index counts as bloated (pg-boss's thresholds): at least ``min_pages``
+    pages of 8 kB, fewer than ``max_entries_per_page`` live entries per page, at least
+    ``min_size_ratio`` times the size its entries need; never one over
+    ``max_index_bytes`` (the background rebuild's cap)."""
+
+    min_pages: int = 128
+    max_entries_per_page: float = 5.0
+    min_size_ratio: float = 4.0
+    max_index_bytes: int = 2**31
+
+    def __post_init__(self) -> None:
+        _number("reindex min_pages", self.min_pages, 0, 2**31 - 1, integer=True)
+        entries = self.max_entries_per_page
+        if isinstance(entries, bool) or not (isinstance(entries, (int, float)) and entries > 0):
+            raise ConfigError(f"reindex max_entries_per_page must be a number > 0, got {entries!r}")
+        _number("reindex min_size_ratio", self.min_size_ratio, 0, 1e9, integer=False)
+        _number("reindex max_index_bytes", self.max_index_bytes, 1, 2**63 - 1, integer=True)
+
+    @classmethod
+    def of(cls, value: object) -> Reindex | None:
+        """The ``reindex`` option: True (the defaults), False (None: no rebuilds), or a
+        mapping of thresholds."""
+        if value is True:
+            return cls()
+        if value is False:
+            return None
+        if isinstance(value, Mapping):
+            known = {f.name for f in fields(cls)}
+            unknown = sorted(set(value) - known)
+            if unknown:
+                raise ConfigError(
+                    f"unknown reindex option {', '.join(map(str, unknown))};"
+                    f" known: {', '.join(sorted(known))} (force is only for supervise())"
+                )
+            return cls(**value)
+        raise ConfigError(f"reindex must be True, False or a mapping of thresholds, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Maintenance:
+    """What a supervise pass does besides expiry, as the ``Boss`` options set it (the
+    seed's defaults and ranges; a bad value raises ``ConfigError`` naming it)."""
+
+    maintenance_interval_seconds: float = DAY_SECONDS
+    queue_cache_interval_seconds: float = 60.0
+    warning_slow_query_seconds: float = 30.0
+    warning_queue_size: int = 10_000
+    persist_warnings: bool = False
+    warning_retention_days: int | None = None
+    persist_queue_stats: bool = False
+    queue_stat_retention_days: int = 7
+    reindex: Reindex | None = field(default_factory=Reindex)
+    reindex_interval_seconds: float = DAY_SECONDS
+    monitor_vacuum: bool = True
+
+    def __post_init__(self) -> None:
+        for option in (
+            "maintenance_interval_seconds",
+            "queue_cache_interval_seconds",
+            "reindex_interval_seconds",
+        ):
+            _number(option, getattr(self, option), 1, DAY_SECONDS, integer=False)
+        _number(
+            "warning_slow_query_seconds",
+            self.warning_slow_query_seconds,
+            1,
+            DAY_SECONDS,
+            integer=False,
+        )
+        _number("warning_queue_size", self.warning_queue_size, 1, 2**31 - 1, integer=True)
+        if self.warning_retention_days is not None:
+            _number("warning_retention_days", self.warning_retention_days, 1, 365, integer=True)
+        _number("queue_stat_retention_days", self.queue_stat_retention_days, 1, 365, integer=True)
+        for option in ("persist_warnings", "persist_queue_stats", "monitor_vacuum"):
+            if not isinstance(getattr(self, option), bool):
+                raise ConfigError(f"{option} must be True or False, got {getattr(self, option)!r}")
+
+
+#: the Boss options :class:`Maintenance` holds (``reindex`` as given: see :meth:`Reindex.of`)
+MAINTENANCE_OPTIONS = tuple(f.name for f in fields(Maintenance))
+
+
+@dataclass(frozen=True)
+class RetentionResult:
+    """What a retention step did: the queues it walked to the end, and the jobs deleted."""
+
+    maintained: tuple[str, ...] = ()
+    deleted: int = 0
+
+
+def _skip_locked(ctx: Context) -> bool:
+    return ctx.backend.fetch is FetchStrategy.SKIP_LOCKED
+
+
+async def retain(
+    ctx: Context,
+    table: str,
+    names: list[str],
+    *,
+    interval_seconds: float | None,
+    stopping: Callable[[], bool],
+    batch_size: int = sql.RETENTION_BATCH_SIZE,
+) -> RetentionResult:
+    """Retention for the queues ``names`` of job table ``table``: claim the due ones
+    (all of them when ``interval_seconds`` is None), walk each, hand back the claim of
+    those not walked to the end."""
+    skip_locked = _skip_locked(ctx)
+    claim = sql.claim_maintenance(
+        ctx.q, gated=interval_seconds is not None, skip_locked=skip_locked
+    )
+    rows = await retry.run(ctx, claim, names=names, seconds=interval_seconds)
+    claimed = sorted(str(r["name"]) for r in rows)
+    claimed_on = rows[0]["claimed_on"] if rows else None
+    done: list[str] = []
+    deleted = 0
+    try:
+        for name in claimed:
+            if stopping():
+                break
+            finished, count = await _walk(ctx, table, name, batch_size, stopping)
+            deleted += count
+            if not finished:
+                break
+            done.append(name)
+    finally:
+        left = [n for n in claimed if n not in done]
+        if left:
+            release = sql.release_maintenance(ctx.q, skip_locked=skip_locked)
+            await retry.run(ctx, release, names=left, claimed_on=claimed_on)
+    return RetentionResult(tuple(done), deleted)
+
+
+async def _walk(
+    ctx: Context, table: str, name: str, batch_size: int, stopping: Callable[[], bool]
+) -> tuple[bool, int]:
+    """Walk queue ``name`` a batch of keys at a time; whether it got to the end, and how
+    many jobs it deleted (taken off the cached counts, even when cut short)."""
+    after: Any = None
+    deleted = retained = 0
+    finished = False
+    try:
+        while not stopping():
+            statement = sql.retention_batch(ctx.q, table, after=after is not None)
+
+            async def batch(tx: Database, statement: Any = statement, after: Any = after) -> Any:
+                await locks.advisory_lock(
+                    ctx, tx, table + DELETION_LOCK, timeout=LOCK_TIMEOUT_SECONDS
+                )
+                values = {"name": name, "batch": batch_size, "after": after}
+                rows = await tx.execute(statement.sql, statement.bind(**values))
+                return rows[0]
+
+            row = await retry.transaction(ctx, batch)
+            deleted += int(row["deleted"])
+            retained += int(row["deleted_retained"])
+            after = row["walk_cursor"]
+            if after is None:
+                finished = True
+                break
+    finally:
+        if deleted:
+            reduce = sql.reduce_counts(ctx.q)
+            await retry.run(ctx, reduce, name=name, retained=retained, deleted=deleted)
+    return finished, deleted
+
+
+async def prune(ctx: Context, settings: Maintenance, *, stopping: Callable[[], bool]) -> int:
+    """Delete warnings and queue-stat snapshots past their retention; the number of
+    snapshot rows deleted (a partition dropped counts as none: its rows are not read)."""
+    if settings.persist_warnings and settings.warning_retention_days:
+        await retry.run(ctx, sql.prune_warnings(ctx.q), days=settings.warning_retention_days)
+    if not settings.persist_queue_stats:
+        return 0
+    days = settings.queue_stat_retention_days
+    if ctx.backend.schema.partitioned:
+        await ctx.db.execute_script(sql.drop_old_queue_stats_partitions(ctx.q, ctx.schema, days))
+        return 0
+    deleted = 0
+    statement = sql.prune_queue_stats(ctx.q)
+    while not stopping():
+        rows = await retry.run(ctx, statement, days=days, batch=sql.RETENTION_BATCH_SIZE)
+        count = int(rows[0]["deleted"])
+        deleted += count
+        if count < sql.RETENTION_BATCH_SIZE:
+            break
+    return deleted
+
+
+async def ensure_partitions(ctx: Context, settings: Maintenance) -> None:
+    """Today's and tomorrow's ``queue_stats`` partitions, before a pass writes snapshots
+    (the partitioned shape with ``persist_queue_stats`` only)."""
+    if settings.persist_queue_stats and ctx.backend.schema.partitioned:
+        await ctx.db.execute_script(sql.ensure_queue_stats_partitions(ctx.q, ctx.schema))

@@ -1,0 +1,221 @@
+"""SQL for maintenance: the per-queue retention claim, the retention walk, and the
+pruning of warnings and queue-stat snapshots.
+
+The claim is pg-boss's (``maintain_on`` on the queue row, gated by
+``maintenanceIntervalSeconds``), so qcore and pg-boss instances on one schema delete
+each queue's expired jobs once per interval between them. The walk deletes one
+batch of primary keys at a time (pg-boss's shape: bounded by keys covered, not rows
+deleted), so no transaction holds more than a batch of row locks and workers keep
+claiming while it runs. The same text on every backend; only the partitioned shape
+has daily ``queue_stats`` partitions to create and drop.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from qcore.identifiers import quote
+from qcore.sql._statement import Params, Statement
+
+__all__ = [
+    "RETENTION_BATCH_SIZE",
+    "claim_maintenance",
+    "drop_old_queue_stats_partitions",
+    "ensure_queue_stats_partitions",
+    "insert_warning",
+    "prune_queue_stats",
+    "prune_warnings",
+    "reduce_counts",
+    "release_maintenance",
+    "retention_batch",
+]
+
+#: primary keys one retention batch covers (pg-boss's DELETION_BATCH_SIZE)
+RETENTION_BATCH_SIZE = 10_000
+#: the largest uuid: the walk's upper bound when fewer than a batch of keys are left
+_MAX_UUID = "ffffffff-ffff-ffff-ffff-ffffffffffff"
+#: the finished states the queue's ``retained_count`` counts
+_RETAINED = "state IN ('completed', 'cancelled')"
+
+
+def _utc_text(column: str) -> str:
+    # a timestamp as UTC ISO text, read back the same whatever the session's TimeZone
+    return f"to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+
+
+def _row_lock(skip_locked: bool) -> str:
+    # queue rows are locked in name order by every multi-row writer (no deadlock between
+    # instances); NO KEY UPDATE leaves the key-share lock of a job insert free
+    return "ORDER BY name FOR NO KEY UPDATE" + (" SKIP LOCKED" if skip_locked else "")
+
+
+@lru_cache(maxsize=8)
+def claim_maintenance(q: str, *, gated: bool = True, skip_locked: bool = False) -> Statement:
+    """Claim the queues ``names`` for a retention pass: ``maintain_on`` = now, rows
+    ``name, claimed_on`` (UTC text, for :func:`release_maintenance`). ``gated`` (the
+    background pass) takes only queues last claimed at least ``seconds`` ago (never:
+    due at once), as pg-boss's own claim does; an explicit pass claims them all."""
+    p = Params()
+    now = f"{q}.job_now()"
+    due = ""
+    if gated:
+        due = (
+            f" AND extract(epoch FROM ({now} - COALESCE(maintain_on, {now} - interval '1 week')))"
+            f" >= {p('seconds')}::float8"
+        )
+    sql = (
+        f"WITH due AS (SELECT name FROM {q}.queue WHERE name = ANY({p('names')}::text[]){due}"
+        f" {_row_lock(skip_locked)})"
+        f" UPDATE {q}.queue SET maintain_on = {now} FROM due WHERE queue.name = due.name"
+        f" RETURNING queue.name, {_utc_text('queue.maintain_on')} AS claimed_on"
+    )
+    return p.statement(sql)
+
+
+@lru_cache(maxsize=4)
+def release_maintenance(q: str, *, skip_locked: bool = False) -> Statement:
+    """Hand back the claim on queues ``names`` a pass did not finish (stopped or failed),
+    so the next pass takes them; a claim another instance made since (a different
+    ``claimed_on``) stays."""
+    p = Params()
+    sql = (
+        f"UPDATE {q}.queue SET maintain_on = NULL FROM (SELECT name FROM {q}.queue"
+        f" WHERE name = ANY({p('names')}::text[]) AND maintain_on = {p('claimed_on')}::timestamptz"
+        f" {_row_lock(skip_locked)}) r WHERE queue.name = r.name"
+    )
+    return p.statement(sql)
+
+
+@lru_cache(maxsize=64)
+def retention_batch(q: str, table: str, *, after: bool) -> Statement:
+    """Delete queue ``name``'s jobs past retention among its next ``batch`` primary keys
+    (after the cursor ``after`` when given): finished jobs ``deletion_seconds`` after
+    they finished, and jobs never started once ``keep_until`` has passed. One row:
+    ``walk_cursor`` (the batch's last key, null when the queue is done), ``deleted``,
+    and ``deleted_retained`` (of those, how many the queue's ``retained_count`` held)."""
+    p = Params()
+    t = f"{q}.{quote(table)}"
+    now = f"{q}.job_now()"
+    name = p("name")
+    cursor = f" AND id > {p('after')}::uuid" if after else ""
+    edge = (
+        f"SELECT id FROM {t} WHERE name = {name}::text{cursor}"
+        f" ORDER BY id OFFSET {p('batch')}::int - 1 LIMIT 1"
+    )
+    expired = (
+        f"((deletion_seconds > 0 AND completed_on + deletion_seconds * interval '1s' < {now})"
+        f" OR (state < 'active' AND keep_until < {now}))"
+    )
+    held = (
+        f"{_RETAINED} AND completed_on <= (SELECT retained_on FROM {q}.queue"
+        f" WHERE name = {name}::text)"
+    )
+    sql = (
+        f"WITH edge AS ({edge}),"
+        f" removed AS (DELETE FROM {t} WHERE name = {name}::text{cursor}"
+        f" AND id <= COALESCE((SELECT id FROM edge), '{_MAX_UUID}'::uuid) AND {expired}"
+        " RETURNING state, completed_on)"
+        " SELECT (SELECT id FROM edge) AS walk_cursor,"
+        " (SELECT count(*) FROM removed)::int AS deleted,"
+        f" (SELECT count(*) FROM removed WHERE {held})::int AS deleted_retained"
+    )
+    return p.statement(sql)
+
+
+@lru_cache(maxsize=4)
+def reduce_counts(q: str) -> Statement:
+    """Take what a retention walk deleted off queue ``name``'s cached counts at once:
+    ``retained`` off ``retained_count`` (when it is counted), ``deleted`` off
+    ``total_count``, as pg-boss does, rather than wait for the next stats pass."""
+    p = Params()
+    sql = (
+        f"UPDATE {q}.queue SET retained_count = CASE WHEN retained_count IS NULL THEN NULL"
+        f" ELSE GREATEST(retained_count - {p('retained')}::int, 0) END,"
+        f" total_count = GREATEST(total_count - {p('deleted')}::int, 0)"
+        f" WHERE name = {p('name')}::text"
+    )
+    return p.statement(sql)
+
+
+@lru_cache(maxsize=4)
+def insert_warning(q: str) -> Statement:
+    """Persist one warning: ``type``, ``message``, ``data`` (jsonb), created now."""
+    p = Params()
+    sql = (
+        f"INSERT INTO {q}.warning (type, message, data, created_on)"
+        f" VALUES ({p('type')}::text, {p('message')}::text, {p('data')}::jsonb, {q}.job_now())"
+    )
+    return p.statement(sql)
+
+
+@lru_cache(maxsize=4)
+def prune_warnings(q: str) -> Statement:
+    """Delete persisted warnings older than ``days`` days (same on every backend)."""
+    p = Params()
+    sql = (
+        f"DELETE FROM {q}.warning"
+        f" WHERE created_on < {q}.job_now() - {p('days')}::int * interval '1 day'"
+    )
+    return p.statement(sql)
+
+
+@lru_cache(maxsize=4)
+def prune_queue_stats(q: str) -> Statement:
+    """Delete at most ``batch`` queue-stat snapshots older than ``days`` days, oldest
+    first (the single-table shape, where no daily partition can be dropped). Rows
+    ``deleted``: a full batch means there may be more."""
+    p = Params()
+    sql = (
+        f"WITH batch AS (SELECT id FROM {q}.queue_stats"
+        f" WHERE captured_on < {q}.job_now() - {p('days')}::int * interval '1 day'"
+        f" ORDER BY captured_on, id LIMIT {p('batch')}::int),"
+        f" removed AS (DELETE FROM {q}.queue_stats WHERE id IN (SELECT id FROM batch) RETURNING 1)"
+        " SELECT (SELECT count(*) FROM removed)::int AS deleted"
+    )
+    return p.statement(sql)
+
+
+def _partitions_of_queue_stats(schema: str) -> str:
+    # the daily partitions, by name (queue_stats_YYYYMMDD, the name pg-boss gives them)
+    return (
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent"
+        " JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_namespace n ON n.oid = p.relnamespace"
+        f" WHERE n.nspname = {_literal(schema)} AND p.relname = 'queue_stats'"
+    )
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+@lru_cache(maxsize=8)
+def ensure_queue_stats_partitions(q: str, schema: str) -> str:
+    """Create the ``queue_stats`` partitions of today and tomorrow on the database clock
+    (UTC days) when missing (the partitioned shape only; one DO block)."""
+    return (
+        "DO $qcore$ DECLARE d date; part text; BEGIN"
+        " FOR i IN 0..1 LOOP"
+        f" d := ({q}.job_now() AT TIME ZONE 'UTC')::date + i;"
+        " part := 'queue_stats_' || to_char(d, 'YYYYMMDD');"
+        f" IF NOT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        f" WHERE n.nspname = {_literal(schema)} AND c.relname = part) THEN"
+        f" EXECUTE format('CREATE TABLE {q}.%I PARTITION OF {q}.queue_stats"
+        " FOR VALUES FROM (%L) TO (%L)', part, to_char(d, 'YYYY-MM-DD') || ' 00:00:00+00',"
+        " to_char(d + 1, 'YYYY-MM-DD') || ' 00:00:00+00');"
+        " END IF; END LOOP; END $qcore$"
+    )
+
+
+@lru_cache(maxsize=8)
+def drop_old_queue_stats_partitions(q: str, schema: str, days: int) -> str:
+    """Drop the daily ``queue_stats`` partitions of days more than ``days`` before today
+    on the database clock (the partitioned shape only; one DO block)."""
+    return (
+        "DO $qcore$ DECLARE r record; part_day date; BEGIN"
+        f" FOR r IN {_partitions_of_queue_stats(schema)} LOOP"
+        " IF substring(r.relname FROM 'queue_stats_(.*)$') ~ '^[0-9]{8}$' THEN"
+        " part_day := to_date(substring(r.relname FROM 'queue_stats_(.*)$'), 'YYYYMMDD');"
+        f" IF part_day < ({q}.job_now() AT TIME ZONE 'UTC')::date - {int(days)} THEN"
+        f" EXECUTE 'DROP TABLE IF EXISTS {q}.' || quote_ident(r.relname);"
+        " END IF; END IF; END LOOP; END $qcore$"
+    )
