@@ -120,3 +120,12 @@ async def running(boss: B, *, stop_timeout: float = 30.0) -> AsyncIterator[B]:
         yield boss
     finally:
         await boss.stop(timeout=stop_timeout)
+
+
+async def set_clock(ctx: Context, ahead_seconds: float) -> None:
+    """Run the schema's clock ``ahead_seconds`` ahead of the server's (0: in step again):
+    every qcore and pg-boss statement reads the time from it, so retention, stats and
+    partitions see the future without a sleep."""
+    from qcore.sql.functions import set_clock as clock_ddl
+
+    await ctx.db.execute_script(clock_ddl(ctx.q, ahead_seconds))

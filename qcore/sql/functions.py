@@ -20,12 +20,22 @@ from qcore.sql.catalog import (
 )
 
 
-def _job_now(q: str) -> str:
-    # the one clock every statement reads (a test clock may replace the body); same everywhere
+def _job_now(q: str, ahead_seconds: float = 0.0) -> str:
+    # the one clock every statement reads; same everywhere
+    body = (
+        "now()" if not ahead_seconds else f"now() + {float(ahead_seconds)!r} * interval '1 second'"
+    )
     return (
         f"CREATE OR REPLACE FUNCTION {q}.job_now() RETURNS timestamptz"
-        " LANGUAGE sql STABLE AS $qcore$ SELECT now() $qcore$"
+        f" LANGUAGE sql STABLE AS $qcore$ SELECT {body} $qcore$"
     )
+
+
+def set_clock(q: str, ahead_seconds: float) -> str:
+    """Make the schema's clock (``job_now()``, which every qcore and pg-boss statement
+    reads) run ``ahead_seconds`` ahead of the server's (0: back to the server's): the
+    controllable clock of tests that are about time."""
+    return _job_now(q, ahead_seconds)
 
 
 def _job_table_format(q: str) -> str:
