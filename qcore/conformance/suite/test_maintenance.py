@@ -16,6 +16,7 @@ from qcore.conformance.helpers import count, running, set_clock
 from qcore.context import Context
 from qcore.errors import ConfigError
 from qcore.job import POLICIES
+from qcore.options import QueueOptions
 from qcore.services import maintenance
 from qcore.services.maintenance import Maintenance
 from qcore.supervisor import supervise
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.feature("maintenance")
 
 #: the queue settings of the retention cases: finished jobs go a minute after they
 #: finished, jobs never started an hour after they could have
-RETENTION = {"retention_seconds": 3600, "delete_after_seconds": 60}
+RETENTION: QueueOptions = {"retention_seconds": 3600, "delete_after_seconds": 60}
 
 
 async def _jobs_in_every_state(ctx: Context, queue: str) -> dict[str, uuid.UUID]:
@@ -33,6 +34,7 @@ async def _jobs_in_every_state(ctx: Context, queue: str) -> dict[str, uuid.UUID]
     ids = await jobs.insert(
         ctx, queue, [{"singleton_key": f"k{i}", "data": {"i": i}} for i in range(6)]
     )
+    assert ids is not None
     names = ["completed", "cancelled", "failed", "created", "retry", "active"]
     by_state = dict(zip(names, ids, strict=True))
     for state in ("completed", "cancelled", "failed"):
@@ -67,7 +69,14 @@ async def test_retention_deletes_exactly_what_is_due(
 ) -> None:
     if partition and not backend.schema.partitioned:
         pytest.skip(f"the {backend.name} backend keeps every queue in one table (no partitions)")
-    await queues.create_queue(ctx, "q", policy=policy, partition=partition, **RETENTION)
+    await queues.create_queue(
+        ctx,
+        "q",
+        policy=policy,
+        partition=partition,
+        retention_seconds=3600,
+        delete_after_seconds=60,
+    )
     await queues.create_queue(ctx, "keep", policy=policy, retention_seconds=3600)
     due = await _jobs_in_every_state(ctx, "q")
     kept = await _jobs_in_every_state(ctx, "keep")  # delete_after_seconds=0: kept when done
