@@ -47,6 +47,8 @@ from qcore.errors import (
 from qcore.events import Events
 from qcore.identifiers import schema_name
 from qcore.job import Job
+from qcore.ops.reindex import Reindex, reindex_commands
+from qcore.ops.reindex import thresholds as reindex_thresholds
 from qcore.options import (
     WORK_OPTIONS,
     FetchOptions,
@@ -62,7 +64,7 @@ from qcore.queues import missing_queue
 from qcore.schema import install_or_migrate, is_installed, schema_version
 from qcore.services import Service
 from qcore.services import queue_stats as stats
-from qcore.services.maintenance import Maintenance, Reindex
+from qcore.services.maintenance import Maintenance
 from qcore.services.monitor import Supervisor
 from qcore.services.notifier import Notifier
 from qcore.services.queue_stats import QueueStats
@@ -672,15 +674,44 @@ class Boss(QueueAndJobVerbs):
         return [cached]
 
     @verb()
-    async def supervise(self, name: str | None = None) -> None:
-        """Run one monitor pass now, over every queue or the queue ``name``: fail active jobs
-        past their expiry or heartbeat (retried, failed or dead-lettered as any failure).
+    async def supervise(
+        self, name: str | None = None, *, reindex: bool | Mapping[str, Any] | None = None
+    ) -> None:
+        """Run one supervise pass now, over every queue or the queue ``name``: cached
+        counts and backlog warnings, expiry and heartbeat loss, retention, the pruning of
+        warnings and snapshots, and the index bloat check.
 
-        Not gated by ``monitor_interval_seconds`` (unlike the background pass and unlike
-        pg-boss): a pass you ask for runs. One pass runs at a time; a call waits for the
-        one in flight, and ``stop()`` waits for the call. After ``stop()`` it returns
-        without running.
+        The monitor and retention steps are not gated by their intervals (unlike the
+        background pass and unlike pg-boss): a pass you ask for runs. The index rebuild
+        keeps its shared ``reindex_interval_seconds``; ``reindex`` overrides it for
+        this pass: False (detection only), True, or thresholds (``min_pages``,
+        ``max_entries_per_page``, ``min_size_ratio``, ``max_index_bytes``) with
+        ``force=True`` to rebuild every job index now, bloated or not, whatever the
+        interval. One pass runs at a time; a call waits for the one in flight, and
+        ``stop()`` waits for the call. After ``stop()`` it returns without running.
         """
+        limits: Reindex | bool = True
+        force = False
+        if isinstance(reindex, bool):
+            limits = (self.maintenance.reindex or Reindex()) if reindex else False
+        elif reindex is not None:
+            if not isinstance(reindex, Mapping):
+                raise ValidationError(
+                    f"reindex must be True, False or a mapping of thresholds, got {reindex!r}"
+                )
+            limits, force = reindex_thresholds(reindex, self.maintenance.reindex)
         self.context()  # NotStartedError before start(), and after stop() closed the connection
         if self._supervisor is not None:  # None after stop(close=False): nothing runs
-            await self._supervisor.run(name)
+            await self._supervisor.run(name, reindex=limits, force=force)
+
+    @verb()
+    async def get_reindex_commands(self, **thresholds: Any) -> list[str]:
+        """The statements that would rebuild the bloated job indexes now, in the order to
+        run them (an invalid stub of an interrupted rebuild dropped first), each to run
+        outside a transaction; empty when nothing is bloated, and on a backend without
+        REINDEX. ``force=True`` lists every job index; ``min_pages``,
+        ``max_entries_per_page``, ``min_size_ratio`` change the bloat rule, and
+        ``max_index_bytes``, only when given, leaves out larger indexes."""
+        limits, force = reindex_thresholds(thresholds)
+        capped = "max_index_bytes" in thresholds
+        return await reindex_commands(self.context(), limits, force=force, capped=capped)

@@ -20,7 +20,7 @@ ahead; the single-table shape deletes in batches).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -29,12 +29,12 @@ from qcore.backend import FetchStrategy
 from qcore.context import Context
 from qcore.db import Database
 from qcore.errors import ConfigError
+from qcore.ops.reindex import Reindex, check_number
 from qcore.sql import maintenance as sql
 
 __all__ = [
     "MAINTENANCE_OPTIONS",
     "Maintenance",
-    "Reindex",
     "RetentionResult",
     "prune",
     "retain",
@@ -44,53 +44,6 @@ __all__ = [
 LOCK_TIMEOUT_SECONDS = 30.0
 DELETION_LOCK = "deletion"
 DAY_SECONDS = 86_400
-
-
-def _number(option: str, value: Any, low: float, high: float, *, integer: bool) -> None:
-    kind = "an integer" if integer else "a number"
-    ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float))
-    if not ok or not low <= value <= high:
-        raise ConfigError(f"{option} must be {kind} from {low:g} to {high:g}, got {value!r}")
-
-
-@dataclass(frozen=True)
-class Reindex:
-    """When a job index counts as bloated (pg-boss's thresholds): at least ``min_pages``
-    pages of 8 kB, fewer than ``max_entries_per_page`` live entries per page, at least
-    ``min_size_ratio`` times the size its entries need; never one over
-    ``max_index_bytes`` (the background rebuild's cap)."""
-
-    min_pages: int = 128
-    max_entries_per_page: float = 5.0
-    min_size_ratio: float = 4.0
-    max_index_bytes: int = 2**31
-
-    def __post_init__(self) -> None:
-        _number("reindex min_pages", self.min_pages, 0, 2**31 - 1, integer=True)
-        entries = self.max_entries_per_page
-        if isinstance(entries, bool) or not (isinstance(entries, (int, float)) and entries > 0):
-            raise ConfigError(f"reindex max_entries_per_page must be a number > 0, got {entries!r}")
-        _number("reindex min_size_ratio", self.min_size_ratio, 0, 1e9, integer=False)
-        _number("reindex max_index_bytes", self.max_index_bytes, 1, 2**63 - 1, integer=True)
-
-    @classmethod
-    def of(cls, value: object) -> Reindex | None:
-        """The ``reindex`` option: True (the defaults), False (None: no rebuilds), or a
-        mapping of thresholds."""
-        if value is True:
-            return cls()
-        if value is False:
-            return None
-        if isinstance(value, Mapping):
-            known = {f.name for f in fields(cls)}
-            unknown = sorted(set(value) - known)
-            if unknown:
-                raise ConfigError(
-                    f"unknown reindex option {', '.join(map(str, unknown))};"
-                    f" known: {', '.join(sorted(known))} (force is only for supervise())"
-                )
-            return cls(**value)
-        raise ConfigError(f"reindex must be True, False or a mapping of thresholds, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -116,18 +69,22 @@ class Maintenance:
             "queue_cache_interval_seconds",
             "reindex_interval_seconds",
         ):
-            _number(option, getattr(self, option), 1, DAY_SECONDS, integer=False)
-        _number(
+            check_number(option, getattr(self, option), 1, DAY_SECONDS, integer=False)
+        check_number(
             "warning_slow_query_seconds",
             self.warning_slow_query_seconds,
             1,
             DAY_SECONDS,
             integer=False,
         )
-        _number("warning_queue_size", self.warning_queue_size, 1, 2**31 - 1, integer=True)
+        check_number("warning_queue_size", self.warning_queue_size, 1, 2**31 - 1, integer=True)
         if self.warning_retention_days is not None:
-            _number("warning_retention_days", self.warning_retention_days, 1, 365, integer=True)
-        _number("queue_stat_retention_days", self.queue_stat_retention_days, 1, 365, integer=True)
+            check_number(
+                "warning_retention_days", self.warning_retention_days, 1, 365, integer=True
+            )
+        check_number(
+            "queue_stat_retention_days", self.queue_stat_retention_days, 1, 365, integer=True
+        )
         for option in ("persist_warnings", "persist_queue_stats", "monitor_vacuum"):
             if not isinstance(getattr(self, option), bool):
                 raise ConfigError(f"{option} must be True or False, got {getattr(self, option)!r}")

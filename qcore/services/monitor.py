@@ -49,6 +49,7 @@ from qcore.backend import FetchStrategy
 from qcore.context import Context
 from qcore.db import Database
 from qcore.events import Events
+from qcore.ops.reindex import Reindex, rebuild
 from qcore.options import queue_name
 from qcore.queues import missing_queue
 from qcore.services import maintenance, queue_stats
@@ -100,6 +101,8 @@ async def supervise(
     monitor_interval_seconds: float | None = None,
     maintenance_interval_seconds: float | None = None,
     settings: Maintenance = DEFAULT_SETTINGS,
+    reindex: Reindex | bool | None = True,
+    force_reindex: bool = False,
     batch_size: int = jobs.EXPIRY_BATCH_SIZE,
     events: Events | None = None,
     stopping: Callable[[], bool] = _never,
@@ -112,6 +115,9 @@ async def supervise(
     background loop) only the queues whose claim of that step is at least that old
     are worked on; without them (an explicit call) every queue is. Expiry fails at
     most ``batch_size`` jobs per transaction. ``events`` receives the warnings.
+    Last, the index bloat check (:func:`qcore.ops.reindex.rebuild`): rebuilds with
+    ``reindex`` thresholds (True: the settings', False/None: detection only), once per
+    ``settings.reindex_interval_seconds`` between instances unless ``force_reindex``.
     ``stopping`` is asked between steps; once it says yes the pass ends (every
     finished batch stays committed).
     """
@@ -166,6 +172,16 @@ async def supervise(
             deleted += retention.deleted
     if not stopping():
         await maintenance.prune(ctx, settings, stopping=stopping)
+    if not stopping():
+        limits = reindex if isinstance(reindex, Reindex) else settings.reindex
+        await rebuild(
+            ctx,
+            limits or Reindex(),
+            rebuilding=reindex is not False and reindex is not None and limits is not None,
+            interval_seconds=settings.reindex_interval_seconds,
+            force=force_reindex,
+            events=events,
+        )
     return MonitorResult(
         tuple(sorted(claimed)),
         expired,
@@ -240,7 +256,9 @@ class Supervisor(Periodic):
         """Whether a pass, background or explicit, is in flight."""
         return self.busy
 
-    async def run(self, name: str | None = None) -> MonitorResult | None:
+    async def run(
+        self, name: str | None = None, *, reindex: Reindex | bool = True, force: bool = False
+    ) -> MonitorResult | None:
         """One pass now, not gated by the interval (see :func:`supervise`), after the
         one in flight; None, without running, once :meth:`stop` was called."""
         return await self.exclusive(
@@ -248,6 +266,8 @@ class Supervisor(Periodic):
                 self._context(),
                 name,
                 settings=self.settings,
+                reindex=reindex,
+                force_reindex=force,
                 events=self.events,
                 stopping=self._stop_seen,
             )

@@ -1,0 +1,67 @@
+"""SQL for the index bloat check: the job tables' indexes with the figures the check
+reads, the interval claim of the background rebuild, and the rebuild statements.
+
+PostgreSQL's catalog only (``pg_class``, ``pg_index``, ``pg_stats``): backends
+without the ``reindex`` capability (CockroachDB, YugabyteDB) never run these.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from qcore.identifiers import quote
+from qcore.sql._statement import Params, Statement
+
+__all__ = ["claim_reindex", "drop_stub", "job_indexes", "rebuild"]
+
+
+@lru_cache(maxsize=4)
+def job_indexes(q: str) -> Statement:
+    """Every index of schema ``schema``'s job tables (``job`` and its partitions): its
+    name, pages, live entries, bytes, whether it is valid (an interrupted concurrent
+    rebuild leaves an invalid ``*_ccnew`` stub), whether the connected role owns it,
+    and ``needed_pages``: the pages its live entries need, from the average width of
+    its columns in ``pg_stats`` (16 bytes per entry of overhead, 90 % full pages)."""
+    p = Params()
+    sql = (
+        "SELECT i.relname AS index, t.relname AS table_name, i.relpages::bigint AS pages,"
+        " GREATEST(i.reltuples, 0)::float8 AS entries, pg_relation_size(i.oid)::bigint AS bytes,"
+        " x.indisvalid AS valid, pg_has_role(i.relowner, 'USAGE') AS owned,"
+        " ceil(GREATEST(i.reltuples, 0) * (16 + COALESCE((SELECT sum(s.avg_width)"
+        " FROM pg_attribute a JOIN pg_stats s ON s.schemaname = n.nspname"
+        " AND s.tablename = t.relname AND s.attname = a.attname"
+        " WHERE a.attrelid = t.oid AND a.attnum = ANY(x.indkey)), 32)) / (8192 * 0.9))::bigint"
+        " AS needed_pages"
+        " FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid"
+        " JOIN pg_class t ON t.oid = x.indrelid JOIN pg_namespace n ON n.oid = t.relnamespace"
+        f" WHERE n.nspname = {p('schema')}::text AND t.relkind = 'r'"
+        " AND (t.relname = 'job' OR t.relname LIKE 'job\\_%') AND t.relname <> 'job_dependency'"
+        " ORDER BY t.relname, i.relname"
+    )
+    return p.statement(sql)
+
+
+@lru_cache(maxsize=4)
+def claim_reindex(q: str) -> Statement:
+    """The rebuild's interval claim, pg-boss's: ``reindex_on`` on the version row moves
+    to now when at least ``seconds`` old (or never set); a row back means this
+    instance owns the interval."""
+    p = Params()
+    now = f"{q}.job_now()"
+    sql = (
+        f"UPDATE {q}.version SET reindex_on = {now} WHERE extract(epoch FROM ({now}"
+        f" - COALESCE(reindex_on, {now} - interval '1 week'))) >= {p('seconds')}::float8"
+        " RETURNING true AS claimed"
+    )
+    return p.statement(sql)
+
+
+def rebuild(q: str, index: str) -> str:
+    """Rebuild one index without blocking writes (outside any transaction)."""
+    return f"REINDEX INDEX CONCURRENTLY {q}.{quote(index)}"
+
+
+def drop_stub(q: str, index: str) -> str:
+    """Drop the invalid stub an interrupted concurrent rebuild left (outside any
+    transaction)."""
+    return f"DROP INDEX CONCURRENTLY IF EXISTS {q}.{quote(index)}"
