@@ -1,0 +1,99 @@
+"""Maintenance shared with the real pg-boss 12.38 on one schema: pg-boss reads the
+counts and snapshots qcore wrote, and the retention claim keeps a mixed fleet from
+deleting a queue's jobs twice in an interval. Local PostgreSQL only."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from qcore import jobs, queues
+from qcore.conformance.helpers import set_clock
+from qcore.context import Context
+from qcore.services.maintenance import Maintenance
+from qcore.supervisor import supervise
+from tests.interop.pgboss import interop_marks, run_ok
+
+pytestmark = interop_marks()
+
+
+def pgboss(dsn: str, ctx: Context, *actions: dict[str, Any], **options: Any) -> list[Any]:
+    """Run pg-boss actions (after ``start``) on qcore's schema; each action's result."""
+    results = run_ok(
+        {
+            "connectionString": dsn,
+            "schema": ctx.schema_spec,
+            "migrate": False,
+            "options": {"supervise": False, **options},
+            "actions": [{"op": "start"}, *actions, {"op": "stop"}],
+        }
+    )
+    return [r.get("result") for r in results[1:-1]]
+
+
+async def test_pgboss_reads_the_counts_and_snapshots_qcore_wrote(
+    pg_dsn: str, shared: Context
+) -> None:
+    ctx = shared
+    await queues.create_queue(ctx, "q")
+    await jobs.insert(ctx, "q", [{"data": i} for i in range(3)])
+    await jobs.send(ctx, "q", start_after=3600)
+    settings = Maintenance(persist_queue_stats=True)
+    await supervise(ctx, settings=settings)
+    await set_clock(ctx, 60)
+    await jobs.send(ctx, "q")
+    await supervise(ctx, settings=settings)
+
+    [queue, series] = await asyncio.to_thread(
+        pgboss,
+        pg_dsn,
+        ctx,
+        {"op": "getQueue", "args": ["q"]},
+        {"op": "getQueueStats", "args": ["q"]},
+        persistQueueStats=True,
+    )
+    assert queue["queuedCount"] == 5 and queue["deferredCount"] == 1
+    assert queue["totalCount"] == 5
+    assert [s["queuedCount"] for s in series] == [5, 4]  # newest first, as qcore wrote them
+    assert [s["deferredCount"] for s in series] == [1, 1]
+
+
+async def test_one_retention_pass_per_interval_across_qcore_and_pgboss(
+    pg_dsn: str, shared: Context
+) -> None:
+    """qcore's background pass claims the queue for its maintenance interval: pg-boss's
+    supervise() in the same interval deletes nothing more, and a second qcore instance
+    neither; after the interval pg-boss takes its turn."""
+    ctx = shared
+    await queues.create_queue(ctx, "q", delete_after_seconds=60)
+
+    async def finished_jobs(n: int) -> None:
+        await jobs.insert(ctx, "q", [{"data": i} for i in range(n)])
+        await ctx.db.execute(
+            f"UPDATE {ctx.q}.job SET state = 'completed', completed_on = {ctx.q}.job_now()"
+            " WHERE name = 'q' AND state = 'created'"
+        )
+
+    async def left() -> int:
+        rows = await ctx.db.execute(f"SELECT count(*)::int AS n FROM {ctx.q}.job")
+        return int(rows[0]["n"])
+
+    await finished_jobs(4)
+    await set_clock(ctx, 120)
+    first = await supervise(ctx, monitor_interval_seconds=60, maintenance_interval_seconds=3600)
+    assert first.deleted == 4 and await left() == 0
+
+    await finished_jobs(3)
+    await set_clock(ctx, 240)  # due by age, but within qcore's claimed interval
+    await asyncio.to_thread(
+        pgboss, pg_dsn, ctx, {"op": "supervise", "args": ["q"]}, maintenanceIntervalSeconds=3600
+    )
+    assert await left() == 3  # pg-boss honoured qcore's claim
+    other = await supervise(ctx, monitor_interval_seconds=60, maintenance_interval_seconds=3600)
+    assert other.deleted == 0 and await left() == 3  # so did the second qcore instance
+
+    await set_clock(ctx, 3 * 3600)  # the interval has passed: pg-boss's turn
+    await asyncio.to_thread(
+        pgboss, pg_dsn, ctx, {"op": "supervise", "args": ["q"]}, maintenanceIntervalSeconds=3600
+    )
+    assert await left() == 0
