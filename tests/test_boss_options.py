@@ -77,3 +77,18 @@ def test_connection_options_are_refused_the_same_by_boss_and_connect() -> None:
         asyncio.run(connect("postgresql://localhost/x", max=0))
     with pytest.raises(ConfigError, match="unknown connection option hots"):
         asyncio.run(connect("postgresql://localhost/x", hots="h"))  # type: ignore[call-arg]
+
+
+def test_every_maintenance_setting_is_a_boss_option() -> None:
+    """``Maintenance`` holds what ``Boss`` is given: one may not gain a setting the
+    other lacks."""
+    import inspect
+
+    from qcore.services.maintenance import MAINTENANCE_OPTIONS
+
+    taken = set(inspect.signature(Boss.__init__).parameters)
+    assert set(MAINTENANCE_OPTIONS) <= taken
+    boss = Boss("postgresql://localhost/x", persist_queue_stats=True, reindex={"min_pages": 5})
+    assert boss.maintenance.persist_queue_stats
+    assert boss.maintenance.reindex is not None and boss.maintenance.reindex.min_pages == 5
+    assert Boss("postgresql://localhost/x", reindex=False).maintenance.reindex is None
