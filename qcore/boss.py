@@ -705,13 +705,29 @@ class Boss(QueueAndJobVerbs):
             await self._supervisor.run(name, reindex=limits, force=force)
 
     @verb()
-    async def get_reindex_commands(self, **thresholds: Any) -> list[str]:
+    async def get_reindex_commands(
+        self,
+        *,
+        force: bool = False,
+        min_pages: int | None = None,
+        max_entries_per_page: float | None = None,
+        min_size_ratio: float | None = None,
+        max_index_bytes: int | None = None,
+    ) -> list[str]:
         """The statements that would rebuild the bloated job indexes now, in the order to
         run them (an invalid stub of an interrupted rebuild dropped first), each to run
         outside a transaction; empty when nothing is bloated, and on a backend without
         REINDEX. ``force=True`` lists every job index; ``min_pages``,
         ``max_entries_per_page``, ``min_size_ratio`` change the bloat rule, and
         ``max_index_bytes``, only when given, leaves out larger indexes."""
-        limits, force = reindex_thresholds(thresholds)
-        capped = "max_index_bytes" in thresholds
+        given = {
+            "min_pages": min_pages,
+            "max_entries_per_page": max_entries_per_page,
+            "min_size_ratio": min_size_ratio,
+            "max_index_bytes": max_index_bytes,
+        }
+        limits, force = reindex_thresholds(
+            {"force": force, **{k: v for k, v in given.items() if v is not None}}
+        )
+        capped = max_index_bytes is not None
         return await reindex_commands(self.context(), limits, force=force, capped=capped)

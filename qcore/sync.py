@@ -246,6 +246,12 @@ class SyncBoss:
     work_handlers = _blocking(Boss.work_handlers)
     off_work = _blocking(Boss.off_work)
     supervise = _blocking(Boss.supervise)
+    get_queue_stats = _blocking(Boss.get_queue_stats)
+    get_reindex_commands = _blocking(Boss.get_reindex_commands)
+
+    def is_maintaining(self) -> bool:
+        """Whether a supervise pass is in flight (read on the loop thread)."""
+        return self._call(_returning(self._boss.is_maintaining))
 
     def worker_statuses(self) -> list[WorkerStatus]:
         """What each running worker is doing (read on the loop thread, which changes it)."""

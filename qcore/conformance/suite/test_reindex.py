@@ -19,7 +19,7 @@ from qcore.ops.reindex import INDEX_BLOAT
 pytestmark = pytest.mark.feature("reindex")
 
 #: thresholds a small test table can cross (the defaults want 128 pages)
-SMALL = {"min_pages": 10}
+SMALL: dict[str, Any] = {"min_pages": 10}
 
 
 async def _drained_backlog(boss: Boss) -> None:
@@ -44,9 +44,9 @@ async def test_a_bloated_index_is_found_warned_and_rebuilt(
     warnings: list[WarningEvent] = []
     boss.on("warning", warnings.append)
     async with running(boss):
-        assert await boss.get_reindex_commands(**SMALL) == []  # healthy: nothing to do
+        assert await boss.get_reindex_commands(min_pages=10) == []  # healthy: nothing to do
         await _drained_backlog(boss)
-        commands = await boss.get_reindex_commands(**SMALL)
+        commands = await boss.get_reindex_commands(min_pages=10)
         assert commands and all(c.startswith("REINDEX INDEX CONCURRENTLY ") for c in commands)
         assert any("i11" in c for c in commands), commands  # the fetch index
         every = await boss.get_reindex_commands(force=True)
@@ -54,19 +54,19 @@ async def test_a_bloated_index_is_found_warned_and_rebuilt(
 
         await boss.supervise(reindex=False)  # detection only: warned, not rebuilt
         assert {w.data["index"] for w in warnings if w.type == INDEX_BLOAT}
-        assert await boss.get_reindex_commands(**SMALL) == commands
+        assert await boss.get_reindex_commands(min_pages=10) == commands
 
         await boss.supervise()  # the interval is due (never claimed): rebuilt
-        assert await boss.get_reindex_commands(**SMALL) == []
+        assert await boss.get_reindex_commands(min_pages=10) == []
         ctx = boss.context()
         [claim] = await ctx.db.execute(f"SELECT reindex_on FROM {ctx.q}.version")
         assert claim["reindex_on"] is not None
 
         await _more_bloat(boss)
         await boss.supervise()  # claimed a moment ago: the shared interval holds
-        assert await boss.get_reindex_commands(**SMALL) != []
+        assert await boss.get_reindex_commands(min_pages=10) != []
         await boss.supervise(reindex={"force": True})  # force: now, bloated or not
-        assert await boss.get_reindex_commands(**SMALL) == []
+        assert await boss.get_reindex_commands(min_pages=10) == []
 
 
 async def _more_bloat(boss: Boss) -> None:
