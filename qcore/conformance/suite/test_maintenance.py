@@ -100,7 +100,9 @@ async def test_retention_deletes_exactly_what_is_due(
     assert queue.total_count == 1  # the cached counts follow the deletions
 
 
-async def test_retention_walks_in_batches_and_one_instance_per_interval(ctx: Context) -> None:
+async def _ten_jobs_past_retention(ctx: Context) -> str:
+    """Queue ``q`` with ten jobs finished two minutes ago on the schema's clock; its job
+    table."""
     await queues.create_queue(ctx, "q", **RETENTION)
     await jobs.insert(ctx, "q", [{"data": i} for i in range(10)])
     await ctx.db.execute(
@@ -109,7 +111,11 @@ async def test_retention_walks_in_batches_and_one_instance_per_interval(ctx: Con
     )
     await set_clock(ctx, 120)
     [table] = await ctx.db.execute(f"SELECT table_name FROM {ctx.q}.queue WHERE name = 'q'")
-    name = str(table["table_name"])
+    return str(table["table_name"])
+
+
+async def test_retention_walks_in_batches_and_one_instance_per_interval(ctx: Context) -> None:
+    name = await _ten_jobs_past_retention(ctx)
 
     def go(**kw: Any) -> Any:
         return maintenance.retain(ctx, name, ["q"], stopping=lambda: False, batch_size=3, **kw)
@@ -122,13 +128,7 @@ async def test_retention_walks_in_batches_and_one_instance_per_interval(ctx: Con
 
 
 async def test_a_walk_cut_short_hands_its_claim_back(ctx: Context) -> None:
-    await queues.create_queue(ctx, "q", **RETENTION)
-    await jobs.insert(ctx, "q", [{"data": i} for i in range(10)])
-    await ctx.db.execute(
-        f"UPDATE {ctx.q}.job SET state = 'completed', completed_on = {ctx.q}.job_now()"
-        " WHERE name = 'q'"
-    )
-    await set_clock(ctx, 120)
+    name = await _ten_jobs_past_retention(ctx)
     asked = 0
 
     def after_one_batch() -> bool:
@@ -136,10 +136,9 @@ async def test_a_walk_cut_short_hands_its_claim_back(ctx: Context) -> None:
         asked += 1
         return asked > 2  # the walk's first check, its first batch, then stop
 
-    [table] = await ctx.db.execute(f"SELECT table_name FROM {ctx.q}.queue WHERE name = 'q'")
     cut = await maintenance.retain(
         ctx,
-        str(table["table_name"]),
+        name,
         ["q"],
         interval_seconds=3600,
         stopping=after_one_batch,
