@@ -55,6 +55,7 @@ from qcore.queues import missing_queue
 from qcore.services import maintenance, queue_stats
 from qcore.services.base import Periodic
 from qcore.services.maintenance import Maintenance
+from qcore.services.vacuum import VacuumWatch
 from qcore.sql import monitor as sql
 
 __all__ = [
@@ -103,6 +104,7 @@ async def supervise(
     settings: Maintenance = DEFAULT_SETTINGS,
     reindex: Reindex | bool | None = True,
     force_reindex: bool = False,
+    vacuum: VacuumWatch | None = None,
     batch_size: int = jobs.EXPIRY_BATCH_SIZE,
     events: Events | None = None,
     stopping: Callable[[], bool] = _never,
@@ -118,6 +120,8 @@ async def supervise(
     Last, the index bloat check (:func:`qcore.ops.reindex.rebuild`): rebuilds with
     ``reindex`` thresholds (True: the settings', False/None: detection only), once per
     ``settings.reindex_interval_seconds`` between instances unless ``force_reindex``.
+    ``vacuum`` (the instance's evidence, with ``settings.monitor_vacuum``) runs the
+    vacuum checks (:mod:`qcore.services.vacuum`).
     ``stopping`` is asked between steps; once it says yes the pass ends (every
     finished batch stays committed).
     """
@@ -172,6 +176,8 @@ async def supervise(
             deleted += retention.deleted
     if not stopping():
         await maintenance.prune(ctx, settings, stopping=stopping)
+    if vacuum is not None and settings.monitor_vacuum and not stopping():
+        await vacuum.check(ctx, events)
     if not stopping():
         limits = reindex if isinstance(reindex, Reindex) else settings.reindex
         await rebuild(
@@ -250,6 +256,8 @@ class Supervisor(Periodic):
         self._context = context
         self.monitor_interval_seconds = monitor_interval_seconds
         self.settings = settings
+        #: what this instance's vacuum checks saw on earlier passes
+        self.vacuum = VacuumWatch()
 
     @property
     def maintaining(self) -> bool:
@@ -268,6 +276,7 @@ class Supervisor(Periodic):
                 settings=self.settings,
                 reindex=reindex,
                 force_reindex=force,
+                vacuum=self.vacuum,
                 events=self.events,
                 stopping=self._stop_seen,
             )
@@ -279,6 +288,7 @@ class Supervisor(Periodic):
             monitor_interval_seconds=self.monitor_interval_seconds,
             maintenance_interval_seconds=self.settings.maintenance_interval_seconds,
             settings=self.settings,
+            vacuum=self.vacuum,
             events=self.events,
             stopping=self._stop_seen,
         )
