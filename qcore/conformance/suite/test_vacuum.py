@@ -46,7 +46,7 @@ async def _churn(ctx: Context, n: int) -> None:
 
 
 def _watching() -> tuple[Events, list[WarningEvent]]:
-    events, seen = Events(), []
+    events, seen = Events(), list[WarningEvent]()
     events.on("warning", seen.append)
     return events, seen
 
