@@ -20,6 +20,8 @@ ahead; the single-table shape deletes in batches).
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -43,6 +45,9 @@ __all__ = [
 #: how long a retention batch waits for its advisory lock (pg-boss's lock_timeout)
 LOCK_TIMEOUT_SECONDS = 30.0
 DELETION_LOCK = "deletion"
+#: the share of its time a retention walk may spend in its batches: a pause after each
+#: batch leaves the server to the workers (see bench.retention for what it buys)
+RETENTION_DUTY = 0.5
 DAY_SECONDS = 86_400
 
 
@@ -114,6 +119,7 @@ async def retain(
     interval_seconds: float | None,
     stopping: Callable[[], bool],
     batch_size: int = sql.RETENTION_BATCH_SIZE,
+    duty: float = RETENTION_DUTY,
 ) -> RetentionResult:
     """Retention for the queues ``names`` of job table ``table``: claim the due ones
     (all of them when ``interval_seconds`` is None), walk each, hand back the claim of
@@ -131,7 +137,7 @@ async def retain(
         for name in claimed:
             if stopping():
                 break
-            finished, count = await _walk(ctx, table, name, batch_size, stopping)
+            finished, count = await _walk(ctx, table, name, batch_size, stopping, duty)
             deleted += count
             if not finished:
                 break
@@ -145,15 +151,26 @@ async def retain(
 
 
 async def _walk(
-    ctx: Context, table: str, name: str, batch_size: int, stopping: Callable[[], bool]
+    ctx: Context,
+    table: str,
+    name: str,
+    batch_size: int,
+    stopping: Callable[[], bool],
+    duty: float,
 ) -> tuple[bool, int]:
-    """Walk queue ``name`` a batch of keys at a time; whether it got to the end, and how
-    many jobs it deleted (taken off the cached counts, even when cut short)."""
+    """Walk queue ``name`` a batch of keys at a time, busy ``duty`` of the time at most
+    (a batch that took t seconds is followed by a pause of t × (1 − duty) / duty);
+    whether it got to the end, and how many jobs it deleted (taken off the cached
+    counts, even when cut short)."""
     after: Any = None
     deleted = retained = 0
     finished = False
+    pause = 0.0
     try:
         while not stopping():
+            if pause:
+                await asyncio.sleep(pause)
+            started = time.monotonic()
             statement = sql.retention_batch(ctx.q, table, after=after is not None)
 
             async def batch(tx: Database, statement: Any = statement, after: Any = after) -> Any:
@@ -171,6 +188,7 @@ async def _walk(
             if after is None:
                 finished = True
                 break
+            pause = (time.monotonic() - started) * (1 - duty) / duty
     finally:
         if deleted:
             reduce = sql.reduce_counts(ctx.q)
