@@ -4,8 +4,9 @@
    ago, ``delete_after_seconds`` a minute) by one ``INSERT ... SELECT``; qcore's
    retention walk deletes them (``rows/s``), pausing between batches as it does in a
    pass (``--duty``, the share of its time spent in batches; 1 runs flat out). The
-   same rows are made again and a raw batched ``DELETE`` (10,000 rows a statement, by primary key, until none is left)
-   deletes them on the same server: the ratio is qcore / raw.
+   same rows are made again and a raw batched ``DELETE`` (10,000 rows a statement, by
+   primary key, until none is left) deletes them on the same server: the ratio is
+   qcore / raw.
 2. **Drain under retention.** ``--drain`` runnable jobs are drained by a worker
    (``batch_size=1``, ``local_concurrency=8``) alone, and again while a retention
    walk over ``--jobs`` finished jobs runs beside it (started once a tenth of the
