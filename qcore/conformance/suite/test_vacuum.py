@@ -22,9 +22,17 @@ pytestmark = [pytest.mark.feature("warnings"), pytest.mark.requires("vacuum_stat
 STATS_DEADLINE = 60.0
 
 
-async def _table(ctx: Context) -> str:
+async def _watched_queue(ctx: Context, *, autovacuum: bool) -> str:
+    """Queue ``q``, its job table over PostgreSQL's vacuum line past 10 dead rows; the
+    table's name."""
+    await queues.create_queue(ctx, "q")
     [row] = await ctx.db.execute(f"SELECT table_name FROM {ctx.q}.queue WHERE name = 'q'")
-    return str(row["table_name"])
+    table = str(row["table_name"])
+    await ctx.db.execute_script(
+        f"ALTER TABLE {ctx.q}.{table} SET (autovacuum_enabled = {str(autovacuum).lower()},"
+        " autovacuum_vacuum_threshold = 10, autovacuum_vacuum_scale_factor = 0)"
+    )
+    return table
 
 
 async def _dead_rows(ctx: Context, table: str, at_least: int) -> None:
@@ -54,12 +62,7 @@ def _watching() -> tuple[Events, list[WarningEvent]]:
 async def test_autovacuum_disabled_warns_on_the_second_pass_as_garbage_grows(
     ctx: Context,
 ) -> None:
-    await queues.create_queue(ctx, "q")
-    table = await _table(ctx)
-    await ctx.db.execute_script(
-        f"ALTER TABLE {ctx.q}.{table} SET (autovacuum_enabled = false,"
-        " autovacuum_vacuum_threshold = 10, autovacuum_vacuum_scale_factor = 0)"
-    )
+    table = await _watched_queue(ctx, autovacuum=False)
     events, seen = _watching()
     watch = VacuumWatch()
     await _churn(ctx, 50)
@@ -76,12 +79,7 @@ async def test_autovacuum_disabled_warns_on_the_second_pass_as_garbage_grows(
 
 
 async def test_a_vacuum_kept_up_with_stays_quiet(ctx: Context) -> None:
-    await queues.create_queue(ctx, "q")
-    table = await _table(ctx)
-    await ctx.db.execute_script(
-        f"ALTER TABLE {ctx.q}.{table} SET (autovacuum_enabled = false,"
-        " autovacuum_vacuum_threshold = 10, autovacuum_vacuum_scale_factor = 0)"
-    )
+    table = await _watched_queue(ctx, autovacuum=False)
     events, seen = _watching()
     watch = VacuumWatch()
     for _ in range(3):  # a manual schedule: vacuumed after each churn
@@ -97,12 +95,7 @@ async def test_xmin_horizon_names_the_open_transaction_that_pins_it(
 ) -> None:
     if backend.capabilities.single_session:
         pytest.skip(f"{backend.name} has one session: no second transaction can hold the horizon")
-    await queues.create_queue(ctx, "q")
-    table = await _table(ctx)
-    await ctx.db.execute_script(
-        f"ALTER TABLE {ctx.q}.{table} SET"  # autovacuum stays on: it may run, and fail, too
-        " (autovacuum_vacuum_threshold = 10, autovacuum_vacuum_scale_factor = 0)"
-    )
+    table = await _watched_queue(ctx, autovacuum=True)  # it may run, and fail, too
     events, seen = _watching()
     watch = VacuumWatch()
     with psycopg.connect(provisioned.url, application_name="report-tool") as holder:
