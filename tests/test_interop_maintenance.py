@@ -5,9 +5,10 @@ deleting a queue's jobs twice in an interval. Local PostgreSQL only."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
-from qcore import jobs, queues
+from qcore import Boss, jobs, queues
 from qcore.conformance.helpers import set_clock
 from qcore.context import Context
 from qcore.services.maintenance import Maintenance
@@ -97,3 +98,59 @@ async def test_one_retention_pass_per_interval_across_qcore_and_pgboss(
         pgboss, pg_dsn, ctx, {"op": "supervise", "args": ["q"]}, maintenanceIntervalSeconds=3600
     )
     assert await left() == 0
+
+
+async def test_two_qcore_and_one_pgboss_process_claim_each_step_once_per_interval(
+    pg_dsn: str, shared: Context
+) -> None:
+    """Three instances on one schema (two qcore Boss objects on their own pools, one
+    pg-boss process), every one running its supervise loop each second with a monitor
+    and maintenance interval of 2 s: a trigger records every claim of a queue's
+    monitor and maintenance steps, and no two claims of a step are closer than 2 s on
+    the database clock, whoever made them."""
+    ctx = shared
+    await queues.create_queue(ctx, "q")
+    await ctx.db.execute_script(
+        f"CREATE TABLE {ctx.q}.claims (step text, at timestamptz, by text);"
+        f" CREATE FUNCTION {ctx.q}.record_claim() RETURNS trigger LANGUAGE plpgsql AS $$"
+        " BEGIN"
+        " IF NEW.monitor_claim_on IS DISTINCT FROM OLD.monitor_claim_on"
+        " AND NEW.monitor_claim_on IS NOT NULL THEN"
+        f" INSERT INTO {ctx.q}.claims VALUES ('monitor', NEW.monitor_claim_on,"
+        " current_setting('application_name')); END IF;"
+        " IF NEW.maintain_on IS DISTINCT FROM OLD.maintain_on AND NEW.maintain_on IS NOT NULL"
+        f" THEN INSERT INTO {ctx.q}.claims VALUES ('maintain', NEW.maintain_on,"
+        " current_setting('application_name')); END IF;"
+        " RETURN NEW; END $$;"
+        f" CREATE TRIGGER record_claim AFTER UPDATE ON {ctx.q}.queue"
+        f" FOR EACH ROW EXECUTE FUNCTION {ctx.q}.record_claim()"
+    )
+    options: dict[str, Any] = dict(
+        schema=ctx.schema_spec,
+        supervise_interval_seconds=1,
+        monitor_interval_seconds=2,
+        maintenance_interval_seconds=2,
+    )
+    first, second = Boss(pg_dsn, **options), Boss(pg_dsn, **options)
+    await first.start()
+    await second.start()
+    try:
+        await asyncio.to_thread(
+            pgboss,
+            pg_dsn,
+            ctx,
+            {"op": "sleep", "args": [12_000]},
+            supervise=True,
+            superviseIntervalSeconds=1,
+            monitorIntervalSeconds=2,
+            maintenanceIntervalSeconds=2,
+        )
+    finally:
+        await second.stop()
+        await first.stop()
+    rows = await ctx.db.execute(f"SELECT step, at, by FROM {ctx.q}.claims ORDER BY step, at")
+    for step in ("monitor", "maintain"):
+        times = [r["at"] for r in rows if r["step"] == step]
+        assert len(times) >= 3, rows  # the steps ran, more than once, over 12 s
+        gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
+        assert min(gaps) >= 2.0, (step, gaps)  # never two claims within an interval
