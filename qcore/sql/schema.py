@@ -237,6 +237,20 @@ def _dependency_and_instance(schema: str) -> list[DDL]:
     ]
 
 
+def _queue_stats_table(backend: Backend, schema: str, *, partitioned: bool) -> list[DDL]:
+    # the snapshots' table and its index; partitioned by day (captured_on in the key) or plain
+    key = "id, captured_on" if partitioned else "id"
+    suffix = " PARTITION BY RANGE (captured_on)" if partitioned else ""
+    table = _create_table(
+        quote(schema),
+        "queue_stats",
+        _QUEUE_STATS,
+        [f"CONSTRAINT queue_stats_pkey PRIMARY KEY ({key})"],
+        suffix,
+    )
+    return [DDL(table), DDL(_queue_stats_index(backend, schema))]
+
+
 def _queue_stats_index(backend: Backend, schema: str) -> str:
     q = quote(schema)
     sql = f"CREATE INDEX IF NOT EXISTS queue_stats_i1 ON {q}.queue_stats (name, captured_on DESC)"
@@ -292,16 +306,7 @@ def _install_partitioned(backend: Backend, schema: str, today: dt.date) -> list[
     )
     steps += _warning_table(schema)
     steps += [
-        DDL(
-            _create_table(
-                q,
-                "queue_stats",
-                _QUEUE_STATS,
-                ["CONSTRAINT queue_stats_pkey PRIMARY KEY (id, captured_on)"],
-                " PARTITION BY RANGE (captured_on)",
-            )
-        ),
-        DDL(_queue_stats_index(backend, schema)),
+        *_queue_stats_table(backend, schema, partitioned=True),
         DDL(queue_stats_partition(backend, schema, today)),
         DDL(queue_stats_partition(backend, schema, today + dt.timedelta(days=1))),
     ]
@@ -337,15 +342,7 @@ def _install_single(backend: Backend, schema: str) -> list[DDL]:
     ]
     steps += _warning_table(schema)
     steps += [
-        DDL(
-            _create_table(
-                q,
-                "queue_stats",
-                _QUEUE_STATS,
-                ["CONSTRAINT queue_stats_pkey PRIMARY KEY (id)"],
-            )
-        ),
-        DDL(_queue_stats_index(backend, schema)),
+        *_queue_stats_table(backend, schema, partitioned=False),
         DDL(f"CREATE INDEX IF NOT EXISTS queue_stats_i2 ON {q}.queue_stats (captured_on, id)"),
     ]
     steps += _dependency_and_instance(schema)

@@ -104,17 +104,12 @@ def ensure_installed() -> Path:
         target.mkdir(parents=True, exist_ok=True)
         for name in PACKAGE_FILES:
             shutil.copyfile(HERE / name, target / name)
-        try:
-            done = subprocess.run(
-                ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-                cwd=target,
-                capture_output=True,
-                text=True,
-                timeout=INSTALL_TIMEOUT_SECONDS,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise PgBossError(f"npm ci in {target} took over {exc.timeout:g} s") from exc
+        done = _run(
+            ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            target,
+            INSTALL_TIMEOUT_SECONDS,
+            f"npm ci in {target} took over {{:g}} s",
+        )
         if done.returncode != 0:
             raise PgBossError(
                 f"npm ci in {target} failed ({done.returncode}): {done.stderr.strip()[-2000:]}"
@@ -123,23 +118,30 @@ def ensure_installed() -> Path:
     return target
 
 
+def _run(
+    args: list[str], cwd: Path, timeout: float, too_slow: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``args`` in ``cwd``, its output captured; ``PgBossError(too_slow)`` past ``timeout``."""
+    try:
+        return subprocess.run(
+            args, input=stdin, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise PgBossError(too_slow.format(exc.timeout)) from exc
+
+
 def run(command: Mapping[str, Any], *, timeout: float = 120.0) -> dict[str, Any]:
     """Run one command through ``pgboss_cli.mjs``; its JSON output (``ok``, ``results``,
     ``errors``). Raises ``PgBossError`` only when the script produced no output."""
     target = ensure_installed()
     shutil.copyfile(HERE / SCRIPT, target / SCRIPT)
-    try:
-        done = subprocess.run(
-            ["node", str(target / SCRIPT)],
-            input=json.dumps(command),
-            cwd=target,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise PgBossError(f"pg-boss did not finish within {exc.timeout:g} s") from exc
+    done = _run(
+        ["node", str(target / SCRIPT)],
+        target,
+        timeout,
+        "pg-boss did not finish within {:g} s",
+        stdin=json.dumps(command),
+    )
     lines = [line for line in done.stdout.splitlines() if line.strip()]
     if not lines:
         raise PgBossError(
