@@ -23,6 +23,7 @@ from bench.runner import (
     DEFAULT_DSN,
     FULL_JOBS,
     GROUPS,
+    PGBOSS,
     SCENARIOS,
     BenchError,
     Config,
@@ -39,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--compare",
         default=None,
-        help="other profiles to run on the same server and compare with --backend"
+        help="other profiles to run on the same server and compare with --backend, and/or"
+        " pgboss (the real pg-boss as a peer side of each throughput scenario it has)"
         " (comma-separated, or 'none'; default: cockroachdb when --backend is postgres)",
     )
     r.add_argument("--dsn", default=DEFAULT_DSN, help=f"the server (default {DEFAULT_DSN})")
@@ -109,8 +111,11 @@ def main(argv: list[str] | None = None) -> int:
         compare = []
     else:
         compare = [c.strip() for c in args.compare.split(",") if c.strip()]
+    peer = PGBOSS in compare  # the real pg-boss: a side of the run, not a backend profile
+    compare = [c for c in compare if c != PGBOSS]
     try:
         cfg = Config(
+            pgboss=peer,
             dsn=args.dsn,
             backend=args.backend,
             compare=compare,

@@ -13,10 +13,11 @@ import datetime as dt
 import json
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.runner import INFORMATIONAL, SCENARIOS, Scenario
+from bench.runner import INFORMATIONAL, PGBOSS, SCENARIOS, Scenario
 
 __all__ = ["format_report", "results_path", "stat", "summarise", "write_json"]
 
@@ -66,6 +67,8 @@ def _errors(runs: list[dict[str, Any]]) -> list[str]:
 
 
 def _throughput(scenario: Scenario, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    if any(PGBOSS in run for run in runs):  # the pg-boss peer ran too (--compare pgboss)
+        scenario = replace(scenario, raw_sides=(*scenario.raw_sides, PGBOSS))
     sides = ["qcore", *scenario.raw_sides]
     rates: dict[str, list[float]] = {s: [] for s in sides}
     rss: dict[str, list[float]] = {s: [] for s in sides}

@@ -27,6 +27,7 @@ from typing import Any
 import psycopg
 
 from bench import idle as idle_module
+from bench import pgboss
 from bench.common import progress
 from bench.env import QUEUE, fresh_schema
 from qcore import backends
@@ -52,6 +53,10 @@ FULL_JOBS = 20_000
 FULL_IDLE_SECONDS = 30.0
 FULL_LATENCY_SAMPLES = 500
 IDLE_WORKERS = 10
+
+
+#: the side the real pg-boss plays
+PGBOSS = "pgboss"
 
 
 class BenchError(Exception):
@@ -101,6 +106,8 @@ INFORMATIONAL = {
     " per job",
     "raw_fk": "the same rows into a plain table that also has qcore's foreign keys to the queue"
     " table (checked per row at commit)",
+    "pgboss": "the real pg-boss 12.38 (Node) doing the same on the same server, on a queue of"
+    " its own in the same schema (--compare pgboss)",
 }
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -233,6 +240,8 @@ class Config:
     idle_seconds: float | None = None
     latency_samples: int | None = None
     child_timeout: float = 900.0
+    #: run the real pg-boss as a peer side of the scenarios it has (``--compare pgboss``)
+    pgboss: bool = False
 
     @property
     def profiles(self) -> list[str]:
@@ -303,15 +312,21 @@ async def run_once(
     skip_locked = backends.get(profile).fetch is FetchStrategy.SKIP_LOCKED
     module = importlib.import_module(scenario.module)
     raw_sides = scenario.sides_for(skip_locked) if scenario.raw_entry else []
+    peer = cfg.pgboss and scenario.name in pgboss.SCENARIOS
+    every = [*raw_sides, PGBOSS] if peer else raw_sides
     async with fresh_schema(cfg.dsn, profile, _queues(scenario)) as env:
         extras: dict[str, Any] = await module.prepare(env, cfg.jobs, raw_sides)
-        sides = ([] if skip_qcore else ["qcore"]) + raw_sides
+        if PGBOSS in every:
+            extras[PGBOSS] = await pgboss.prepare(env, scenario.name, cfg.jobs)
+        sides = ([] if skip_qcore else ["qcore"]) + every
         if index % 2:
             sides.reverse()
         out: dict[str, Any] = {}
         for side in sides:
+            entry = {"qcore": scenario.qcore_entry, PGBOSS: "bench.pgboss:run"}
             spec = env.spec(
-                entry=scenario.qcore_entry if side == "qcore" else scenario.raw_entry,
+                entry=entry.get(side, scenario.raw_entry),
+                scenario=scenario.name.removesuffix("_batched"),
                 jobs=cfg.jobs,
                 concurrency=scenario.concurrency,
                 batch=scenario.batch,
@@ -331,6 +346,8 @@ async def run_once(
         if verify is not None:
             checked = [s for s in raw_sides if s in out]
             check = await verify(env, cfg.jobs, checked)
+            if PGBOSS in out:
+                check["problems"][PGBOSS] = await pgboss.verify(env, scenario.name, cfg.jobs)
             out["problems"] = {
                 side: found
                 for side, found in check.pop("problems").items()
