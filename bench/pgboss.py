@@ -106,5 +106,6 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         "elapsed": result["elapsed"],
         "jobs": result["jobs"],
         "client_cpu_s": result["client_cpu_s"],
-        "server_cpu_s": cpu["server_cpu_s"],
+        # a reading of 0 means the meter did not find pg-boss's connections: say unknown
+        "server_cpu_s": cpu["server_cpu_s"] or None,
     }
