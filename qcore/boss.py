@@ -10,7 +10,6 @@ transaction.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,7 +20,6 @@ from typing_extensions import Unpack
 
 from qcore import backends
 from qcore import jobs as job_ops
-from qcore import queues as queue_ops
 from qcore.arguments import constructor, verb
 from qcore.backend import Backend, EngineIdentity, FetchStrategy, Server
 from qcore.coalescer import Coalescer
@@ -47,8 +45,7 @@ from qcore.errors import (
 from qcore.events import Events
 from qcore.identifiers import schema_name
 from qcore.job import Job
-from qcore.ops.reindex import Reindex, reindex_commands
-from qcore.ops.reindex import thresholds as reindex_thresholds
+from qcore.ops.reindex import Reindex, check_number
 from qcore.options import (
     WORK_OPTIONS,
     FetchOptions,
@@ -60,16 +57,13 @@ from qcore.options import (
     known_only,
     queue_name,
 )
-from qcore.queues import missing_queue
 from qcore.schema import install_or_migrate, is_installed, schema_version
 from qcore.services import Service
-from qcore.services import queue_stats as stats
-from qcore.services.maintenance import Maintenance
+from qcore.services.maintenance import DAY_SECONDS, Maintenance
 from qcore.services.monitor import Supervisor
 from qcore.services.notifier import Notifier
-from qcore.services.queue_stats import QueueStats
 from qcore.services.warnings import WarningRecorder, slow_query_watch
-from qcore.verbs import QueueAndJobVerbs
+from qcore.verbs import MaintenanceVerbs, QueueAndJobVerbs
 from qcore.worker import WipReporter, Worker, WorkerStatus, WorkOptions
 
 __all__ = ["Boss", "FetchOptions", "Handler", "QueueOptions", "ScheduledSendOptions", "SendOptions"]
@@ -85,7 +79,7 @@ class Handler:
     options: dict[str, Any]
 
 
-class Boss(QueueAndJobVerbs):
+class Boss(QueueAndJobVerbs, MaintenanceVerbs):
     """A qcore instance on one database and schema.
 
     Give a connection string (``postgresql://…``), connection options, or a
@@ -163,14 +157,7 @@ class Boss(QueueAndJobVerbs):
             ("supervise_interval_seconds", supervise_interval_seconds),
             ("monitor_interval_seconds", monitor_interval_seconds),
         ):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not 1 <= value <= 86_400
-            ):
-                raise ConfigError(
-                    f"{option} must be a number of seconds from 1 to 86400, got {value!r}"
-                )
+            check_number(option, value, 1, DAY_SECONDS, integer=False)
         #: what a supervise pass does besides expiry (validated: ConfigError names the option)
         self.maintenance = Maintenance(
             maintenance_interval_seconds=maintenance_interval_seconds,
@@ -620,114 +607,3 @@ class Boss(QueueAndJobVerbs):
     def _wake_all(self) -> None:
         for worker in self._workers.values():
             worker.wake()
-
-    def is_maintaining(self) -> bool:
-        """Whether a supervise pass (background or :meth:`supervise`) is in flight."""
-        return self._supervisor is not None and self._supervisor.maintaining
-
-    @verb()
-    async def get_queue_stats(
-        self,
-        name: str,
-        *,
-        from_: dt.datetime | None = None,
-        to: dt.datetime | None = None,
-        limit: int = 1000,
-        bucket_seconds: int | None = None,
-        max_data_points: int | None = None,
-        aggregate: str = "max",
-        force: bool = False,
-        db: Any = None,
-    ) -> list[QueueStats]:
-        """Queue ``name``'s counts over time, newest first.
-
-        With ``persist_queue_stats``: the snapshots captured between ``from_`` and ``to``
-        (at most ``limit``, 1..100,000), raw or grouped in buckets of ``bucket_seconds``
-        or as many as ``max_data_points`` (gauges collapsed by ``aggregate``: max, min or
-        avg; counters summed). Without it: one snapshot, the counts cached on the queue
-        row, counted again first when older than ``queue_cache_interval_seconds`` (and
-        the supervise intervals) or, with ``force``, older than a minute.
-        """
-        ctx = self.context(db)
-        queue_name(name)
-        cached = None
-        if not self.maintenance.persist_queue_stats:
-            budget = max(
-                self.maintenance.queue_cache_interval_seconds,
-                self.monitor_interval_seconds,
-                self.supervise_interval_seconds,
-            )
-            cached = await stats.cached_stats(ctx, name, max_age_seconds=budget, force=force)
-        elif await queue_ops.get_queue(ctx, name) is not None:
-            return await stats.read_stats(
-                ctx,
-                name,
-                from_=from_,
-                to=to,
-                limit=limit,
-                bucket_seconds=bucket_seconds,
-                max_data_points=max_data_points,
-                aggregate=aggregate,
-            )
-        if cached is None:
-            raise missing_queue(name)
-        return [cached]
-
-    @verb()
-    async def supervise(
-        self, name: str | None = None, *, reindex: bool | Mapping[str, Any] | None = None
-    ) -> None:
-        """Run one supervise pass now, over every queue or the queue ``name``: cached
-        counts and backlog warnings, expiry and heartbeat loss, retention, the pruning of
-        warnings and snapshots, and the index bloat check.
-
-        The monitor and retention steps are not gated by their intervals (unlike the
-        background pass and unlike pg-boss): a pass you ask for runs. The index rebuild
-        keeps its shared ``reindex_interval_seconds``; ``reindex`` overrides it for
-        this pass: False (detection only), True, or thresholds (``min_pages``,
-        ``max_entries_per_page``, ``min_size_ratio``, ``max_index_bytes``) with
-        ``force=True`` to rebuild every job index now, bloated or not, whatever the
-        interval. One pass runs at a time; a call waits for the one in flight, and
-        ``stop()`` waits for the call. After ``stop()`` it returns without running.
-        """
-        limits: Reindex | bool = True
-        force = False
-        if isinstance(reindex, bool):
-            limits = (self.maintenance.reindex or Reindex()) if reindex else False
-        elif reindex is not None:
-            if not isinstance(reindex, Mapping):
-                raise ValidationError(
-                    f"reindex must be True, False or a mapping of thresholds, got {reindex!r}"
-                )
-            limits, force = reindex_thresholds(reindex, self.maintenance.reindex)
-        self.context()  # NotStartedError before start(), and after stop() closed the connection
-        if self._supervisor is not None:  # None after stop(close=False): nothing runs
-            await self._supervisor.run(name, reindex=limits, force=force)
-
-    @verb()
-    async def get_reindex_commands(
-        self,
-        *,
-        force: bool = False,
-        min_pages: int | None = None,
-        max_entries_per_page: float | None = None,
-        min_size_ratio: float | None = None,
-        max_index_bytes: int | None = None,
-    ) -> list[str]:
-        """The statements that would rebuild the bloated job indexes now, in the order to
-        run them (an invalid stub of an interrupted rebuild dropped first), each to run
-        outside a transaction; empty when nothing is bloated, and on a backend without
-        REINDEX. ``force=True`` lists every job index; ``min_pages``,
-        ``max_entries_per_page``, ``min_size_ratio`` change the bloat rule, and
-        ``max_index_bytes``, only when given, leaves out larger indexes."""
-        given = {
-            "min_pages": min_pages,
-            "max_entries_per_page": max_entries_per_page,
-            "min_size_ratio": min_size_ratio,
-            "max_index_bytes": max_index_bytes,
-        }
-        limits, force = reindex_thresholds(
-            {"force": force, **{k: v for k, v in given.items() if v is not None}}
-        )
-        capped = max_index_bytes is not None
-        return await reindex_commands(self.context(), limits, force=force, capped=capped)

@@ -3,13 +3,16 @@
 with the context of the call (with ``db=``, the caller's own transaction).
 
 ``Boss`` inherits them and gives :meth:`QueueAndJobVerbs.context`; ``fetch``, which
-keeps per-instance state (shared claims), is ``Boss``'s own.
+keeps per-instance state (shared claims), is ``Boss``'s own. :class:`MaintenanceVerbs`
+are the supervise pass's: ``supervise``, ``get_queue_stats``, ``get_reindex_commands``,
+``is_maintaining``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from typing_extensions import Unpack
@@ -18,11 +21,19 @@ from qcore import jobs as job_ops
 from qcore import queues as queue_ops
 from qcore.arguments import verb
 from qcore.context import Context
+from qcore.errors import ValidationError
 from qcore.job import CommandResult, Job, Queue
 from qcore.jobs import Ids
-from qcore.options import QueueOptions, ScheduledSendOptions, SendOptions
+from qcore.ops.reindex import Reindex, reindex_commands
+from qcore.ops.reindex import thresholds as reindex_thresholds
+from qcore.options import QueueOptions, ScheduledSendOptions, SendOptions, queue_name
+from qcore.queues import missing_queue
+from qcore.services import queue_stats as stats
+from qcore.services.maintenance import Maintenance
+from qcore.services.monitor import Supervisor
+from qcore.services.queue_stats import QueueStats
 
-__all__ = ["QueueAndJobVerbs"]
+__all__ = ["MaintenanceVerbs", "QueueAndJobVerbs"]
 
 
 class QueueAndJobVerbs:
@@ -210,3 +221,129 @@ class QueueAndJobVerbs:
         return await job_ops.find_jobs(
             self.context(db), name, id=id, key=key, data=data, queued=queued
         )
+
+
+class MaintenanceVerbs:
+    """The verbs of the supervise pass (a part of ``Boss``): run one now, the counts it
+    caches and their history, the index rebuild statements, and whether a pass runs."""
+
+    #: the supervise pass's settings (``Boss`` sets them from its options)
+    maintenance: Maintenance
+    supervise_interval_seconds: float
+    monitor_interval_seconds: float
+    _supervisor: Supervisor | None
+
+    def context(self, db: Any = None) -> Context:
+        """The operation context (``Boss`` gives it)."""
+        raise NotImplementedError
+
+    def is_maintaining(self) -> bool:
+        """Whether a supervise pass (background or :meth:`supervise`) is in flight."""
+        return self._supervisor is not None and self._supervisor.maintaining
+
+    @verb()
+    async def get_queue_stats(
+        self,
+        name: str,
+        *,
+        from_: dt.datetime | None = None,
+        to: dt.datetime | None = None,
+        limit: int = 1000,
+        bucket_seconds: int | None = None,
+        max_data_points: int | None = None,
+        aggregate: str = "max",
+        force: bool = False,
+        db: Any = None,
+    ) -> list[QueueStats]:
+        """Queue ``name``'s counts over time, newest first.
+
+        With ``persist_queue_stats``: the snapshots captured between ``from_`` and ``to``
+        (at most ``limit``, 1..100,000), raw or grouped in buckets of ``bucket_seconds``
+        or as many as ``max_data_points`` (gauges collapsed by ``aggregate``: max, min or
+        avg; counters summed). Without it: one snapshot, the counts cached on the queue
+        row, counted again first when older than ``queue_cache_interval_seconds`` (and
+        the supervise intervals) or, with ``force``, older than a minute.
+        """
+        ctx = self.context(db)
+        queue_name(name)
+        cached = None
+        if not self.maintenance.persist_queue_stats:
+            budget = max(
+                self.maintenance.queue_cache_interval_seconds,
+                self.monitor_interval_seconds,
+                self.supervise_interval_seconds,
+            )
+            cached = await stats.cached_stats(ctx, name, max_age_seconds=budget, force=force)
+        elif await queue_ops.get_queue(ctx, name) is not None:
+            return await stats.read_stats(
+                ctx,
+                name,
+                from_=from_,
+                to=to,
+                limit=limit,
+                bucket_seconds=bucket_seconds,
+                max_data_points=max_data_points,
+                aggregate=aggregate,
+            )
+        if cached is None:
+            raise missing_queue(name)
+        return [cached]
+
+    @verb()
+    async def supervise(
+        self, name: str | None = None, *, reindex: bool | Mapping[str, Any] | None = None
+    ) -> None:
+        """Run one supervise pass now, over every queue or the queue ``name``: cached
+        counts and backlog warnings, expiry and heartbeat loss, retention, the pruning of
+        warnings and snapshots, and the index bloat check.
+
+        The monitor and retention steps are not gated by their intervals (unlike the
+        background pass and unlike pg-boss): a pass you ask for runs. The index rebuild
+        keeps its shared ``reindex_interval_seconds``; ``reindex`` overrides it for
+        this pass: False (detection only), True, or thresholds (``min_pages``,
+        ``max_entries_per_page``, ``min_size_ratio``, ``max_index_bytes``) with
+        ``force=True`` to rebuild every job index now, bloated or not, whatever the
+        interval. One pass runs at a time; a call waits for the one in flight, and
+        ``stop()`` waits for the call. After ``stop()`` it returns without running.
+        """
+        limits: Reindex | bool = True
+        force = False
+        if isinstance(reindex, bool):
+            limits = (self.maintenance.reindex or Reindex()) if reindex else False
+        elif reindex is not None:
+            if not isinstance(reindex, Mapping):
+                raise ValidationError(
+                    f"reindex must be True, False or a mapping of thresholds, got {reindex!r}"
+                )
+            limits, force = reindex_thresholds(reindex, self.maintenance.reindex)
+        self.context()  # NotStartedError before start(), and after stop() closed the connection
+        if self._supervisor is not None:  # None after stop(close=False): nothing runs
+            await self._supervisor.run(name, reindex=limits, force=force)
+
+    @verb()
+    async def get_reindex_commands(
+        self,
+        *,
+        force: bool = False,
+        min_pages: int | None = None,
+        max_entries_per_page: float | None = None,
+        min_size_ratio: float | None = None,
+        max_index_bytes: int | None = None,
+    ) -> list[str]:
+        """The statements that would rebuild the bloated job indexes now, in the order to
+        run them (an invalid stub of an interrupted rebuild dropped first), each to run
+        outside a transaction; empty when nothing is bloated, and on a backend without
+        REINDEX. ``force=True`` lists every job index; ``min_pages``,
+        ``max_entries_per_page``, ``min_size_ratio`` change the bloat rule, and
+        ``max_index_bytes``, only when given, leaves out larger indexes."""
+        given = {
+            "min_pages": min_pages,
+            "max_entries_per_page": max_entries_per_page,
+            "min_size_ratio": min_size_ratio,
+            "max_index_bytes": max_index_bytes,
+        }
+        limits, force = reindex_thresholds(
+            {"force": force, **{k: v for k, v in given.items() if v is not None}}
+        )
+        capped = max_index_bytes is not None
+        return await reindex_commands(self.context(), limits, force=force, capped=capped)
