@@ -192,11 +192,14 @@ def cache_queue_stats(
     return p.statement(sql)
 
 
-_SERIES = (
+#: the counts a snapshot holds (a queue row's cached ones, and a ``queue_stats`` row's)
+_COUNTS = (
     "deferred_count, queued_count, ready_count, active_count, failed_count, total_count,"
     " created_delta, completed_delta, failed_delta, delta_seconds, delta_on,"
-    " wait_bins, run_bins, ready_oldest_seconds, captured_on"
+    " wait_bins, run_bins, ready_oldest_seconds"
 )
+#: a snapshot as ``get_queue_stats`` returns it
+_SERIES = f"{_COUNTS}, captured_on"
 
 
 @lru_cache(maxsize=4)
@@ -205,18 +208,14 @@ def queue_stats_cache(q: str) -> Statement:
     counted), their age in seconds, and its job table; no row for a missing queue."""
     p = Params()
     sql = (
-        f"SELECT {_SERIES.replace('captured_on', 'monitor_on AS captured_on')}, table_name,"
+        f"SELECT {_COUNTS}, monitor_on AS captured_on, table_name,"
         f" extract(epoch FROM ({q}.job_now() - monitor_on))::float8 AS age_seconds"
         f" FROM {q}.queue WHERE name = {p('name')}::text"
     )
     return p.statement(sql)
 
 
-_SNAPSHOT_COLUMNS = (
-    "name, deferred_count, queued_count, ready_count, active_count, failed_count, total_count,"
-    " created_delta, completed_delta, failed_delta, delta_seconds, delta_on,"
-    " wait_bins, run_bins, ready_oldest_seconds"
-)
+_SNAPSHOT_COLUMNS = f"name, {_COUNTS}"
 
 
 @lru_cache(maxsize=4)
