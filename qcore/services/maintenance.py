@@ -11,6 +11,7 @@ retention, so two walks never delete twice). A job goes once it finished
 ``deletion_seconds`` ago (``delete_after_seconds``; 0 keeps it), or once it was never
 started and its ``keep_until`` has passed (``retention_seconds`` after
 ``start_after``). A walk that a stop or a failure ends early hands its claim back.
+After each batch the walk pauses (:data:`RETENTION_DUTY`), so workers keep the server.
 
 **Pruning**, after the queues: persisted warnings older than
 ``warning_retention_days``; snapshots older than ``queue_stat_retention_days`` (the
