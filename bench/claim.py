@@ -5,7 +5,11 @@ own ``created_on``) or as pg-boss inserts a batch (one ``created_on`` for all) â
 autovacuum off for its table, so its statistics are never refreshed; then single-job
 claims are timed one after another. The claim's cost should not depend on the size.
 
+With ``--compare pgboss`` the real pg-boss claims from a queue of its own filled the
+same way, in the same schema, right after qcore (its ``fetch()``, one at a time).
+
     python -m bench.claim [--dsn DSN] [--sizes 1000,10000,100000] [--claims 200]
+                          [--compare pgboss]
 """
 
 from __future__ import annotations
@@ -21,39 +25,86 @@ DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 SCHEMA = "qcore_bench_claim"
 
 
-async def _fill(boss: Boss, size: int, tied: bool) -> None:
-    (queue,) = await boss.db.execute(f"SELECT table_name FROM {SCHEMA}.queue WHERE name = 'q'")
+async def _fill(boss: Boss, size: int, tied: bool, name: str = "q") -> None:
+    (queue,) = await boss.db.execute(
+        f"SELECT table_name FROM {SCHEMA}.queue WHERE name = $1", [name]
+    )
     await boss.db.execute_script(
         f"ALTER TABLE {SCHEMA}.{queue['table_name']} SET (autovacuum_enabled = false)"
     )
     if tied:
         await boss.db.execute(
-            f"INSERT INTO {SCHEMA}.job (id, name, data, policy) SELECT gen_random_uuid(), 'q',"
+            f"INSERT INTO {SCHEMA}.job (id, name, data, policy) SELECT gen_random_uuid(), $2,"
             " to_jsonb(i), 'standard' FROM generate_series(1, $1::int) AS i",
-            [size],
+            [size, name],
         )
         return
     for start in range(0, size, 5_000):
-        await boss.insert("q", [{"data": {"n": n}} for n in range(start, min(size, start + 5_000))])
+        await boss.insert(
+            name, [{"data": {"n": n}} for n in range(start, min(size, start + 5_000))]
+        )
 
 
-async def measure(dsn: str, size: int, tied: bool, claims: int) -> float:
-    """The median milliseconds of one claim on a backlog of ``size``."""
+async def measure(
+    dsn: str, size: int, tied: bool, claims: int, pgboss: bool = False
+) -> tuple[float, float | None]:
+    """The median milliseconds of one claim on a backlog of ``size``: qcore's, and with
+    ``pgboss`` pg-boss's on a queue of its own filled the same way."""
     async with Boss(dsn, schema=SCHEMA, supervise=False) as boss:
         await boss.db.execute_script(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
     async with Boss(dsn, schema=SCHEMA, supervise=False) as boss:
         try:
             await boss.create_queue("q")
             await _fill(boss, size, tied)
+            if pgboss:
+                await boss.create_queue("pgboss")
+                await _fill(boss, size, tied, "pgboss")
             await boss.db.execute_script("CHECKPOINT")
             times = []
             for _ in range(claims):
                 started = time.perf_counter()
                 (_job,) = await boss.fetch("q")
                 times.append(time.perf_counter() - started)
-            return statistics.median(times) * 1000
+            theirs = await _pgboss_claims(dsn, claims) if pgboss else None
+            return statistics.median(times) * 1000, theirs
         finally:
             await boss.db.execute_script(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+
+
+async def _pgboss_claims(dsn: str, claims: int) -> float:
+    """pg-boss's median claim, in milliseconds, on queue ``pgboss`` (Node, its fetch)."""
+    import json
+    import shutil
+
+    from bench.pgboss import SCRIPT
+    from tests.interop.pgboss import ensure_installed
+
+    target = await asyncio.to_thread(ensure_installed)
+    shutil.copyfile(SCRIPT, target / SCRIPT.name)
+    spec = {
+        "dsn": dsn,
+        "schema": SCHEMA,
+        "queue": "pgboss",
+        "scenario": "claim",
+        "jobs": claims,
+        "batch": 1,
+        "concurrency": 1,
+        "pool": 2,
+        "pad": 0,
+        "application_name": "bench-claim-pgboss",
+    }
+    proc = await asyncio.create_subprocess_exec(
+        "node",
+        str(target / SCRIPT.name),
+        cwd=str(target),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await proc.communicate((json.dumps(spec) + "\ngo\n").encode())
+    lines = [line for line in out.decode().splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"pg-boss's claims failed (exit {proc.returncode})")
+    return float(json.loads(lines[-1])["median_ms"])
 
 
 def main() -> None:
@@ -61,13 +112,17 @@ def main() -> None:
     parser.add_argument("--dsn", default=DEFAULT_DSN)
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--claims", type=int, default=200)
+    parser.add_argument("--compare", default="none", help="pgboss: claim with pg-boss too")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    print(f"{'waiting jobs':>12}  {'qcore insert (ms)':>18}  {'one created_on (ms)':>20}")
+    peer = args.compare == "pgboss"
+    header = f"{'waiting jobs':>12}  {'qcore insert (ms)':>18}  {'one created_on (ms)':>20}"
+    print(header + (f"  {'pg-boss, one created_on (ms)':>29}" if peer else ""))
     for size in sizes:
-        distinct = asyncio.run(measure(args.dsn, size, False, args.claims))
-        tied = asyncio.run(measure(args.dsn, size, True, args.claims))
-        print(f"{size:>12,}  {distinct:>18.2f}  {tied:>20.2f}", flush=True)
+        distinct, _ = asyncio.run(measure(args.dsn, size, False, args.claims))
+        tied, theirs = asyncio.run(measure(args.dsn, size, True, args.claims, peer))
+        line = f"{size:>12,}  {distinct:>18.2f}  {tied:>20.2f}"
+        print(line + (f"  {theirs:>29.2f}" if theirs is not None else ""), flush=True)
 
 
 if __name__ == "__main__":

@@ -78,6 +78,20 @@ if (spec.scenario === 'bulk_enqueue') {
     await new Promise(resolve => setTimeout(resolve, 2))
   }
   jobs = handled
+} else if (spec.scenario === 'claim') {
+  // one fetch({ batchSize: 1 }) at a time; each call's milliseconds
+  const times = []
+  for (let i = 0; i < spec.jobs; i++) {
+    const t = performance.now()
+    const claimed = await boss.fetch(spec.queue)
+    times.push(performance.now() - t)
+    if (claimed.length !== 1) throw new Error(`claim ${i} got ${claimed.length} jobs`)
+  }
+  times.sort((a, b) => a - b)
+  jobs = times.length
+  console.log(JSON.stringify({ median_ms: times[Math.floor(times.length / 2)], jobs }))
+  await boss.stop({ graceful: false, timeout: 1000 })
+  process.exit(0)
 } else {
   throw new Error(`pgboss_bench: no pg-boss side for ${spec.scenario}`)
 }
