@@ -73,14 +73,8 @@ async def measure(
 
 async def _pgboss_claims(dsn: str, claims: int) -> float:
     """pg-boss's median claim, in milliseconds, on queue ``pgboss`` (Node, its fetch)."""
-    import json
-    import shutil
+    from bench import pgboss
 
-    from bench.pgboss import SCRIPT
-    from tests.interop.pgboss import ensure_installed
-
-    target = await asyncio.to_thread(ensure_installed)
-    shutil.copyfile(SCRIPT, target / SCRIPT.name)
     spec = {
         "dsn": dsn,
         "schema": SCHEMA,
@@ -93,18 +87,10 @@ async def _pgboss_claims(dsn: str, claims: int) -> float:
         "pad": 0,
         "application_name": "bench-claim-pgboss",
     }
-    proc = await asyncio.create_subprocess_exec(
-        "node",
-        str(target / SCRIPT.name),
-        cwd=str(target),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    out, _ = await proc.communicate((json.dumps(spec) + "\ngo\n").encode())
-    lines = [line for line in out.decode().splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"pg-boss's claims failed (exit {proc.returncode})")
-    return float(json.loads(lines[-1])["median_ms"])
+    proc = await pgboss.start(spec)
+    result = await pgboss.go(proc)
+    await pgboss.ended(proc)
+    return float(result["median_ms"])
 
 
 def main() -> None:

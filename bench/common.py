@@ -173,6 +173,7 @@ class Meter:
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
         self._client0 = 0.0
+        self._started = 0.0
         self._server0: dict[int, float] | None = None
 
     async def _server(self) -> dict[int, float] | None:
@@ -202,13 +203,18 @@ class Meter:
         return t.user + t.system
 
     async def start(self) -> None:
+        """Take the readings, then start the clock of the timed section."""
         self._server0 = await self._server()
         self._client0 = self._client()
+        self._started = time.perf_counter()
 
     async def stop(self) -> dict[str, Any]:
+        """Stop the clock, then take the readings: ``elapsed``, ``client_cpu_s`` and
+        ``server_cpu_s`` (None when the server's processes cannot be read)."""
+        elapsed = time.perf_counter() - self._started
         client = self._client() - self._client0
         server1 = await self._server()
         server: float | None = None
         if self._server0 is not None and server1 is not None:
             server = sum(t - self._server0.get(pid, 0.0) for pid, t in server1.items())
-        return {"client_cpu_s": client, "server_cpu_s": server}
+        return {"elapsed": elapsed, "client_cpu_s": client, "server_cpu_s": server}

@@ -14,7 +14,6 @@ was called. The process's peak RSS is the scenario's memory figure.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import psycopg
@@ -99,13 +98,11 @@ async def batch_drain(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         await warm_pool(boss, loops)
         await meter.start()
-        start = time.perf_counter()
         await asyncio.gather(*(loop() for _ in range(loops)))
-        elapsed = time.perf_counter() - start
         cpu = await meter.stop()
     finally:
         await boss.stop()
-    return {"elapsed": elapsed, "jobs": counter.count, "empty_polls": empty_polls, **cpu}
+    return {"jobs": counter.count, "empty_polls": empty_polls, **cpu}
 
 
 async def worker_drain(spec: dict[str, Any]) -> dict[str, Any]:
@@ -129,7 +126,6 @@ async def worker_drain(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         await warm_pool(boss, min(10, concurrency + 2))
         await meter.start()
-        start = time.perf_counter()
         await boss.work(queue, handler, batch_size=batch, local_concurrency=concurrency)
         try:
             await asyncio.wait_for(counter.done.wait(), timeout)
@@ -144,9 +140,8 @@ async def worker_drain(spec: dict[str, Any]) -> dict[str, Any]:
             left = int(row[0]) if row else 0
             if left:
                 await asyncio.sleep(0.002)
-        elapsed = time.perf_counter() - start
         cpu = await meter.stop()
     finally:
         await watcher.close()
         await boss.stop(timeout=30)
-    return {"elapsed": elapsed, "jobs": counter.count, **cpu}
+    return {"jobs": counter.count, **cpu}

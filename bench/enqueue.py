@@ -9,7 +9,6 @@ halves; the raw halves are in :mod:`bench.raw`.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 from bench.common import BATCH_INSERT, Meter, open_boss, payload, shares, warm_pool
@@ -88,15 +87,13 @@ async def bulk_enqueue(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         written = 0
         await meter.start()
-        start = time.perf_counter()
         for batch in batches:
             ids = await boss.insert(queue, batch)
             written += len(ids or ())
-        elapsed = time.perf_counter() - start
         cpu = await meter.stop()
     finally:
         await boss.stop()
-    return {"elapsed": elapsed, "jobs": written, **cpu}
+    return {"jobs": written, **cpu}
 
 
 async def single_enqueue(spec: dict[str, Any]) -> dict[str, Any]:
@@ -120,10 +117,8 @@ async def single_enqueue(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         await warm_pool(boss, callers)
         await meter.start()
-        start = time.perf_counter()
         await asyncio.gather(*(caller(f, n) for f, n in starts))
-        elapsed = time.perf_counter() - start
         cpu = await meter.stop()
     finally:
         await boss.stop()
-    return {"elapsed": elapsed, "jobs": sent, **cpu}
+    return {"jobs": sent, **cpu}

@@ -60,12 +60,51 @@ async def verify(env: Env, scenario: str, jobs: int) -> list[str]:
     return [] if counts == {want: jobs} else [f"expected {jobs} {want} jobs, found {counts}"]
 
 
-async def run(spec: dict[str, Any]) -> dict[str, Any]:
-    """Child side: pg-boss's timed half of ``spec["scenario"]``."""
-    from tests.interop.pgboss import ensure_installed  # the npm install the interop tests use
+async def start(command: dict[str, Any]) -> asyncio.subprocess.Process:
+    """pg-boss's side started on ``command`` (the script beside the npm-installed
+    pg-boss the interop tests use), once it says it is ready: :func:`go` runs it."""
+    from tests.interop.pgboss import ensure_installed
 
     target = await asyncio.to_thread(ensure_installed)
     shutil.copyfile(SCRIPT, target / SCRIPT.name)
+    proc = await asyncio.create_subprocess_exec(
+        "node",
+        str(target / SCRIPT.name),
+        cwd=str(target),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(json.dumps(command).encode() + b"\n")
+    await proc.stdin.drain()
+    if (await proc.stdout.readline()).strip() != b"ready":  # pg-boss started, pool open
+        raise RuntimeError(f"pg-boss's {command['scenario']} side did not start")
+    return proc
+
+
+async def go(proc: asyncio.subprocess.Process) -> dict[str, Any]:
+    """Tell a started side to go; the JSON line it prints when done (read before it
+    exits, while its connections are still there to be measured)."""
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b"go\n")
+    await proc.stdin.drain()
+    line = await proc.stdout.readline()
+    if not line.strip():
+        raise RuntimeError(f"pg-boss's side printed no result (exit {await proc.wait()})")
+    result: dict[str, Any] = json.loads(line)
+    return result
+
+
+async def ended(proc: asyncio.subprocess.Process) -> None:
+    """Wait for a side that has given its result to exit cleanly."""
+    assert proc.stdin is not None
+    proc.stdin.close()
+    if await proc.wait() != 0:
+        raise RuntimeError(f"pg-boss's side failed (exit {proc.returncode})")
+
+
+async def run(spec: dict[str, Any]) -> dict[str, Any]:
+    """Child side: pg-boss's timed half of ``spec["scenario"]``."""
     # in the URL: node-postgres lets a connection string's parameters replace the options
     dsn = spec["dsn"] + ("&" if "?" in spec["dsn"] else "?") + f"application_name={APPLICATION}"
     command = {
@@ -81,27 +120,11 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         "application_name": APPLICATION,
     }
     meter = Meter(spec["dsn"])
-    proc = await asyncio.create_subprocess_exec(
-        "node",
-        str(target / SCRIPT.name),
-        cwd=str(target),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(json.dumps(command).encode() + b"\n")
-    await proc.stdin.drain()
-    if (await proc.stdout.readline()).strip() != b"ready":  # pg-boss started, pool open
-        raise RuntimeError(f"pg-boss's {spec['scenario']} side did not start")
+    proc = await start(command)
     await meter.start()
-    proc.stdin.write(b"go\n")
-    await proc.stdin.drain()
-    line = await proc.stdout.readline()
+    result = await go(proc)
     cpu = await meter.stop()
-    proc.stdin.close()
-    if await proc.wait() != 0 or not line.strip():
-        raise RuntimeError(f"pg-boss's {spec['scenario']} side failed (exit {proc.returncode})")
-    result: dict[str, Any] = json.loads(line)
+    await ended(proc)
     return {
         "elapsed": result["elapsed"],
         "jobs": result["jobs"],

@@ -31,7 +31,6 @@ This module imports psycopg only, never qcore.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import psycopg
@@ -68,18 +67,16 @@ async def bulk_enqueue(spec: dict[str, Any]) -> dict[str, Any]:
     meter = Meter(spec["dsn"])
     try:
         await meter.start()
-        start = time.perf_counter()
         async with (
             conn.cursor() as cur,
             cur.copy(f"COPY {table} (name, data, policy) FROM STDIN") as copy,
         ):
             for name, data in rows:
                 await copy.write_row((name, Jsonb(data), "standard"))
-        elapsed = time.perf_counter() - start
         cpu = await meter.stop()
     finally:
         await conn.close()
-    return {"elapsed": elapsed, "jobs": jobs, **cpu}
+    return {"jobs": jobs, **cpu}
 
 
 async def single_enqueue(spec: dict[str, Any]) -> dict[str, Any]:
@@ -104,14 +101,12 @@ async def single_enqueue(spec: dict[str, Any]) -> dict[str, Any]:
     meter = Meter(spec["dsn"])
     try:
         await meter.start()
-        start = time.perf_counter()
         await asyncio.gather(*(caller(c, f, n) for c, (f, n) in zip(conns, starts, strict=True)))
-        elapsed = time.perf_counter() - start
         cpu = await meter.stop()
     finally:
         for conn in conns:
             await conn.close()
-    return {"elapsed": elapsed, "jobs": len(ids), **cpu}
+    return {"jobs": len(ids), **cpu}
 
 
 def _claim_sql(table: str, *, skip_locked: bool) -> str:
@@ -216,15 +211,12 @@ async def drain(spec: dict[str, Any]) -> dict[str, Any]:
     meter = Meter(spec["dsn"])
     try:
         await meter.start()
-        start = time.perf_counter()
         await asyncio.gather(*(loop(c) for c in conns))
-        elapsed = time.perf_counter() - start
         cpu = await meter.stop()
     finally:
         for conn in conns:
             await conn.close()
     return {
-        "elapsed": elapsed,
         "jobs": counter.count,
         "empty_polls": empty_polls,
         "retries": retries,
