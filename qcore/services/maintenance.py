@@ -75,15 +75,9 @@ class Maintenance:
             "maintenance_interval_seconds",
             "queue_cache_interval_seconds",
             "reindex_interval_seconds",
+            "warning_slow_query_seconds",
         ):
             check_number(option, getattr(self, option), 1, DAY_SECONDS, integer=False)
-        check_number(
-            "warning_slow_query_seconds",
-            self.warning_slow_query_seconds,
-            1,
-            DAY_SECONDS,
-            integer=False,
-        )
         check_number("warning_queue_size", self.warning_queue_size, 1, 2**31 - 1, integer=True)
         if self.warning_retention_days is not None:
             check_number(
@@ -109,10 +103,6 @@ class RetentionResult:
     deleted: int = 0
 
 
-def _skip_locked(ctx: Context) -> bool:
-    return ctx.backend.fetch is FetchStrategy.SKIP_LOCKED
-
-
 async def retain(
     ctx: Context,
     table: str,
@@ -126,7 +116,7 @@ async def retain(
     """Retention for the queues ``names`` of job table ``table``: claim the due ones
     (all of them when ``interval_seconds`` is None), walk each, hand back the claim of
     those not walked to the end."""
-    skip_locked = _skip_locked(ctx)
+    skip_locked = ctx.backend.fetch is FetchStrategy.SKIP_LOCKED
     claim = sql.claim_maintenance(
         ctx.q, gated=interval_seconds is not None, skip_locked=skip_locked
     )

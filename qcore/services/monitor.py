@@ -102,7 +102,7 @@ async def supervise(
     monitor_interval_seconds: float | None = None,
     maintenance_interval_seconds: float | None = None,
     settings: Maintenance = DEFAULT_SETTINGS,
-    reindex: Reindex | bool | None = True,
+    reindex: Reindex | bool = True,
     force_reindex: bool = False,
     vacuum: VacuumWatch | None = None,
     batch_size: int = jobs.EXPIRY_BATCH_SIZE,
@@ -118,7 +118,7 @@ async def supervise(
     are worked on; without them (an explicit call) every queue is. Expiry fails at
     most ``batch_size`` jobs per transaction. ``events`` receives the warnings.
     Last, the index bloat check (:func:`qcore.ops.reindex.rebuild`): rebuilds with
-    ``reindex`` thresholds (True: the settings', False/None: detection only), once per
+    ``reindex`` thresholds (True: the settings', False: detection only), once per
     ``settings.reindex_interval_seconds`` between instances unless ``force_reindex``.
     ``vacuum`` (the instance's evidence, with ``settings.monitor_vacuum``) runs the
     vacuum checks (:mod:`qcore.services.vacuum`).
@@ -183,7 +183,7 @@ async def supervise(
         await rebuild(
             ctx,
             limits or Reindex(),
-            rebuilding=reindex is not False and reindex is not None and limits is not None,
+            rebuilding=reindex is not False and limits is not None,
             interval_seconds=settings.reindex_interval_seconds,
             force=force_reindex,
             events=events,

@@ -16,6 +16,7 @@ from functools import lru_cache
 
 from qcore.identifiers import quote
 from qcore.sql._statement import Params, Statement
+from qcore.sql.monitor import claim_queues, queue_row_lock
 
 __all__ = [
     "RETENTION_BATCH_SIZE",
@@ -38,38 +39,11 @@ _MAX_UUID = "ffffffff-ffff-ffff-ffff-ffffffffffff"
 _RETAINED = "state IN ('completed', 'cancelled')"
 
 
-def _utc_text(column: str) -> str:
-    # a timestamp as UTC ISO text, read back the same whatever the session's TimeZone
-    return f"to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
-
-
-def _row_lock(skip_locked: bool) -> str:
-    # queue rows are locked in name order by every multi-row writer (no deadlock between
-    # instances); NO KEY UPDATE leaves the key-share lock of a job insert free
-    return "ORDER BY name FOR NO KEY UPDATE" + (" SKIP LOCKED" if skip_locked else "")
-
-
-@lru_cache(maxsize=8)
 def claim_maintenance(q: str, *, gated: bool = True, skip_locked: bool = False) -> Statement:
-    """Claim the queues ``names`` for a retention pass: ``maintain_on`` = now, rows
-    ``name, claimed_on`` (UTC text, for :func:`release_maintenance`). ``gated`` (the
-    background pass) takes only queues last claimed at least ``seconds`` ago (never:
-    due at once), as pg-boss's own claim does; an explicit pass claims them all."""
-    p = Params()
-    now = f"{q}.job_now()"
-    due = ""
-    if gated:
-        due = (
-            f" AND extract(epoch FROM ({now} - COALESCE(maintain_on, {now} - interval '1 week')))"
-            f" >= {p('seconds')}::float8"
-        )
-    sql = (
-        f"WITH due AS (SELECT name FROM {q}.queue WHERE name = ANY({p('names')}::text[]){due}"
-        f" {_row_lock(skip_locked)})"
-        f" UPDATE {q}.queue SET maintain_on = {now} FROM due WHERE queue.name = due.name"
-        f" RETURNING queue.name, {_utc_text('queue.maintain_on')} AS claimed_on"
-    )
-    return p.statement(sql)
+    """Claim the queues ``names`` for a retention pass (:func:`claim_queues` on
+    ``maintain_on``, pg-boss's deletion claim); ``claimed_on`` is what
+    :func:`release_maintenance` hands back."""
+    return claim_queues(q, "maintain_on", ("maintain_on",), gated=gated, skip_locked=skip_locked)
 
 
 @lru_cache(maxsize=4)
@@ -81,7 +55,7 @@ def release_maintenance(q: str, *, skip_locked: bool = False) -> Statement:
     sql = (
         f"UPDATE {q}.queue SET maintain_on = NULL FROM (SELECT name FROM {q}.queue"
         f" WHERE name = ANY({p('names')}::text[]) AND maintain_on = {p('claimed_on')}::timestamptz"
-        f" {_row_lock(skip_locked)}) r WHERE queue.name = r.name"
+        f" {queue_row_lock(skip_locked)}) r WHERE queue.name = r.name"
     )
     return p.statement(sql)
 

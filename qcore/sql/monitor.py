@@ -14,7 +14,15 @@ from functools import lru_cache
 
 from qcore.sql._statement import Params, Statement
 
-__all__ = ["CLAIM_CHUNK_SIZE", "claim_monitor", "monitor_queues", "stamp_monitored"]
+__all__ = [
+    "CLAIM_CHUNK_SIZE",
+    "claim_monitor",
+    "claim_queues",
+    "monitor_queues",
+    "queue_row_lock",
+    "stamp_monitored",
+    "utc_text",
+]
 
 #: queue names per claim statement (pg-boss's chunk)
 CLAIM_CHUNK_SIZE = 100
@@ -29,36 +37,51 @@ def monitor_queues(q: str, *, by_name: bool = False) -> Statement:
     return p.statement(f"SELECT name, table_name FROM {q}.queue{where} ORDER BY table_name, name")
 
 
-@lru_cache(maxsize=8)
-def claim_monitor(q: str, *, gated: bool = True, skip_locked: bool = False) -> Statement:
-    """Claim the queues ``names`` for one monitor pass: stamp ``monitor_claim_on`` = now
-    and return them. Rows ``name``: the queues this pass may work on.
+def utc_text(column: str) -> str:
+    """A timestamp as UTC ISO text: read back the same whatever a session's TimeZone."""
+    return f"to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 
-    ``gated`` (the background pass) claims only queues whose last claim — or, never
-    claimed, last finished pass (``monitor_on``); neither: a week ago, so a new queue
-    is due at once — is at least ``seconds`` old, so instances sharing the schema do a
-    queue's work once per interval between them. Without it (an explicit
-    ``supervise()``) every named queue is claimed, and the stamp still spares the
-    other instances' background passes. Rows are locked in name order ``FOR NO KEY
-    UPDATE`` (``FOR UPDATE`` would block the key-share lock a job insert takes through
-    the queue foreign key), with ``skip_locked`` skipping queues another claim holds.
-    """
+
+def queue_row_lock(skip_locked: bool) -> str:
+    """How every multi-row writer of the queue table locks: in name order (no deadlock
+    between instances), ``FOR NO KEY UPDATE`` (``FOR UPDATE`` would block the key-share
+    lock a job insert takes through the queue foreign key), with ``skip_locked``
+    skipping rows another claim holds."""
+    return "ORDER BY name FOR NO KEY UPDATE" + (" SKIP LOCKED" if skip_locked else "")
+
+
+@lru_cache(maxsize=16)
+def claim_queues(
+    q: str, column: str, since: tuple[str, ...], *, gated: bool, skip_locked: bool
+) -> Statement:
+    """pg-boss's per-queue claim of a step: stamp ``column`` = now on the queues
+    ``names`` and return them, rows ``name, claimed_on`` (UTC text). ``gated`` (a
+    background pass) claims only queues whose first non-null of the ``since`` columns
+    (none: a week ago, so a new queue is due at once) is at least ``seconds`` old, so
+    instances sharing the schema do the step once per interval between them; an
+    explicit pass claims every named queue. Rows locked by :func:`queue_row_lock`."""
     p = Params()
     now = f"{q}.job_now()"
     due = ""
     if gated:
-        due = (
-            f" AND extract(epoch FROM ({now} - COALESCE(monitor_claim_on, monitor_on,"
-            f" {now} - interval '1 week'))) >= {p('seconds')}::float8"
-        )
-    lock = "FOR NO KEY UPDATE SKIP LOCKED" if skip_locked else "FOR NO KEY UPDATE"
+        last = ", ".join((*since, f"{now} - interval '1 week'"))
+        due = f" AND extract(epoch FROM ({now} - COALESCE({last}))) >= {p('seconds')}::float8"
     sql = (
         f"WITH due AS (SELECT name FROM {q}.queue WHERE name = ANY({p('names')}::text[]){due}"
-        f" ORDER BY name {lock})"
-        f" UPDATE {q}.queue SET monitor_claim_on = {now} FROM due"
-        " WHERE queue.name = due.name RETURNING queue.name"
+        f" {queue_row_lock(skip_locked)})"
+        f" UPDATE {q}.queue SET {column} = {now} FROM due WHERE queue.name = due.name"
+        f" RETURNING queue.name, {utc_text(f'queue.{column}')} AS claimed_on"
     )
     return p.statement(sql)
+
+
+def claim_monitor(q: str, *, gated: bool = True, skip_locked: bool = False) -> Statement:
+    """Claim the queues ``names`` for one monitor pass (:func:`claim_queues` on
+    ``monitor_claim_on``; never claimed, a queue is due from its last finished pass,
+    ``monitor_on``). Without ``gated`` (an explicit ``supervise()``) the stamp still
+    spares the other instances' background passes."""
+    since = ("monitor_claim_on", "monitor_on")
+    return claim_queues(q, "monitor_claim_on", since, gated=gated, skip_locked=skip_locked)
 
 
 @lru_cache(maxsize=4)

@@ -30,6 +30,7 @@ from functools import lru_cache
 from qcore.identifiers import quote
 from qcore.sql._statement import Params, Statement
 from qcore.sql.locks import lock_key_expression
+from qcore.sql.monitor import queue_row_lock
 
 __all__ = [
     "AGGREGATES",
@@ -112,7 +113,7 @@ def cache_queue_stats(
         release = (
             f"released AS (UPDATE {q}.queue SET monitor_claim_on = NULL FROM (SELECT name"
             f" FROM {q}.queue WHERE name = ANY({names}) AND NOT (SELECT got FROM lock)"
-            " ORDER BY name FOR NO KEY UPDATE) r WHERE queue.name = r.name), "
+            f" {queue_row_lock(False)}) r WHERE queue.name = r.name), "
         )
     live = (
         "SELECT j.name,"
@@ -185,7 +186,7 @@ def cache_queue_stats(
         f" singletons_active = s.singletons, monitor_on = {now}"
         + (f", ready_history = {history}" if sample else "")
         + f" FROM (SELECT name FROM {q}.queue WHERE name = ANY({names}){guard}"
-        " AND (SELECT count(*) FROM stats) >= 0 ORDER BY name FOR NO KEY UPDATE) r"
+        f" AND (SELECT count(*) FROM stats) >= 0 {queue_row_lock(False)}) r"
         " JOIN stats s ON s.name = r.name WHERE queue.name = r.name"
         " RETURNING queue.name, queue.queued_count, queue.warning_queued"
     )
