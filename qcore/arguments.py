@@ -21,8 +21,11 @@ __all__ = ["constructor", "verb"]
 F = TypeVar("F", bound=Callable[..., Coroutine[Any, Any, Any]])
 
 
-def _typed_dict_keys(options: Any) -> frozenset[str]:
-    return frozenset(options.__required_keys__) | frozenset(options.__optional_keys__)
+def _option_keys(options: tuple[Any, ...]) -> frozenset[str]:
+    """Every key of the ``options`` TypedDicts a ``**options`` parameter takes."""
+    return frozenset().union(
+        *(frozenset(o.__required_keys__) | frozenset(o.__optional_keys__) for o in options)
+    )
 
 
 def verb(*options: Any) -> Callable[[F], F]:
@@ -34,7 +37,7 @@ def verb(*options: Any) -> Callable[[F], F]:
     def decorate(method: F) -> F:
         parameters = list(inspect.signature(method).parameters.values())[1:]
         named = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        allowed = frozenset(named).union(*(_typed_dict_keys(o) for o in options))
+        allowed = frozenset(named) | _option_keys(options)
         takes = ", ".join(sorted(allowed))
 
         def refuse(why: str) -> ValidationError:
@@ -68,7 +71,8 @@ def constructor(*options: Any) -> Callable[[Init], Init]:
         signature = inspect.signature(init)
         parameters = list(signature.parameters.values())[1:]
         named = [p.name for p in parameters if p.kind != p.VAR_KEYWORD]
-        extra = frozenset().union(*(_typed_dict_keys(o) for o in options))
+        extra = _option_keys(options)
+        known = frozenset(named) | extra
         takes = ", ".join(named + sorted(extra))
 
         def refuse(why: str, instance: Any) -> ConfigError:
@@ -80,7 +84,7 @@ def constructor(*options: Any) -> Callable[[Init], Init]:
                 signature.bind(self, *args, **kwargs)
             except TypeError as exc:
                 raise refuse(str(exc).split("() ", 1)[-1], self) from None
-            unknown = sorted(kwargs.keys() - set(named) - extra) if options else []
+            unknown = sorted(kwargs.keys() - known) if options else []
             if unknown:
                 raise refuse(f"got an unexpected keyword argument {unknown[0]!r}", self)
             init(self, *args, **kwargs)
