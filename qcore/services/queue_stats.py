@@ -17,8 +17,10 @@ from typing import Any
 from qcore import retry
 from qcore.backend import LockStrategy
 from qcore.context import Context
+from qcore.db import Rows
 from qcore.errors import ValidationError
 from qcore.events import Events
+from qcore.options import check_count
 from qcore.sql import queue_stats as sql
 from qcore.sql.locks import lock_key_text
 
@@ -45,16 +47,8 @@ async def cache_stats(
 ) -> list[str]:
     """Count the queues ``names`` of ``table`` and cache the counts on their rows; the
     queues written (none when another instance holds the stats lock)."""
-    try_lock = ctx.backend.lock is LockStrategy.ADVISORY
-    statement = sql.cache_queue_stats(ctx.q, table, throughput=persist, try_lock=try_lock)
     reset = max(sql.DELTA_RESET_MAX_SECONDS, int(2 * pass_seconds))
-    rows = await retry.run(
-        ctx,
-        statement,
-        names=names,
-        key=lock_key_text(ctx.schema_spec, sql.STATS_LOCK),
-        reset_seconds=reset,
-    )
+    rows = await _count_queues(ctx, table, names, throughput=persist, reset_seconds=reset)
     written = sorted(str(r["name"]) for r in rows)
     if persist and written:
         await retry.run(ctx, sql.insert_queue_stats(ctx.q), names=written)
@@ -72,6 +66,27 @@ async def cache_stats(
                     warning_queue_size=threshold,
                 )
     return written
+
+
+async def _count_queues(
+    ctx: Context,
+    table: str,
+    names: list[str],
+    *,
+    throughput: bool = False,
+    reset_seconds: int = sql.DELTA_RESET_MAX_SECONDS,
+    sample: bool = True,
+    must_count: bool = False,
+) -> Rows:
+    """The counting statement on the queues ``names`` of ``table``: under pg-boss's
+    ``queue-stats`` try-lock on an advisory backend (no rows: another instance holds
+    it), unless ``must_count``; see :func:`qcore.sql.queue_stats.cache_queue_stats`."""
+    try_lock = ctx.backend.lock is LockStrategy.ADVISORY and not must_count
+    statement = sql.cache_queue_stats(
+        ctx.q, table, throughput=throughput, try_lock=try_lock, sample=sample
+    )
+    key = lock_key_text(ctx.schema_spec, sql.STATS_LOCK)
+    return await retry.run(ctx, statement, names=names, key=key, reset_seconds=reset_seconds)
 
 
 #: a forced read serves counts at most this old (pg-boss's): repeated forced reads do
@@ -93,13 +108,9 @@ async def cached_stats(
     age = cached["age_seconds"]
     budget = min(FORCE_TTL_SECONDS, max_age_seconds) if force else max_age_seconds
     if age is None or age > budget:
-        first = age is None  # nothing to serve instead: this one count may not lose
-        try_lock = ctx.backend.lock is LockStrategy.ADVISORY and not first
-        statement = sql.cache_queue_stats(
-            ctx.q, str(cached["table_name"]), throughput=False, try_lock=try_lock, sample=False
-        )
-        key = lock_key_text(ctx.schema_spec, sql.STATS_LOCK)
-        if await retry.run(ctx, statement, names=[name], key=key):
+        table = str(cached["table_name"])
+        # never counted: nothing to serve instead, so this one count may not lose the lock
+        if await _count_queues(ctx, table, [name], sample=False, must_count=age is None):
             rows = await retry.run(ctx, sql.queue_stats_cache(ctx.q), name=name)
             cached = rows[0] if rows else cached
     snapshot = _snapshot(cached)
@@ -127,7 +138,7 @@ async def read_stats(
             raise ValidationError(f"{option} must be an aware datetime, got {when!r}")
     if from_ is not None and to is not None and from_ > to:
         raise ValidationError(f"from_ ({from_.isoformat()}) is after to ({to.isoformat()})")
-    _count("limit", limit, MAX_LIMIT)
+    check_count("limit", limit, MAX_LIMIT)
     if aggregate not in sql.AGGREGATES:
         raise ValidationError(
             f"aggregate must be one of {', '.join(sql.AGGREGATES)}, got {aggregate!r}"
@@ -136,13 +147,13 @@ async def read_stats(
         raise ValidationError("give bucket_seconds or max_data_points, not both")
     values: dict[str, Any] = {"name": name, "from_": from_, "to": to, "limit": limit}
     if max_data_points is not None:
-        _count("max_data_points", max_data_points, MAX_LIMIT)
+        check_count("max_data_points", max_data_points, MAX_LIMIT)
         bucket_seconds = await _width(ctx, name, from_, to, max_data_points)
         values["limit"] = min(limit, max_data_points)
     if bucket_seconds is None:
         rows = await retry.run(ctx, sql.queue_stats_history(ctx.q), **values)
     else:
-        _count("bucket_seconds", bucket_seconds, 366 * 86_400)
+        check_count("bucket_seconds", bucket_seconds, 366 * 86_400)
         statement = sql.queue_stats_bucketed(ctx.q, aggregate)
         rows = await retry.run(ctx, statement, **values, seconds=bucket_seconds)
     return [_snapshot(r) for r in rows]
@@ -161,11 +172,6 @@ async def _width(
     hi = min(hi, to) if to is not None else hi
     seconds = max((hi - lo).total_seconds(), 0.0)
     return max(1, int(-(-seconds // points)))
-
-
-def _count(option: str, value: object, most: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
-        raise ValidationError(f"{option} must be an integer from 1 to {most}, got {value!r}")
 
 
 def _snapshot(row: Mapping[str, Any]) -> QueueStats:
