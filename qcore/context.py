@@ -7,7 +7,7 @@ public facade and can be tested on their own.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from qcore.backend import Backend
@@ -59,11 +59,6 @@ class Context:
         return f"{self.q}.{quote(name)}"
 
     def with_db(self, db: Database) -> Context:
-        """The same context on another adapter (a caller's transaction, a bound connection)."""
-        return Context(
-            db=db,
-            backend=self.backend,
-            schema_spec=self.schema_spec,
-            routes=self.routes,
-            watch=self.watch,
-        )
+        """The same context on another adapter (a caller's transaction, a bound connection):
+        every other field carried over, the route cache shared."""
+        return replace(self, db=db)
