@@ -19,7 +19,7 @@ skip all of it: :func:`reindex_commands` returns nothing there.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from qcore import retry
@@ -111,15 +111,11 @@ def thresholds(options: Mapping[str, Any], base: Reindex | None = None) -> tuple
     if not isinstance(force, bool):
         raise ValidationError(f"force must be True or False, got {force!r}")
     try:
-        merged = Reindex.of({**_fields(base or Reindex()), **given})
+        merged = Reindex.of({**asdict(base or Reindex()), **given})
     except ConfigError as exc:
         raise ValidationError(str(exc)) from None
     assert merged is not None
     return merged, force
-
-
-def _fields(reindex: Reindex) -> dict[str, Any]:
-    return {f.name: getattr(reindex, f.name) for f in fields(reindex)}
 
 
 async def bloated_indexes(

@@ -47,6 +47,10 @@ _HOLDERS = {
 }
 
 
+#: what a warning says of the table with the most dead rows
+_REPORTED = ("table", "live", "dead", "budget", "vacuum_age_seconds")
+
+
 @dataclass
 class _Seen:
     dead: int
@@ -141,7 +145,7 @@ class VacuumWatch:
                 transactions=ages[source],
                 tables=[t["table"] for t in stuck],
                 unreadable_sources=unreadable,
-                **{k: worst[k] for k in ("table", "live", "dead", "budget", "vacuum_age_seconds")},
+                **{k: worst[k] for k in _REPORTED},
             )
         return True
 
@@ -175,5 +179,5 @@ def _warn_disabled(events: Events, unvacuumed: list[dict[str, Any]]) -> None:
         f" {worst['dead']} dead rows and is still growing, and {since} (PostgreSQL would"
         f" vacuum it at {worst['budget']})",
         tables=[t["table"] for t in unvacuumed],
-        **{k: worst[k] for k in ("table", "live", "dead", "budget", "vacuum_age_seconds")},
+        **{k: worst[k] for k in _REPORTED},
     )
