@@ -32,6 +32,7 @@ __all__ = [
     "quote_ident",
     "rss_mib",
     "shares",
+    "spans",
     "warm_pool",
 ]
 
@@ -63,6 +64,15 @@ def shares(total: int, parts: int) -> list[int]:
     """``total`` split into ``parts`` near-equal whole shares."""
     base, extra = divmod(total, parts)
     return [base + (1 if k < extra else 0) for k in range(parts)]
+
+
+def spans(total: int, parts: int) -> list[tuple[int, int]]:
+    """``total`` split into ``parts`` consecutive ``(first, count)`` spans."""
+    out, first = [], 0
+    for count in shares(total, parts):
+        out.append((first, count))
+        first += count
+    return out
 
 
 def quote_ident(name: str) -> str:

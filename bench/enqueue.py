@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from bench.common import BATCH_INSERT, Meter, open_boss, payload, shares, warm_pool
+from bench.common import BATCH_INSERT, Meter, open_boss, payload, spans, warm_pool
 from bench.env import Env
 
 __all__ = ["bulk_enqueue", "prepare", "single_enqueue", "verify"]
@@ -109,10 +109,7 @@ async def single_enqueue(spec: dict[str, Any]) -> dict[str, Any]:
             if await boss.send(queue, payload(i)) is not None:
                 sent += 1
 
-    starts, first = [], 0
-    for count in shares(jobs, callers):
-        starts.append((first, count))
-        first += count
+    starts = spans(jobs, callers)
     meter = Meter(spec["dsn"])
     try:
         await warm_pool(boss, callers)

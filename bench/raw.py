@@ -43,7 +43,7 @@ from bench.common import (
     Meter,
     payload,
     quote_ident,
-    shares,
+    spans,
 )
 
 __all__ = ["bulk_enqueue", "drain", "single_enqueue"]
@@ -94,10 +94,7 @@ async def single_enqueue(spec: dict[str, Any]) -> dict[str, Any]:
             assert row is not None
             ids.append(row[0])
 
-    starts, first = [], 0
-    for count in shares(jobs, callers):
-        starts.append((first, count))
-        first += count
+    starts = spans(jobs, callers)
     meter = Meter(spec["dsn"])
     try:
         await meter.start()

@@ -15,9 +15,10 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from qcore.db._base import Listener, OnMessage, OnReconnect, call
+from qcore.errors import ConnectionLostError
 from qcore.tasks import cancel_and_wait
 
-__all__ = ["ListenSession", "ReconnectingListener"]
+__all__ = ["HeartbeatSession", "ListenSession", "ReconnectingListener"]
 
 log = logging.getLogger("qcore")
 
@@ -26,6 +27,33 @@ class ListenSession(Protocol):
     async def run(self, on_message: OnMessage) -> None: ...
 
     async def close(self) -> None: ...
+
+
+class HeartbeatSession:
+    """A session of one dedicated connection that, when no notification came for
+    ``heartbeat_seconds`` (pg-boss's notifyHeartbeatIntervalMs, 10 s), checks within
+    ``heartbeat_timeout_seconds`` (notifyHeartbeatTimeoutMs, 5 s) that it still listens
+    on the channel, and ends (to be reopened) if not. A driver supplies
+    :meth:`still_listening`, running :func:`still_listening_sql` its own way."""
+
+    heartbeat_seconds = 10.0
+    heartbeat_timeout_seconds = 5.0
+
+    def __init__(self, channel: str) -> None:
+        self._channel = channel
+
+    async def still_listening(self) -> bool:
+        raise NotImplementedError
+
+    async def heartbeat(self) -> None:
+        """Raise :class:`ConnectionLostError` unless the session still listens."""
+        if not await asyncio.wait_for(self.still_listening(), self.heartbeat_timeout_seconds):
+            raise ConnectionLostError(f"the session no longer listens on {self._channel}")
+
+
+def still_listening_sql(placeholder: str) -> str:
+    """The heartbeat query: whether this session listens on channel ``placeholder``."""
+    return f"SELECT EXISTS (SELECT 1 FROM pg_listening_channels() c WHERE c = {placeholder}::text)"
 
 
 class ReconnectingListener(Listener):

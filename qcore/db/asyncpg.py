@@ -20,7 +20,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from qcore.db._base import Bound, Database, Listener, OnMessage, OnReconnect, Rows
 from qcore.db._connect import connect_error
-from qcore.db._listen import ReconnectingListener, deliver
+from qcore.db._listen import HeartbeatSession, ReconnectingListener, deliver, still_listening_sql
 from qcore.db._values import JSON_OIDS, dumps, is_json, normalize_rows
 from qcore.errors import ConfigError, ConnectionLostError, DatabaseError, QcoreError, database_error
 
@@ -255,23 +255,16 @@ class AsyncpgDatabase(Database):
             await self._pool.close()
 
 
-#: the heartbeat: whether the listening session still listens on the channel
-_STILL_LISTENING = "SELECT EXISTS (SELECT 1 FROM pg_listening_channels() c WHERE c = $1::text)"
+_STILL_LISTENING = still_listening_sql("$1")
 
 
-class _AsyncpgListenSession:
-    """Notifications of one dedicated connection; when none came for ``heartbeat_seconds``
-    (pg-boss's notifyHeartbeatIntervalMs, 10 s) it checks, within
-    ``heartbeat_timeout_seconds`` (notifyHeartbeatTimeoutMs, 5 s), that the session
-    still listens on the channel, and ends (to be reopened) if not."""
-
-    heartbeat_seconds = 10.0
-    heartbeat_timeout_seconds = 5.0
+class _AsyncpgListenSession(HeartbeatSession):
+    """Notifications queued by asyncpg's listener callback."""
 
     def __init__(self, conn: Any, release: Callable[[], Awaitable[None]], channel: str) -> None:
+        super().__init__(channel)
         self._conn = conn
         self._release = release
-        self._channel = channel
         self._queue: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
         conn.add_termination_listener(lambda _conn: self._queue.put_nowait(None))
 
@@ -283,21 +276,14 @@ class _AsyncpgListenSession:
             try:
                 item = await asyncio.wait_for(self._queue.get(), self.heartbeat_seconds)
             except asyncio.TimeoutError:
-                listening = await asyncio.wait_for(
-                    self._conn.fetchval(
-                        _STILL_LISTENING,
-                        self._channel,
-                    ),
-                    self.heartbeat_timeout_seconds,
-                )
-                if not listening:
-                    raise ConnectionLostError(
-                        f"the session no longer listens on {self._channel}"
-                    ) from None
+                await self.heartbeat()
                 continue
             if item is None or self._conn.is_closed():
                 raise ConnectionLostError("the LISTEN connection was closed")
             await deliver(on_message, *item)
+
+    async def still_listening(self) -> bool:
+        return bool(await self._conn.fetchval(_STILL_LISTENING, self._channel))
 
     async def close(self) -> None:
         await self._release()

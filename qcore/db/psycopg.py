@@ -17,7 +17,7 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 from qcore.db._base import Bound, Database, Listener, OnMessage, OnReconnect, Rows
 from qcore.db._blocking import BlockingDatabase
 from qcore.db._connect import connect_error
-from qcore.db._listen import ReconnectingListener, deliver
+from qcore.db._listen import HeartbeatSession, ReconnectingListener, deliver, still_listening_sql
 from qcore.db._values import dumps, is_json, verbatim
 from qcore.errors import ConnectionLostError, DatabaseError, QcoreError, database_error
 from qcore.identifiers import quote
@@ -273,37 +273,26 @@ class PsycopgDatabase(Database):
 _LISTEN_KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10}
 
 
-#: the heartbeat: whether the listening session still listens on the channel
-_STILL_LISTENING = "SELECT EXISTS (SELECT 1 FROM pg_listening_channels() c WHERE c = %s::text)"
+_STILL_LISTENING = still_listening_sql("%s")
 
 
-class _PsycopgListenSession:
-    """Notifications of one dedicated connection; when none came for ``heartbeat_seconds``
-    (pg-boss's notifyHeartbeatIntervalMs, 10 s) it checks, within
-    ``heartbeat_timeout_seconds`` (notifyHeartbeatTimeoutMs, 5 s), that the session
-    still listens on the channel, and ends (to be reopened) if not."""
-
-    heartbeat_seconds = 10.0
-    heartbeat_timeout_seconds = 5.0
+class _PsycopgListenSession(HeartbeatSession):
+    """Notifications read from psycopg's notifies() generator."""
 
     def __init__(self, conn: Conn, channel: str) -> None:
+        super().__init__(channel)
         self._conn = conn
-        self._channel = channel
 
     async def run(self, on_message: OnMessage) -> None:
         while True:
             async for note in self._conn.notifies(timeout=self.heartbeat_seconds):
                 await deliver(on_message, note.channel, note.payload)
-            await asyncio.wait_for(self._heartbeat(), self.heartbeat_timeout_seconds)
+            await self.heartbeat()
 
-    async def _heartbeat(self) -> None:
-        cur = await self._conn.execute(
-            _STILL_LISTENING,
-            [self._channel],
-        )
+    async def still_listening(self) -> bool:
+        cur = await self._conn.execute(_STILL_LISTENING, [self._channel])
         row = await cur.fetchone()
-        if not row or not row[0]:
-            raise ConnectionLostError(f"the session no longer listens on {self._channel}")
+        return bool(row and row[0])
 
     async def close(self) -> None:
         await self._conn.close()
