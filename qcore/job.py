@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import json
 import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-__all__ = ["POLICIES", "CommandResult", "Job", "JobState", "Policy", "Queue"]
+#: a claim's column holding ``data`` as JSON text (see :meth:`Job.from_row`)
+LAZY_DATA_COLUMN = "data_text"
+
+__all__ = ["LAZY_DATA_COLUMN", "POLICIES", "CommandResult", "Job", "JobState", "Policy", "Queue"]
 
 
 class JobState(str, enum.Enum):
@@ -143,15 +147,32 @@ class Job:
                     object.__setattr__(self, "_cancelled", event)
         return event
 
+    def __getattr__(self, name: str) -> Any:
+        # only for a claimed job's ``data``, left as JSON text until first read
+        if name == "data" and "_data_text" in self.__dict__:
+            text = self.__dict__["_data_text"]
+            value = None if text is None else json.loads(text)
+            object.__setattr__(self, "data", value)
+            return value
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
         """A job from a row of the job table (any subset of its columns, named as there,
-        with at least those of the required fields)."""
-        values = {_JOB_FIELD[k]: v for k, v in row.items() if k in _JOB_FIELD}
+        with at least those of the required fields). A claim's ``data_text`` (the
+        payload as JSON text) is decoded when ``data`` is first read: a handler that
+        never reads it costs no decoding."""
+        names = _FIELD_NAMES.get(tuple(row))
+        if names is None:
+            names = _field_names(tuple(row))
+        values = dict(zip(names, row.values(), strict=True))
+        values.pop("", None)  # the columns a Job does not carry
         state = values.get("state")
         if state is not None:
             values["state"] = JobState(state)
-        if not _REQUIRED_FIELDS.issubset(values):
+        missing = _REQUIRED_FIELDS.difference(values)
+        if missing and not (missing == {"data"} and "_data_text" in values):
+            values.pop("_data_text", None)
             return cls(**values)  # raises: names the missing fields
         # the hot path of every fetch: the generated __init__ sets the fields one by one
         job = object.__new__(cls)
@@ -160,12 +181,20 @@ class Job:
 
 
 _CANCELLED_LOCK = threading.Lock()
-#: column -> field, for every column a Job carries (named alike but for expire_seconds)
-_JOB_FIELD = {
-    **{f: f for f in Job.__dataclass_fields__ if not f.startswith("_")},
-    "expire_seconds": "expire_in_seconds",
-}
-del _JOB_FIELD["expire_in_seconds"]
+#: the columns a Job carries under another name (the claim's payload text: see from_row)
+_RENAMED = {"expire_seconds": "expire_in_seconds", LAZY_DATA_COLUMN: "_data_text"}
+_FIELDS = frozenset(f for f in Job.__dataclass_fields__ if not f.startswith("_"))
+#: a row's column names -> the value names they fill ("" for a column a Job lacks)
+_FIELD_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
+def _field_names(columns: tuple[str, ...]) -> tuple[str, ...]:
+    names = tuple(_RENAMED.get(c, c if c in _FIELDS else "") for c in columns)
+    if len(_FIELD_NAMES) < 64:  # a statement's columns are few and fixed
+        _FIELD_NAMES[columns] = names
+    return names
+
+
 _DEFAULTS = {f.name: f.default for f in fields(Job) if f.default is not MISSING}
 _REQUIRED_FIELDS = frozenset(f.name for f in fields(Job) if f.default is MISSING and f.init)
 

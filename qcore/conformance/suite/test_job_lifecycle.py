@@ -5,6 +5,7 @@ transactions, queue management, and bad input that must write nothing."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import uuid
 from typing import Any
@@ -499,6 +500,27 @@ async def test_fetch_with_metadata(ctx: Context) -> None:
     assert job.id == sent and job.state is JobState.ACTIVE and job.singleton_key == "k"
     assert job.started_on is not None and job.keep_until is not None and job.priority == 2
     assert job.policy == "standard" and job.retry_limit == 2
+
+
+@pytest.mark.parametrize("metadata", [False, True])
+async def test_fetched_data_is_decoded_when_read(ctx: Context, metadata: bool) -> None:
+    """A claim sends each payload as JSON text; the job decodes it on first read, to the
+    value a read by id gives (JSON null and SQL NULL alike), and then keeps it."""
+    await queues.create_queue(ctx, "q")
+    payloads: list[Any] = [{"a": [1, 2.5, "é"], "b": None}, [1, "x"], "text", 7, None]
+    ids = [await jobs.send(ctx, "q", p) for p in payloads]
+    await ctx.db.execute(f"UPDATE {ctx.q}.job SET data = NULL WHERE id = $1", [ids[-1]])
+    claimed = await jobs.fetch(ctx, "q", batch_size=10, include_metadata=metadata)
+    assert [j.id for j in claimed] == ids
+    assert all("data" not in vars(j) for j in claimed)  # nothing decoded yet
+    for job, payload in zip(claimed, payloads, strict=True):
+        assert job.data == payload and job.data is job.data
+        stored = await jobs.get_job_by_id(ctx, "q", job.id)
+        assert stored is not None and stored.data == job.data
+    later = dataclasses.replace(claimed[0], retry_count=5)
+    assert later.data == payloads[0] and dataclasses.asdict(later)["data"] == payloads[0]
+    with pytest.raises(AttributeError):
+        _ = claimed[0].no_such_field
 
 
 # --------------------------------------------------------------------------- reads

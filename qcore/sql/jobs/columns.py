@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from qcore.identifiers import quote
+from qcore.job import LAZY_DATA_COLUMN
 from qcore.sql._statement import Params
 from qcore.sql.catalog import (
     DEFAULT_DELETION_SECONDS,
@@ -78,8 +79,14 @@ def _recordset(p: Params, param: str, columns: Mapping[str, str], alias: str = "
     return f"jsonb_to_recordset({p(param)}::jsonb) AS {alias}({spec})"
 
 
-def _returning(columns: tuple[str, ...], alias: str) -> str:
-    return ", ".join(f"{alias}.{c}" for c in columns)
+def _returning(columns: tuple[str, ...], alias: str, *, lazy_data: bool = False) -> str:
+    """``alias.col, ...``; with ``lazy_data`` the payload comes as its JSON text
+    (``data_text``), which :class:`qcore.job.Job` decodes only when ``data`` is read."""
+    out = (
+        f"{alias}.data::text AS {LAZY_DATA_COLUMN}" if lazy_data and c == "data" else f"{alias}.{c}"
+        for c in columns
+    )
+    return ", ".join(out)
 
 
 def _targets(p: Params, alias: str, fenced: bool) -> str:

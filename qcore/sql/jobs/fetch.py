@@ -113,7 +113,7 @@ def fetch_jobs(
     retry_count = CASE WHEN j.started_on IS NULL THEN j.retry_count ELSE j.retry_count + 1 END
   FROM {chosen} c
   WHERE j.name = {p("queue")}::text AND j.id = c.id{recheck}
-  RETURNING {_returning(columns, "j")}
+  RETURNING {_returning(columns, "j", lazy_data=True)}
 )"""
     )
     select = f"SELECT claimed.* FROM q LEFT JOIN claimed ON true ORDER BY {returned}"
