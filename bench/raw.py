@@ -129,6 +129,14 @@ def _complete_sql(table: str) -> str:
     )
 
 
+def _complete_and_claim_sql(table: str, *, skip_locked: bool) -> str:
+    """The settle-and-claim protocol: the connection's last batch (``ids``) completed and
+    the next claimed in one statement (its CTE runs whether or not the claim finds rows)."""
+    done = _complete_sql(table).replace(f"UPDATE {table} SET", f"UPDATE {table} d SET", 1)
+    claim = _claim_sql(table, skip_locked=skip_locked)
+    return f"WITH done AS ({done} RETURNING d.id), {claim.removeprefix('WITH ')}"
+
+
 def _select_locked_sql(table: str) -> str:
     return (
         f"SELECT {', '.join(FETCH_COLUMNS)} FROM {table}"
@@ -151,8 +159,9 @@ async def drain(spec: dict[str, Any]) -> dict[str, Any]:
     table, queue = _table(spec), spec["queue"]
     jobs, batch = int(spec["jobs"]), int(spec["batch"])
     connections = int(spec["concurrency"])
-    one_tx = spec.get("variant") == "tx"
+    one_tx, merged = spec.get("variant") == "tx", spec.get("variant") == "merged"
     claim = _claim_sql(table, skip_locked=spec["skip_locked"])
+    complete_and_claim = _complete_and_claim_sql(table, skip_locked=spec["skip_locked"])
     complete = _complete_sql(table)
     select_locked, complete_locked = _select_locked_sql(table), _complete_locked_sql(table)
     counter = DrainCounter(jobs)
@@ -189,8 +198,17 @@ async def drain(spec: dict[str, Any]) -> dict[str, Any]:
     async def loop(conn: psycopg.AsyncConnection[Any]) -> None:
         nonlocal empty_polls
         params: dict[str, Any] = {"queue": queue, "limit": batch}
-        while not counter.finished:
-            if one_tx:
+        held: list[Any] = []  # merged: claimed by the last statement, completed by the next
+        while not counter.finished or held:
+            if merged:
+                rows = await execute(conn, complete_and_claim, {**params, "ids": held})
+                if held:
+                    counter.add(len(held))
+                held = [r[0] for r in rows]
+                n = len(rows)
+                if n or counter.finished:
+                    continue
+            elif one_tx:
                 n = await locked(conn, params)
             else:
                 rows = await execute(conn, claim, params)

@@ -104,6 +104,8 @@ class Scenario:
 INFORMATIONAL = {
     "raw_tx": "claim with FOR UPDATE SKIP LOCKED and complete in ONE transaction, one write"
     " per job",
+    "raw_merged": "each statement completes the connection's last claim and claims the next"
+    " (the settle-and-claim protocol: one statement per batch)",
     "raw_fk": "the same rows into a plain table that also has qcore's foreign keys to the queue"
     " table (checked per row at commit)",
     "pgboss": "the real pg-boss 12.38 (Node) doing the same on the same server, on a queue of"
@@ -145,6 +147,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         module="bench.drain",
         qcore_entry="bench.drain:batch_drain",
         raw_entry="bench.raw:drain",
+        raw_sides=("raw", "raw_merged"),
         concurrency=4,
         batch=100,
         target_ratio=0.70,
@@ -161,7 +164,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         raw_entry="bench.raw:drain",
         concurrency=8,
         batch=1,
-        raw_sides=("raw", "raw_tx"),
+        raw_sides=("raw", "raw_tx", "raw_merged"),
         target_ratio=0.60,
         drain=True,
     ),
@@ -331,7 +334,7 @@ async def run_once(
                 concurrency=scenario.concurrency,
                 batch=scenario.batch,
                 skip_locked=skip_locked,
-                variant="tx" if side == "raw_tx" else "",
+                variant=side.removeprefix("raw_") if side in ("raw_tx", "raw_merged") else "",
                 samples=cfg.samples(),
                 workers=IDLE_WORKERS,
                 seconds=cfg.idle_window(),

@@ -10,7 +10,6 @@ transaction.
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -19,10 +18,8 @@ from typing import Any
 from typing_extensions import Unpack
 
 from qcore import backends
-from qcore import jobs as job_ops
 from qcore.arguments import constructor, verb
-from qcore.backend import Backend, EngineIdentity, FetchStrategy, Server
-from qcore.coalescer import Coalescer
+from qcore.backend import Backend, EngineIdentity, Server
 from qcore.context import Context
 from qcore.db import (
     ADDRESS_OPTIONS,
@@ -45,6 +42,7 @@ from qcore.errors import (
 from qcore.events import Events
 from qcore.identifiers import schema_name
 from qcore.job import Job
+from qcore.jobs.shared import SharedStatements
 from qcore.ops.reindex import Reindex, check_number
 from qcore.options import (
     WORK_OPTIONS,
@@ -53,7 +51,6 @@ from qcore.options import (
     ScheduledSendOptions,
     SendOptions,
     WorkArguments,
-    check_batch_size,
     known_only,
     queue_name,
 )
@@ -196,7 +193,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs):
         self._stop_requested = asyncio.Event()
         self._workers: dict[str, Worker] = {}
         #: fetch() calls sharing one statement, per queue and options (unlocked claims only)
-        self._shared_fetches: dict[tuple[Any, ...], Coalescer[tuple[Context, int], list[Job]]] = {}
+        self._shared = SharedStatements()
         self._supervisor: Supervisor | None = None
         self._notifier: Notifier | None = None
         #: the background services start() started, in order (stop() stops them so)
@@ -418,42 +415,6 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs):
         if self._db is None:
             raise NotStartedError("this Boss has no connection yet: await boss.start() first")
         return Context(db=self._db, backend=self.backend, schema_spec=self.schema)
-
-    # -- the claim (the rest of the queue and job verbs: qcore.verbs) ------------------
-
-    @verb(FetchOptions)
-    async def fetch(
-        self, name: str, *, db: Any = None, **options: Unpack[FetchOptions]
-    ) -> list[Job]:
-        """Claim up to ``batch_size`` ready jobs; they are active until settled.
-
-        Where claims are unlocked (atomic-update fetch), concurrent calls of this
-        instance for one queue and the same options share one statement instead of
-        racing each other for the same rows (not with ``db=``).
-        """
-        ctx = self.context(db)
-        if db is not None or self.backend.fetch is not FetchStrategy.ATOMIC_UPDATE:
-            return await job_ops.fetch(ctx, name, **options)
-        size = check_batch_size(options.pop("batch_size", 1))
-        try:
-            key = (name, tuple(sorted(options.items())))
-            shared = self._shared_fetches.get(key)
-        except TypeError:  # an unhashable (so invalid) option: fetch says what is wrong
-            return await job_ops.fetch(ctx, name, **options)
-        if shared is None:
-            shared = Coalescer(functools.partial(self._fetch_shared, name, dict(options)))
-            self._shared_fetches[key] = shared
-        return await shared((ctx, size))
-
-    @staticmethod
-    async def _fetch_shared(
-        name: str, options: dict[str, Any], requests: list[tuple[Context, int]]
-    ) -> list[list[Job]]:
-        """One fetch for every call waiting at once; the jobs dealt out in order."""
-        sizes = [n for _, n in requests]
-        jobs = await job_ops.fetch(requests[0][0], name, batch_size=sum(sizes), **options)
-        starts = [sum(sizes[:i]) for i in range(len(sizes))]
-        return [jobs[start : start + n] for start, n in zip(starts, sizes, strict=True)]
 
     # -- workers ---------------------------------------------------------------------------
 

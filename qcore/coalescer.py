@@ -43,17 +43,17 @@ class Coalescer(Generic[T, R]):
     lane is busy waits, and the calls that waited run together as one statement when a
     lane frees (the first of them runs it: no task of its own). A call that finds a lane
     free runs at once, so coalescing never adds latency; it merges only what would have
-    queued anyway."""
+    queued anyway. ``lanes`` may be changed between calls."""
 
     def __init__(self, run: Callable[[list[T]], Awaitable[list[R]]], lanes: int = 1) -> None:
         self._run = run
-        self._lanes = lanes
+        self.lanes = lanes
         self._waiting: list[_Request[T, R]] = []
         self._busy = 0
 
     async def __call__(self, item: T) -> R:
         request: _Request[T, R] = _Request(item, asyncio.get_running_loop().create_future())
-        if self._busy >= self._lanes:
+        if self._busy >= self.lanes:
             self._waiting.append(request)
             try:
                 await request.turn

@@ -534,11 +534,13 @@ def priority_bounds(minimum: object, maximum: object) -> tuple[int | None, int |
     return low, high
 
 
-def ids_and_fences(ids: object) -> tuple[list[uuid.UUID], list[uuid.UUID], list[str]]:
+def ids_and_fences(
+    ids: object,
+) -> tuple[list[uuid.UUID], list[uuid.UUID], list[tuple[uuid.UUID, int]]]:
     """Job ids given as a UUID, a string, a :class:`Job`, or an iterable of them.
 
     Returns every distinct id, the ids to act on whatever their attempt, and
-    ``"<id>:<retry_count>"`` for each :class:`Job` given (its attempt fence).
+    ``(id, retry_count)`` for each :class:`Job` given (its attempt fence).
     """
     items: Iterable[object]
     if isinstance(ids, (uuid.UUID, str, Job)):
@@ -551,10 +553,10 @@ def ids_and_fences(ids: object) -> tuple[list[uuid.UUID], list[uuid.UUID], list[
         )
     every: dict[uuid.UUID, None] = {}
     plain: list[uuid.UUID] = []
-    fences: list[str] = []
+    fences: list[tuple[uuid.UUID, int]] = []
     for item in items:
         if isinstance(item, Job):
-            fences.append(f"{item.id}:{item.retry_count}")
+            fences.append((item.id, item.retry_count))
             every[item.id] = None
         else:
             value = job_id(item)

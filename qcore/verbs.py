@@ -20,13 +20,23 @@ from typing_extensions import Unpack
 from qcore import jobs as job_ops
 from qcore import queues as queue_ops
 from qcore.arguments import verb
+from qcore.backend import FetchStrategy
 from qcore.context import Context
 from qcore.errors import ValidationError
 from qcore.job import CommandResult, Job, Queue
 from qcore.jobs import Ids
+from qcore.jobs.shared import SharedStatements
 from qcore.ops.reindex import Reindex, reindex_commands
 from qcore.ops.reindex import thresholds as reindex_thresholds
-from qcore.options import QueueOptions, ScheduledSendOptions, SendOptions, queue_name
+from qcore.options import (
+    FetchOptions,
+    QueueOptions,
+    ScheduledSendOptions,
+    SendOptions,
+    check_batch_size,
+    ids_and_fences,
+    queue_name,
+)
 from qcore.queues import missing_queue
 from qcore.services import queue_stats as stats
 from qcore.services.maintenance import Maintenance
@@ -36,8 +46,17 @@ from qcore.services.queue_stats import QueueStats
 __all__ = ["MaintenanceVerbs", "QueueAndJobVerbs"]
 
 
+def _own(ctx: Context, db: Any) -> bool:
+    """Whether a call runs on the Boss's own pool, outside any transaction (so it may
+    share a statement with other calls)."""
+    return db is None and not ctx.db.in_transaction
+
+
 class QueueAndJobVerbs:
     """The verbs on queues and jobs (a part of ``Boss``)."""
+
+    #: the statements concurrent calls share (``Boss`` gives it)
+    _shared: SharedStatements
 
     def context(self, db: Any = None) -> Context:
         """The operation context; with ``db``, bound to the caller's connection or
@@ -156,6 +175,22 @@ class QueueAndJobVerbs:
         """Queue a batch of jobs in one statement (each a dict of ``data`` and send options)."""
         return await job_ops.insert(self.context(db), name, jobs, return_id=return_id)
 
+    @verb(FetchOptions)
+    async def fetch(
+        self, name: str, *, db: Any = None, **options: Unpack[FetchOptions]
+    ) -> list[Job]:
+        """Claim up to ``batch_size`` ready jobs; they are active until settled.
+
+        Where claims are unlocked (atomic-update fetch), concurrent calls of this
+        instance for one queue and the same options share one statement instead of
+        racing each other for the same rows (not in a transaction).
+        """
+        ctx = self.context(db)
+        if _own(ctx, db) and ctx.backend.fetch is FetchStrategy.ATOMIC_UPDATE:
+            size = check_batch_size(options.pop("batch_size", 1))
+            return await self._shared.fetch(ctx, name, size, dict(options))
+        return await job_ops.fetch(ctx, name, **options)
+
     @verb()
     async def complete(
         self,
@@ -166,10 +201,16 @@ class QueueAndJobVerbs:
         include_queued: bool = False,
         db: Any = None,
     ) -> CommandResult:
-        """Complete active jobs (``include_queued``: queued ones too), storing ``data``."""
-        return await job_ops.complete(
-            self.context(db), name, ids, data, include_queued=include_queued
-        )
+        """Complete active jobs (``include_queued``: queued ones too), storing ``data``.
+
+        Concurrent calls of this instance on one queue with no ``data`` share one
+        statement while another is in flight (not in a transaction)."""
+        ctx = self.context(db)
+        if data is None and _own(ctx, db):
+            queue_name(name)
+            targets = ids_and_fences(ids)
+            return await self._shared.complete(ctx, name, targets, include_queued)
+        return await job_ops.complete(ctx, name, ids, data, include_queued=include_queued)
 
     @verb()
     async def fail(self, name: str, ids: Ids, data: Any = None, *, db: Any = None) -> CommandResult:

@@ -123,11 +123,12 @@ def test_notify_only_when_asked() -> None:
 
 def test_parameters_are_named_and_numbered() -> None:
     statement = sql.complete_jobs(Q, fenced=True)
-    assert statement.params == ("queue", "ids", "plain_ids", "fences", "output")
-    values = statement.bind(queue="q", ids=[], plain_ids=[], fences=[], output=None, extra=1)
-    assert values == ["q", [], [], [], None]
+    assert statement.params == ("queue", "ids", "plain_ids", "fence_ids", "fence_counts", "output")
+    fences: dict[str, list[object]] = {"plain_ids": [], "fence_ids": [], "fence_counts": []}
+    values = statement.bind(queue="q", ids=[], **fences, output=None, extra=1)
+    assert values == ["q", [], [], [], [], None]
     with pytest.raises(TypeError, match="output"):
-        statement.bind(queue="q", ids=[], plain_ids=[], fences=[])
+        statement.bind(queue="q", ids=[], **fences)
     p = Params()
     assert (p("a"), p("b"), p("a")) == ("$1", "$2", "$1")
     unfenced = sql.complete_jobs(Q)
@@ -321,5 +322,5 @@ def test_ids_and_fences() -> None:
     a, b = uuid.uuid4(), uuid.uuid4()
     job = Job(id=b, name="q", data=None, retry_count=2, expire_in_seconds=1)
     every, plain, fences = ids_and_fences([str(a), a, job])
-    assert every == [a, b] and plain == [a, a] and fences == [f"{b}:2"]
+    assert every == [a, b] and plain == [a, a] and fences == [(b, 2)]
     assert ids_and_fences(a) == ([a], [a], [])

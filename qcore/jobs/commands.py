@@ -8,7 +8,15 @@ from typing import Any
 
 from qcore.context import Context
 from qcore.job import CommandResult
-from qcore.jobs.routes import Ids, _fence_values, _ids, _jsonb, _result, _run_command
+from qcore.jobs.routes import (
+    Ids,
+    Targets,
+    _fence_values,
+    _ids,
+    _jsonb,
+    _result,
+    _run_command,
+)
 from qcore.options import (
     normalize_output,
     queue_name,
@@ -25,8 +33,47 @@ async def complete(
     """Mark active jobs completed, storing ``data`` as their output (a dict as it is,
     anything else as ``{"value": data}``). ``include_queued`` completes queued jobs too."""
     queue_name(name)
-    every, plain, fences = _ids(ids)
+    targets = _ids(ids)
     output = normalize_output(data)
+    done = await _complete(ctx, name, targets, output, include_queued)
+    return _result(targets[0], done)
+
+
+async def complete_together(
+    ctx: Context, name: str, calls: list[Targets], *, include_queued: bool = False
+) -> list[CommandResult]:
+    """The completes (no output) of several calls on queue ``name``, each given as its
+    checked ids (:func:`qcore.options.ids_and_fences`), in one statement for every call
+    whose ids overlap no other's in it (a call sharing a job with one before it waits
+    for the next statement, so each job is completed, and counted, by one call only)."""
+    rounds: list[tuple[set[uuid.UUID], list[int]]] = []
+    for i, (every, _, _) in enumerate(calls):
+        ids = set(every)
+        for taken, members in rounds:
+            if taken.isdisjoint(ids):
+                taken.update(ids)
+                members.append(i)
+                break
+        else:
+            rounds.append((ids, [i]))
+    results: list[CommandResult | None] = [None] * len(calls)
+    for _, members in rounds:
+        merged: Targets = (
+            [x for i in members for x in calls[i][0]],
+            [x for i in members for x in calls[i][1]],
+            [x for i in members for x in calls[i][2]],
+        )
+        done = set(await _complete(ctx, name, merged, None, include_queued))
+        for i in members:
+            every = calls[i][0]
+            results[i] = _result(every, [x for x in every if x in done])
+    return [r for r in results if r is not None]
+
+
+async def _complete(
+    ctx: Context, name: str, targets: Targets, output: Any, include_queued: bool
+) -> list[uuid.UUID]:
+    every, plain, fences = targets
     rows = await _run_command(
         ctx,
         name,
@@ -37,7 +84,7 @@ async def complete(
         output=_jsonb(output),
         **_fence_values(plain, fences),
     )
-    return _result(every, [r["id"] for r in rows])
+    return [r["id"] for r in rows]
 
 
 async def _fenced_command(

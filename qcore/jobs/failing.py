@@ -80,7 +80,7 @@ async def _fail_split(
     name: str,
     every: list[uuid.UUID],
     plain: list[uuid.UUID],
-    fences: list[str],
+    fences: list[tuple[uuid.UUID, int]],
     output: Any,
 ) -> list[uuid.UUID]:
     """Fail as separate statements in the caller's (``ctx.db``'s) transaction: delete the

@@ -67,8 +67,12 @@ async def _routed(
     raise missing_queue(name)
 
 
-def _ids(ids: object) -> tuple[list[uuid.UUID], list[uuid.UUID], list[str]]:
-    """Every distinct id, the unfenced ids, and the ``id:retry_count`` fences of Jobs."""
+#: a command's checked ids: every distinct id, the unfenced ones, the (id, retry_count) fences
+Targets = tuple[list[uuid.UUID], list[uuid.UUID], list[tuple[uuid.UUID, int]]]
+
+
+def _ids(ids: object) -> Targets:
+    """Every distinct id, the unfenced ids, and the (id, retry_count) fences of Jobs."""
     return ids_and_fences(ids)
 
 
@@ -94,8 +98,12 @@ def _result(every: list[uuid.UUID], ids: list[uuid.UUID]) -> CommandResult:
     return CommandResult(requested=len(every), affected=len(ids), ids=ids)
 
 
-def _fence_values(plain: list[uuid.UUID], fences: list[str]) -> dict[str, Any]:
-    return {"plain_ids": plain, "fences": fences}
+def _fence_values(plain: list[uuid.UUID], fences: list[tuple[uuid.UUID, int]]) -> dict[str, Any]:
+    return {
+        "plain_ids": plain,
+        "fence_ids": [id_ for id_, _ in fences],
+        "fence_counts": [count for _, count in fences],
+    }
 
 
 def _jsonb(value: Any) -> Any:

@@ -13,6 +13,7 @@ from typing import Any
 
 from qcore import jobs as job_ops
 from qcore import queues as queue_ops
+from qcore.backend import FetchStrategy
 from qcore.coalescer import Coalescer
 from qcore.context import Context
 from qcore.errors import (
@@ -60,6 +61,18 @@ def _lanes(local_concurrency: int) -> int:
     return max(2, local_concurrency // 4)
 
 
+def _fetch_lanes(ctx: Context, batch_size: int) -> int:
+    """How many claims a worker's loops may have in flight at once: one where claims are
+    unlocked (two in flight would race for one set of rows) or take one job each (the
+    loops asking meanwhile share the next claim: fewer statements); two for batches
+    under SKIP LOCKED, which never collide and so keep the database busier. Measured on
+    the batched drain (batch 100, 4 loops, 2 cores): one lane 0.62 of raw SQL, two
+    0.70, four 0.72 (within noise of two)."""
+    if batch_size == 1 or ctx.backend.fetch is not FetchStrategy.SKIP_LOCKED:
+        return 1
+    return 2
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
@@ -100,9 +113,8 @@ class Worker:
         self._async = _is_async(handler)
         self._fetch_options = options.fetch
         self._gate = _Gate()
-        # loops fetching or completing at the same moment share one statement
-        # one fetch in flight: loops asking meanwhile share the next (unlocked claims in
-        # flight together would also race for one set of rows); completes in lanes
+        # claims and completes in lanes: loops asking meanwhile share the next statement
+        # (the claim's lanes are set with the first claim: _fetch_lanes)
         self._fetch: Coalescer[Context, list[Job]] = Coalescer(self._fetch_for)
         self._complete: Coalescer[tuple[Context, list[Job]], None] = Coalescer(
             self._complete_for, _lanes(options.local_concurrency)
@@ -235,6 +247,7 @@ class Worker:
         """One fetch and its batch; whether the batch was full (fetch again at once)."""
         try:
             ctx = self._context()
+            self._fetch.lanes = _fetch_lanes(ctx, self.options.batch_size)
             jobs = await self._fetch(ctx)
         except Exception as exc:
             self._report(exc)

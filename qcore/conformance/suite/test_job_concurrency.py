@@ -22,7 +22,8 @@ from qcore.conformance.helpers import count, row, states
 from qcore.conformance.provisioners import Provisioner
 from qcore.context import Context
 from qcore.db import Database, connect
-from qcore.errors import SerializationError
+from qcore.errors import SerializationError, ValidationError
+from qcore.job import CommandResult
 
 pytestmark = pytest.mark.feature("concurrency")
 
@@ -174,6 +175,46 @@ def _guarded(db: Any) -> Any:
     if not isinstance(db, GuardedDatabase):
         pytest.skip("fault injection needs the capability guard (an emulated backend)")
     return db
+
+
+async def test_concurrent_completes_of_one_boss_count_each_job_once(
+    strategies: Backend, ctx: Context, pool: Any, schema: str
+) -> None:
+    """32 calls of one Boss complete at once (sharing statements while one is in flight),
+    every call's ids overlapping its neighbour's, some given as fenced Jobs: each job
+    is completed by exactly one call, each call counts only its own, a stale fence
+    completes nothing, and a call with a bad id fails alone before anything is sent."""
+    from qcore import Boss
+    from qcore.conformance.helpers import running
+
+    calls, each = 32, 10
+    sent = await _fill(ctx, "shared", calls * each)
+    claimed = await jobs.fetch(ctx, "shared", batch_size=calls * each)
+    assert len(claimed) == len(sent)
+    stale = dataclasses.replace(claimed[0], retry_count=claimed[0].retry_count + 1)
+    slices: list[list[Any]] = [claimed[k * each : (k + 1) * each] for k in range(calls)]
+    asked: list[list[Any]] = [
+        [*(j if k % 2 else j.id for j in part), slices[(k + 1) % calls][0].id]
+        for k, part in enumerate(slices)
+    ]
+    async with running(Boss(db=pool, backend=strategies, schema=schema)) as boss:
+        outcomes = await asyncio.gather(
+            *(boss.complete("shared", ids) for ids in asked),
+            boss.complete("shared", [claimed[1].id, "not-a-uuid"]),
+            boss.complete("shared", [stale]),
+            return_exceptions=True,
+        )
+    *answers, bad, fenced_out = outcomes
+    assert isinstance(bad, ValidationError) and "not-a-uuid" in str(bad)
+    results = [r for r in answers if isinstance(r, CommandResult)]
+    assert len(results) == calls and isinstance(fenced_out, CommandResult)
+    assert fenced_out.affected == 0  # a newer attempt's fence: not this job's attempt
+    done = [i for r in results for i in r.ids]
+    assert len(done) == len(sent) and set(done) == sent  # each job once, by one call
+    for result, ids in zip(results, asked, strict=True):
+        assert result.requested == each + 1
+        assert set(result.ids) <= {getattr(i, "id", i) for i in ids}
+    assert await states(ctx, "shared") == {"completed": len(sent)}
 
 
 async def test_claims_survive_injected_serialization_failures(

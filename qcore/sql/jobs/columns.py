@@ -97,8 +97,8 @@ def _targets(p: Params, alias: str, fenced: bool) -> str:
         where += (
             f" AND ({alias}.id = ANY({p('plain_ids')}::uuid[])"
             f" OR ({alias}.state = 'active'"
-            f" AND ({alias}.id::text || ':' || {alias}.retry_count::text)"
-            f" = ANY({p('fences')}::text[])))"
+            f" AND ({alias}.id, {alias}.retry_count) IN (SELECT * FROM"
+            f" unnest({p('fence_ids')}::uuid[], {p('fence_counts')}::int[]))))"
         )
     return where
 
