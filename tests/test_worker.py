@@ -3,9 +3,15 @@ in the conformance suite (``qcore/conformance/suite/test_worker.py``)."""
 
 from __future__ import annotations
 
+import uuid
+from collections import Counter
+from typing import Any
+
 import pytest
 
-from qcore import Boss
+from qcore import Boss, jobs, queues
+from qcore.conformance.helpers import running, states, until
+from qcore.context import Context
 from qcore.errors import ConfigError
 from qcore.job import Job
 
@@ -33,3 +39,45 @@ async def test_work_options_are_checked_before_anything_runs() -> None:
     with pytest.raises(ConfigError):
         await boss.work("q", "not callable")  # type: ignore[arg-type]
     assert boss.worker_statuses() == []
+
+
+async def test_a_settle_and_claim_killed_mid_statement_loses_nothing(
+    pool: Any, ctx: Context, schema: str
+) -> None:
+    """The connection running a worker's settle-and-claim is terminated while the server
+    executes it: the statement is undone whole, and every job is still handled and
+    completed exactly once (the batch is settled again, the claim made again)."""
+    await queues.create_queue(ctx, "q")
+    rows = await ctx.db.execute(f"SELECT table_name FROM {ctx.q}.queue WHERE name = 'q'")
+    table = f'{ctx.q}."{rows[0]["table_name"]}"'
+    await ctx.db.execute_script(  # the first completion holds its statement for a minute
+        f"CREATE SEQUENCE {ctx.q}.hold_seq; CREATE FUNCTION {ctx.q}.hold() RETURNS trigger"
+        " LANGUAGE plpgsql AS $$ BEGIN IF NEW.state = 'completed'"
+        f" AND nextval('{ctx.q}.hold_seq') = 1 THEN PERFORM pg_sleep(60); END IF;"
+        f" RETURN NEW; END $$; CREATE TRIGGER hold BEFORE UPDATE ON {table}"
+        f" FOR EACH ROW EXECUTE FUNCTION {ctx.q}.hold()"
+    )
+    sent = await jobs.insert(ctx, "q", [{"data": {"n": n}} for n in range(10)])
+    assert sent is not None
+    handled: Counter[uuid.UUID] = Counter()
+
+    async def handler(batch: list[Job]) -> None:
+        handled.update(j.id for j in batch)
+
+    async def held() -> list[dict[str, Any]]:
+        return await ctx.db.execute(
+            "SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
+            " AND query LIKE '%done AS (UPDATE%' AND pid <> pg_backend_pid()"
+        )
+
+    async with running(Boss(db=pool, schema=schema, supervise=False)) as boss:
+        await boss.work("q", handler, batch_size=1, local_concurrency=2)
+        [victim] = await until(held, timeout=60, what="a settle-and-claim in flight")
+        [killed] = await ctx.db.execute("SELECT pg_terminate_backend($1) AS ok", [victim["pid"]])
+        assert killed["ok"] is True
+
+        async def drained() -> bool:
+            return await states(ctx, "q") == {"completed": 10}
+
+        await until(drained, timeout=120, what="every job completed")
+    assert set(handled) == set(sent) and set(handled.values()) == {1}

@@ -519,10 +519,10 @@ def provisioned(qcore_backend_name: str, request: pytest.FixtureRequest) -> Prov
         pytest.skip(str(exc))
 
 
-async def open_database(provisioner: Provisioner) -> Any:
+async def open_database(provisioner: Provisioner, connections: int = 4) -> Any:
     """A qcore ``Database`` adapter on the provisioner's database: ``PGliteDatabase``
-    for a single-session engine, else ``qcore.db.connect``; wrapped in the capability
-    guard when the backend is emulated. The caller closes it."""
+    for a single-session engine, else ``qcore.db.connect`` with up to ``connections``;
+    wrapped in the capability guard when the backend is emulated. The caller closes it."""
     backend = provisioner.backend
     if backend.capabilities.single_session:
         from qcore.db.pglite import PGliteDatabase
@@ -531,7 +531,7 @@ async def open_database(provisioner: Provisioner) -> Any:
     else:
         from qcore.db import connect
 
-        inner = await connect(provisioner.url, max=4)
+        inner = await connect(provisioner.url, max=connections)
     if provisioner.emulated:
         from qcore.conformance.guard import GuardedDatabase
 
@@ -546,6 +546,19 @@ if pytest_asyncio is not None:
         """A qcore Database adapter connected to the backend's database (guarded when
         emulated); closed after the test."""
         adapter = await open_database(provisioned)
+        try:
+            yield adapter
+        finally:
+            await adapter.close()
+
+    @pytest_asyncio.fixture
+    async def pool(provisioned: Provisioner, db: Any) -> AsyncIterator[Any]:
+        """An adapter with up to 16 connections, for concurrency tests (the test's own
+        ``db`` on a single-session engine); closed after the test."""
+        if provisioned.backend.capabilities.single_session:
+            yield db
+            return
+        adapter = await open_database(provisioned, connections=16)
         try:
             yield adapter
         finally:

@@ -26,7 +26,7 @@ of these. A ``Job`` fences the command on the attempt it was fetched in
 
 from __future__ import annotations
 
-from qcore.jobs.claim import fetch
+from qcore.jobs.claim import complete_and_fetch, fetch
 from qcore.jobs.commands import cancel, complete, delete_job, resume, retry, touch
 from qcore.jobs.enqueue import insert, send, send_debounced, send_throttled
 from qcore.jobs.failing import (
@@ -48,6 +48,7 @@ __all__ = [
     "Ids",
     "cancel",
     "complete",
+    "complete_and_fetch",
     "delete_job",
     "expire",
     "fail",

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from typing_extensions import Unpack
 
 from qcore import retry as retrying
-from qcore.backend import FetchStrategy
+from qcore.backend import FetchStrategy, MutationStrategy
 from qcore.context import Context, QueueRoute
-from qcore.errors import UniqueViolation
+from qcore.errors import ConfigError, UniqueViolation
 from qcore.job import Job
-from qcore.jobs.routes import _routed
+from qcore.jobs.routes import Targets, _fence_values, _routed
 from qcore.options import (
     FetchOptions,
     fetch_options,
+    ids_and_fences,
     queue_name,
 )
 from qcore.sql import jobs as sql
@@ -35,7 +38,31 @@ async def fetch(ctx: Context, name: str, **options: Unpack[FetchOptions]) -> lis
     ``ignore_start_after`` also takes jobs deferred to later. A fetch that lost
     a race on a policy index returns [].
     """
+    return await _claim(ctx, name, options, None)
+
+
+async def complete_and_fetch(
+    ctx: Context, name: str, done: list[Job], **options: Unpack[FetchOptions]
+) -> list[Job]:
+    """Complete the jobs ``done`` (no output, fenced on their attempts) and claim the
+    next as :func:`fetch` does, in one statement: the worker's settle-and-claim, one
+    round trip and one commit per batch instead of two. Both happen or neither (an
+    error claims nothing). Only where the backend takes several mutations of a table
+    in one statement (MutationStrategy.CTE); elsewhere a ConfigError."""
+    if ctx.backend.mutation is not MutationStrategy.CTE:
+        raise ConfigError(
+            f"settle-and-claim needs several mutations in one statement; the"
+            f" {ctx.backend.name} backend splits them: complete, then fetch"
+        )
+    return await _claim(ctx, name, options, done)
+
+
+async def _claim(
+    ctx: Context, name: str, options: FetchOptions, done: list[Job] | None
+) -> list[Job]:
+    """:func:`fetch`, completing the jobs ``done`` in the same statement when given."""
     queue_name(name)
+    settles = ids_and_fences(done) if done else None
     given = fetch_options(options)
     batch_size: int = given["batch_size"]
     priority: bool = given["priority"]
@@ -57,6 +84,7 @@ async def fetch(ctx: Context, name: str, **options: Unpack[FetchOptions]) -> lis
             max_priority=high is not None,
             include_metadata=include_metadata,
             table=route.table,
+            settle=settles is not None,
         )
         params = statement.bind(
             queue=name,
@@ -65,15 +93,22 @@ async def fetch(ctx: Context, name: str, **options: Unpack[FetchOptions]) -> lis
             limit=min(batch_size, 2**31 - 1),
             min_priority=low,
             max_priority=high,
+            **(_settled(settles) if settles is not None else {}),
         )
         try:
             rows = await retrying.execute(ctx, statement.sql, params)
         except UniqueViolation:
-            if ctx.db.in_transaction:  # the caller's transaction is aborted: theirs to handle
-                raise
+            if ctx.db.in_transaction or settles is not None:
+                raise  # the caller's transaction is aborted, or the settle undone with it
             return []  # another claimer took the key's slot first (singleton/stately index)
         if not rows:
             return None
         return [Job.from_row(r) for r in rows if r["id"] is not None]
 
     return await _routed(ctx, name, attempt)
+
+
+def _settled(targets: Targets) -> dict[str, Any]:
+    """The values of a settle-and-claim's completing half (no output)."""
+    every, plain, fences = targets
+    return {"ids": every, "output": None, **_fence_values(plain, fences)}

@@ -10,18 +10,14 @@ import asyncio
 import dataclasses
 import random
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from qcore import jobs, queues
 from qcore.backend import Backend, FetchStrategy, MutationStrategy
 from qcore.conformance.helpers import count, row, states
-from qcore.conformance.provisioners import Provisioner
 from qcore.context import Context
-from qcore.db import Database, connect
 from qcore.errors import SerializationError, ValidationError
 from qcore.job import CommandResult
 
@@ -30,25 +26,6 @@ pytestmark = pytest.mark.feature("concurrency")
 JOBS = 5_000
 FETCHERS = 16
 BATCH = 10
-
-
-@pytest_asyncio.fixture
-async def pool(provisioned: Provisioner, db: Database, backend: Backend) -> AsyncIterator[Any]:
-    """An adapter with up to 16 connections (behind the capability guard when emulated);
-    the test's own single-session adapter on PGlite."""
-    if backend.capabilities.single_session:
-        yield db
-        return
-    inner = await connect(provisioned.url, max=FETCHERS)
-    adapter: Any = inner
-    if provisioned.emulated:
-        from qcore.conformance.guard import GuardedDatabase
-
-        adapter = GuardedDatabase(inner, backend)
-    try:
-        yield adapter
-    finally:
-        await adapter.close()
 
 
 @pytest.fixture(params=["native", "distributed"])

@@ -13,6 +13,7 @@ from qcore.sql.jobs.columns import (
     _queue_cte,
     _returning,
 )
+from qcore.sql.jobs.settle import complete_update
 
 
 @lru_cache(maxsize=256)
@@ -28,6 +29,7 @@ def fetch_jobs(
     max_priority: bool = False,
     include_metadata: bool = False,
     table: str | None = None,
+    settle: bool = False,
 ) -> Statement:
     """Claim up to ``limit`` ready jobs of a queue with ``policy`` (in ``table``, see
     :func:`_job_table`): mark them active and return them.
@@ -55,6 +57,12 @@ def fetch_jobs(
     Rows: the claimed jobs (``FETCH_COLUMNS`` or, with ``include_metadata``,
     every column) in claim order; one row of NULLs when none; no row, and nothing
     claimed, when the queue does not exist or has another policy or table.
+
+    ``settle``: the worker's settle-and-claim, on engines that take several mutations
+    of a table in one statement (MutationStrategy.CTE): the statement first completes
+    the jobs given (``ids``, fenced as :func:`complete_jobs` is, with ``output``), so
+    a batch's settle and the next claim are one round trip and one commit, both or
+    neither. The claim cannot take a job being completed (those are active).
     """
     p = Params()
     now = _now(q)
@@ -90,6 +98,7 @@ def fetch_jobs(
     columns = JOB_COLUMNS if include_metadata else FETCH_COLUMNS
     ctes = [
         _queue_cte(q, p, table=table, policy=True),
+        *([f"done AS ({complete_update(q, p, fenced=True, table=table)})"] if settle else []),
         f"""candidates AS (
   SELECT j.id, j.singleton_key, j.priority, j.created_on
   FROM {jobs} j

@@ -18,16 +18,22 @@ def complete_jobs(
     ``table``: see :func:`_job_table`.
     """
     p = Params()
-    now = _now(q)
-    where = _targets(p, "j", fenced)
+    mutation = complete_update(q, p, fenced=fenced, include_queued=include_queued, table=table)
+    return p.statement(_command(q, p, mutation, table=table))
+
+
+def complete_update(
+    q: str, p: Params, *, fenced: bool, include_queued: bool = False, table: str | None
+) -> str:
+    """The UPDATE of :func:`complete_jobs` (also the settling half of the worker's
+    settle-and-claim statement): the targeted jobs completed with ``output``; their ids."""
     state = "j.state < 'completed'" if include_queued else "j.state = 'active'"
     release = ", blocked = false, pending_dependencies = 0" if include_queued else ""
-    mutation = (
-        f"UPDATE {_job_table(q, table)} j SET state = 'completed', completed_on = {now},"
+    return (
+        f"UPDATE {_job_table(q, table)} j SET state = 'completed', completed_on = {_now(q)},"
         f" output = {p('output')}::jsonb{release}"
-        f" WHERE {where} AND {state} RETURNING j.id"
+        f" WHERE {_targets(p, 'j', fenced)} AND {state} RETURNING j.id"
     )
-    return p.statement(_command(q, p, mutation, table=table))
 
 
 @lru_cache(maxsize=256)
