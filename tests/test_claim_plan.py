@@ -42,7 +42,10 @@ def _sorts_over_jobs(plan: dict[str, Any], tables: set[str]) -> list[str]:
 
 
 def _literal(value: object) -> str:
-    """A fixed test value as SQL text (ints, and strings without quotes in them)."""
+    """A fixed test value as SQL text (ints, NULL, an empty array, and strings without
+    quotes in them)."""
+    if value is None or value == []:
+        return "NULL" if value is None else "'{}'"
     text = str(value)
     assert isinstance(value, int) or "'" not in text
     return text if isinstance(value, int) else f"'{text}'"
@@ -58,8 +61,9 @@ async def boss(pg_dsn: str) -> AsyncIterator[Boss]:
 
 @pytest.mark.parametrize("partition", [False, True], ids=["shared", "partition"])
 @pytest.mark.parametrize("ties", [False, True], ids=["distinct", "tied"])
+@pytest.mark.parametrize("settle", [False, True], ids=["fetch", "settle-and-claim"])
 async def test_the_claim_sorts_nothing_on_a_never_analyzed_backlog(
-    boss: Boss, partition: bool, ties: bool
+    boss: Boss, partition: bool, ties: bool, settle: bool
 ) -> None:
     await boss.create_queue("q", partition=partition)
     (queue,) = await boss.db.execute("SELECT table_name FROM qcore_plan.queue WHERE name = 'q'")
@@ -80,8 +84,11 @@ async def test_the_claim_sorts_nothing_on_a_never_analyzed_backlog(
         [table],
     )
     assert stats == {"last_analyze": None, "last_autoanalyze": None}
-    statement = job_sql.fetch_jobs(boss.context().q, skip_locked=True, table=table)
-    params = statement.bind(queue="q", policy="standard", limit=1, table=table)
+    statement = job_sql.fetch_jobs(boss.context().q, skip_locked=True, table=table, settle=settle)
+    settled: dict[str, list[Any]] = {k: [] for k in ("ids", "plain_ids", "fence_ids", "fence_counts")}
+    params = statement.bind(
+        queue="q", policy="standard", limit=1, table=table, output=None, **settled
+    )
     tables = {table, "job"}
     (custom,) = await boss.db.execute("EXPLAIN (FORMAT JSON) " + statement.sql, params)
     assert _sorts_over_jobs(custom["QUERY PLAN"][0]["Plan"], tables) == []

@@ -27,12 +27,13 @@ def complete_update(
 ) -> str:
     """The UPDATE of :func:`complete_jobs` (also the settling half of the worker's
     settle-and-claim statement): the targeted jobs completed with ``output``; their ids."""
+    where = _targets(p, "j", fenced)  # first: the ids are the leading parameters
     state = "j.state < 'completed'" if include_queued else "j.state = 'active'"
     release = ", blocked = false, pending_dependencies = 0" if include_queued else ""
     return (
         f"UPDATE {_job_table(q, table)} j SET state = 'completed', completed_on = {_now(q)},"
         f" output = {p('output')}::jsonb{release}"
-        f" WHERE {_targets(p, 'j', fenced)} AND {state} RETURNING j.id"
+        f" WHERE {where} AND {state} RETURNING j.id"
     )
 
 
