@@ -85,7 +85,8 @@ async def test_the_claim_sorts_nothing_on_a_never_analyzed_backlog(
     )
     assert stats == {"last_analyze": None, "last_autoanalyze": None}
     statement = job_sql.fetch_jobs(boss.context().q, skip_locked=True, table=table, settle=settle)
-    settled: dict[str, list[Any]] = {k: [] for k in ("ids", "plain_ids", "fence_ids", "fence_counts")}
+    empty = ("ids", "plain_ids", "fence_ids", "fence_counts")  # the settling half's arrays
+    settled: dict[str, list[Any]] = {k: [] for k in empty}
     params = statement.bind(
         queue="q", policy="standard", limit=1, table=table, output=None, **settled
     )
