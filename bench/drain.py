@@ -29,7 +29,7 @@ from bench.common import (
 )
 from bench.env import Env
 
-__all__ = ["batch_drain", "prepare", "verify", "worker_drain"]
+__all__ = ["batch_drain", "prepare", "settled_drain", "verify", "worker_drain"]
 
 
 # --------------------------------------------------------------------------- parent side
@@ -91,6 +91,37 @@ async def batch_drain(spec: dict[str, Any]) -> dict[str, Any]:
                 await boss.complete(queue, [job.id for job in claimed])
                 counter.add(len(claimed))
             elif not counter.finished:
+                empty_polls += 1
+                await asyncio.sleep(0.001)
+
+    meter = Meter(spec["dsn"])
+    try:
+        await warm_pool(boss, loops)
+        await meter.start()
+        await asyncio.gather(*(loop() for _ in range(loops)))
+        cpu = await meter.stop()
+    finally:
+        await boss.stop()
+    return {"jobs": counter.count, "empty_polls": empty_polls, **cpu}
+
+
+async def settled_drain(spec: dict[str, Any]) -> dict[str, Any]:
+    """``concurrency`` loops of ``complete_and_fetch``: each call completes the loop's
+    last batch and claims the next (the first call only claims)."""
+    jobs, queue = int(spec["jobs"]), spec["queue"]
+    batch, loops = int(spec["batch"]), int(spec["concurrency"])
+    boss = await open_boss(spec)
+    counter = DrainCounter(jobs)
+    empty_polls = 0
+
+    async def loop() -> None:
+        nonlocal empty_polls
+        held: list[Any] = []
+        while not counter.finished or held:
+            claimed = await boss.complete_and_fetch(queue, held, batch_size=batch)
+            counter.add(len(held))
+            held = claimed
+            if not claimed and not counter.finished:
                 empty_polls += 1
                 await asyncio.sleep(0.001)
 

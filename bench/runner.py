@@ -84,6 +84,21 @@ class Scenario:
     #: the target ratio to the raw baseline (throughput scenarios), if the issue sets one
     target_ratio: float | None = None
     drain: bool = False
+    #: the protocol of the "raw" baseline ("" plain; "merged": settle-and-claim)
+    raw_variant: str = ""
+    #: the scenario whose pg-boss side it is compared with (None: its own)
+    pgboss_peer: str | None = None
+
+    @property
+    def peer(self) -> str:
+        """The pg-boss scenario it is compared with."""
+        return self.pgboss_peer or self.name
+
+    @property
+    def protocol(self) -> str:
+        """What the sides' children are told to run (batched and merged variants run
+        the base scenario's code with their own sizes)."""
+        return self.peer.removesuffix("_batched")
 
     def title(self, jobs: int) -> str:
         return self.label.replace("{jobs}", f"{jobs:,}")
@@ -154,6 +169,22 @@ SCENARIOS: tuple[Scenario, ...] = (
         drain=True,
     ),
     Scenario(
+        name="batch_drain_settled",
+        label="batch drain, settle-and-claim, {jobs} jobs",
+        qcore_label="complete_and_fetch(batch_size=100), 4 loops",
+        raw_label="one statement completes 100 and claims 100 with FOR UPDATE SKIP LOCKED,"
+        " 4 connections",
+        kind="throughput",
+        module="bench.drain",
+        qcore_entry="bench.drain:settled_drain",
+        raw_entry="bench.raw:drain",
+        concurrency=4,
+        batch=100,
+        drain=True,
+        raw_variant="merged",
+        pgboss_peer="batch_drain",
+    ),
+    Scenario(
         name="worker_drain",
         label="worker drain, {jobs} jobs",
         qcore_label="work(batch_size=1, local_concurrency=8), no-op handler",
@@ -208,11 +239,11 @@ BY_NAME = {s.name: s for s in SCENARIOS}
 GROUPS: dict[str, tuple[str, ...]] = {
     "all": tuple(BY_NAME),
     "enqueue": ("bulk_enqueue", "single_enqueue"),
-    "drain": ("batch_drain", "worker_drain", "worker_drain_batched"),
-    "memory": ("batch_drain", "worker_drain", "worker_drain_batched"),
+    "drain": ("batch_drain", "batch_drain_settled", "worker_drain", "worker_drain_batched"),
+    "memory": ("batch_drain", "batch_drain_settled", "worker_drain", "worker_drain_batched"),
     "workers": ("worker_drain", "worker_drain_batched", "wakeup_latency", "idle"),
     "latency": ("wakeup_latency",),
-    "no-workers": ("bulk_enqueue", "single_enqueue", "batch_drain"),
+    "no-workers": ("bulk_enqueue", "single_enqueue", "batch_drain", "batch_drain_settled"),
 }
 
 
@@ -299,6 +330,14 @@ async def run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
 # --------------------------------------------------------------------------- one run
 
 
+def _variant(scenario: Scenario, side: str) -> str:
+    """The protocol a raw side runs: its own for the informational ones, the
+    scenario's for the baseline."""
+    if side in ("raw_tx", "raw_merged"):
+        return side.removeprefix("raw_")
+    return scenario.raw_variant if side == "raw" else ""
+
+
 def _queues(scenario: Scenario) -> list[tuple[str, dict[str, Any]]]:
     if scenario.kind == "latency":
         return [(QUEUE, {"notify": True})]
@@ -315,12 +354,12 @@ async def run_once(
     skip_locked = backends.get(profile).fetch is FetchStrategy.SKIP_LOCKED
     module = importlib.import_module(scenario.module)
     raw_sides = scenario.sides_for(skip_locked) if scenario.raw_entry else []
-    peer = cfg.pgboss and scenario.name in pgboss.SCENARIOS
+    peer = cfg.pgboss and scenario.peer in pgboss.SCENARIOS
     every = [*raw_sides, PGBOSS] if peer else raw_sides
     async with fresh_schema(cfg.dsn, profile, _queues(scenario)) as env:
         extras: dict[str, Any] = await module.prepare(env, cfg.jobs, raw_sides)
         if PGBOSS in every:
-            extras[PGBOSS] = await pgboss.prepare(env, scenario.name, cfg.jobs)
+            extras[PGBOSS] = await pgboss.prepare(env, scenario.peer, cfg.jobs)
         sides = ([] if skip_qcore else ["qcore"]) + every
         if index % 2:
             sides.reverse()
@@ -329,12 +368,12 @@ async def run_once(
             entry = {"qcore": scenario.qcore_entry, PGBOSS: "bench.pgboss:run"}
             spec = env.spec(
                 entry=entry.get(side, scenario.raw_entry),
-                scenario=scenario.name.removesuffix("_batched"),
+                scenario=scenario.protocol,
                 jobs=cfg.jobs,
                 concurrency=scenario.concurrency,
                 batch=scenario.batch,
                 skip_locked=skip_locked,
-                variant=side.removeprefix("raw_") if side in ("raw_tx", "raw_merged") else "",
+                variant=_variant(scenario, side),
                 samples=cfg.samples(),
                 workers=IDLE_WORKERS,
                 seconds=cfg.idle_window(),
@@ -350,7 +389,7 @@ async def run_once(
             checked = [s for s in raw_sides if s in out]
             check = await verify(env, cfg.jobs, checked)
             if PGBOSS in out:
-                check["problems"][PGBOSS] = await pgboss.verify(env, scenario.name, cfg.jobs)
+                check["problems"][PGBOSS] = await pgboss.verify(env, scenario.peer, cfg.jobs)
             out["problems"] = {
                 side: found
                 for side, found in check.pop("problems").items()

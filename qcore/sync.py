@@ -233,6 +233,7 @@ class SyncBoss:
     insert = _blocking(Boss.insert)
     fetch = _blocking(Boss.fetch)
     complete = _blocking(Boss.complete)
+    complete_and_fetch = _blocking(Boss.complete_and_fetch)
     fail = _blocking(Boss.fail)
     cancel = _blocking(Boss.cancel)
     resume = _blocking(Boss.resume)

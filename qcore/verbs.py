@@ -212,6 +212,20 @@ class QueueAndJobVerbs:
             return await self._shared.complete(ctx, name, targets, include_queued)
         return await job_ops.complete(ctx, name, ids, data, include_queued=include_queued)
 
+    @verb(FetchOptions)
+    async def complete_and_fetch(
+        self, name: str, done: list[Job], *, db: Any = None, **options: Unpack[FetchOptions]
+    ) -> list[Job]:
+        """Complete the jobs ``done`` (no output; fenced on the attempts they were fetched
+        in) and claim the next, as ``fetch`` does, in one statement: a fetch loop's
+        settle and next claim in one round trip and one commit. Both happen or neither.
+        Needs a backend that takes two mutations of a table in one statement (the
+        postgres, pglite, yugabytedb and citus profiles); elsewhere a ConfigError says
+        to complete, then fetch."""
+        if not isinstance(done, list) or not all(isinstance(j, Job) for j in done):
+            raise ValidationError("done must be a list of the Job objects fetched")
+        return await job_ops.complete_and_fetch(self.context(db), name, done, **options)
+
     @verb()
     async def fail(self, name: str, ids: Ids, data: Any = None, *, db: Any = None) -> CommandResult:
         """Fail jobs: retry them while retries are left, else failed and dead-lettered."""
