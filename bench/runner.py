@@ -31,7 +31,7 @@ from bench import pgboss
 from bench.common import progress
 from bench.env import QUEUE, fresh_schema
 from qcore import backends
-from qcore.backend import FetchStrategy
+from qcore.backend import FetchStrategy, MutationStrategy
 
 __all__ = [
     "DEFAULT_DSN",
@@ -81,6 +81,8 @@ class Scenario:
     #: (see :data:`INFORMATIONAL`)
     raw_sides: tuple[str, ...] = ("raw",)
     needs_notify: bool = False
+    #: qcore's side needs two mutations of a table in one statement (MutationStrategy.CTE)
+    needs_one_statement: bool = False
     #: the target ratio to the raw baseline (throughput scenarios), if the issue sets one
     target_ratio: float | None = None
     drain: bool = False
@@ -183,6 +185,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         drain=True,
         raw_variant="merged",
         pgboss_peer="batch_drain",
+        needs_one_statement=True,
     ),
     Scenario(
         name="worker_drain",
@@ -478,11 +481,18 @@ async def run(cfg: Config) -> dict[str, Any]:
     for scenario in cfg.scenarios:
         for profile in cfg.profiles:
             runs[profile][scenario.name] = []
-            if scenario.needs_notify and not backends.get(profile).capabilities.listen_notify:
+            backend = backends.get(profile)
+            if scenario.needs_notify and not backend.capabilities.listen_notify:
                 notes[profile][scenario.name] = f"n/a: the {profile} profile has no LISTEN/NOTIFY"
+            if scenario.needs_one_statement and backend.mutation is not MutationStrategy.CTE:
+                notes[profile][scenario.name] = (
+                    f"n/a: the {profile} profile splits mutations (no settle-and-claim)"
+                )
         for index in range(cfg.repeat):
             for profile in cfg.profiles:
-                if scenario.name in notes[profile] and not scenario.raw_entry:
+                if scenario.name in notes[profile] and (
+                    not scenario.raw_entry or scenario.needs_one_statement
+                ):
                     continue  # nothing to run: not applicable, or qcore's half is missing
                 skip_qcore = scenario.name in notes[profile]
                 progress(f"{profile} · {scenario.name} · run {index + 1}/{cfg.repeat}")
