@@ -14,6 +14,7 @@ was called. The process's peak RSS is the scenario's memory figure.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -77,37 +78,33 @@ async def verify(env: Env, jobs: int, sides: list[str]) -> dict[str, Any]:
 
 async def batch_drain(spec: dict[str, Any]) -> dict[str, Any]:
     """``concurrency`` loops of ``fetch(batch_size=batch)`` + ``complete(ids)``."""
-    jobs, queue = int(spec["jobs"]), spec["queue"]
-    batch, loops = int(spec["batch"]), int(spec["concurrency"])
-    boss = await open_boss(spec)
-    counter = DrainCounter(jobs)
-    empty_polls = 0
 
-    async def loop() -> None:
-        nonlocal empty_polls
-        while not counter.finished:
-            claimed = await boss.fetch(queue, batch_size=batch)
-            if claimed:
-                await boss.complete(queue, [job.id for job in claimed])
-                counter.add(len(claimed))
-            elif not counter.finished:
-                empty_polls += 1
-                await asyncio.sleep(0.001)
+    async def step(boss: Any, queue: str, batch: int, held: list[Any]) -> tuple[int, list[Any]]:
+        claimed = await boss.fetch(queue, batch_size=batch)
+        if claimed:
+            await boss.complete(queue, [job.id for job in claimed])
+        return len(claimed), []
 
-    meter = Meter(spec["dsn"])
-    try:
-        await warm_pool(boss, loops)
-        await meter.start()
-        await asyncio.gather(*(loop() for _ in range(loops)))
-        cpu = await meter.stop()
-    finally:
-        await boss.stop()
-    return {"jobs": counter.count, "empty_polls": empty_polls, **cpu}
+    return await _drain_loops(spec, step)
 
 
 async def settled_drain(spec: dict[str, Any]) -> dict[str, Any]:
     """``concurrency`` loops of ``complete_and_fetch``: each call completes the loop's
     last batch and claims the next (the first call only claims)."""
+
+    async def step(boss: Any, queue: str, batch: int, held: list[Any]) -> tuple[int, list[Any]]:
+        return len(held), await boss.complete_and_fetch(queue, held, batch_size=batch)
+
+    return await _drain_loops(spec, step)
+
+
+Step = Callable[[Any, str, int, list[Any]], Awaitable[tuple[int, list[Any]]]]
+
+
+async def _drain_loops(spec: dict[str, Any], step: Step) -> dict[str, Any]:
+    """``concurrency`` loops running ``step(boss, queue, batch, held)`` (how many jobs it
+    completed, and the jobs it leaves held) until every job is completed; a loop that
+    completed and holds nothing while others still work waits a millisecond."""
     jobs, queue = int(spec["jobs"]), spec["queue"]
     batch, loops = int(spec["batch"]), int(spec["concurrency"])
     boss = await open_boss(spec)
@@ -118,10 +115,9 @@ async def settled_drain(spec: dict[str, Any]) -> dict[str, Any]:
         nonlocal empty_polls
         held: list[Any] = []
         while not counter.finished or held:
-            claimed = await boss.complete_and_fetch(queue, held, batch_size=batch)
-            counter.add(len(held))
-            held = claimed
-            if not claimed and not counter.finished:
+            done, held = await step(boss, queue, batch, held)
+            counter.add(done)
+            if not done and not held and not counter.finished:
                 empty_polls += 1
                 await asyncio.sleep(0.001)
 
