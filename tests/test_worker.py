@@ -11,6 +11,8 @@ import pytest
 
 from qcore import Boss, jobs, queues
 from qcore.conformance.helpers import running, states, until
+from qcore.conformance.provisioners import Provisioner
+from qcore.conformance.suite.test_worker_recovery import need_own_sessions
 from qcore.context import Context
 from qcore.errors import ConfigError
 from qcore.job import Job
@@ -42,11 +44,12 @@ async def test_work_options_are_checked_before_anything_runs() -> None:
 
 
 async def test_a_settle_and_claim_killed_mid_statement_loses_nothing(
-    pool: Any, ctx: Context, schema: str
+    pool: Any, ctx: Context, schema: str, provisioned: Provisioner
 ) -> None:
     """The connection running a worker's settle-and-claim is terminated while the server
     executes it: the statement is undone whole, and every job is still handled and
     completed exactly once (the batch is settled again, the claim made again)."""
+    need_own_sessions(ctx.backend, provisioned)
     await queues.create_queue(ctx, "q")
     rows = await ctx.db.execute(f"SELECT table_name FROM {ctx.q}.queue WHERE name = 'q'")
     table = f'{ctx.q}."{rows[0]["table_name"]}"'

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+from qcore import retry
 from qcore.boss import Boss
 from qcore.context import Context
 from qcore.job import Job, JobState
@@ -45,7 +46,10 @@ async def server_now(ctx: Context) -> dt.datetime:
 
 
 async def row(ctx: Context, job_id: Any) -> dict[str, Any]:
-    rows = await ctx.db.execute(f"SELECT * FROM {ctx.q}.job WHERE id = $1::uuid", [job_id])
+    """A job's row, read through the retry policy (under SERIALIZABLE a read beside
+    other instances' writes may be cancelled with 40001 and must be run again)."""
+    sql = f"SELECT * FROM {ctx.q}.job WHERE id = $1::uuid"
+    rows = await retry.execute(ctx, sql, [job_id])
     assert len(rows) == 1, f"expected one row for {job_id}, got {len(rows)}"
     return rows[0]
 
