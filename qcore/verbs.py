@@ -219,11 +219,8 @@ class QueueAndJobVerbs:
         """Complete the jobs ``done`` (no output; fenced on the attempts they were fetched
         in) and claim the next, as ``fetch`` does, in one statement: a fetch loop's
         settle and next claim in one round trip and one commit. Both happen or neither.
-        Needs a backend that takes two mutations of a table in one statement (the
-        postgres, pglite, yugabytedb and citus profiles); elsewhere a ConfigError says
-        to complete, then fetch."""
-        if not isinstance(done, list) or not all(isinstance(j, Job) for j in done):
-            raise ValidationError("done must be a list of the Job objects fetched")
+        Needs a backend that takes two mutations of a table in one statement
+        (MutationStrategy.CTE); elsewhere a ConfigError says to complete, then fetch."""
         return await job_ops.complete_and_fetch(self.context(db), name, done, **options)
 
     @verb()

@@ -9,7 +9,7 @@ from typing_extensions import Unpack
 from qcore import retry as retrying
 from qcore.backend import FetchStrategy, MutationStrategy
 from qcore.context import Context, QueueRoute
-from qcore.errors import ConfigError, UniqueViolation
+from qcore.errors import ConfigError, UniqueViolation, ValidationError
 from qcore.job import Job
 from qcore.jobs.routes import Targets, _fence_values, _routed
 from qcore.options import (
@@ -49,6 +49,8 @@ async def complete_and_fetch(
     round trip and one commit per batch instead of two. Both happen or neither (an
     error claims nothing). Only where the backend takes several mutations of a table
     in one statement (MutationStrategy.CTE); elsewhere a ConfigError."""
+    if not isinstance(done, list) or not all(isinstance(j, Job) for j in done):
+        raise ValidationError("done must be a list of the Job objects fetched")
     if ctx.backend.mutation is not MutationStrategy.CTE:
         raise ConfigError(
             f"settle-and-claim needs several mutations in one statement; the"

@@ -18,7 +18,7 @@ from qcore.backend import Backend, MutationStrategy
 from qcore.conformance.helpers import running, states, until
 from qcore.context import Context
 from qcore.db import Database
-from qcore.errors import ConfigError, DatabaseError
+from qcore.errors import ConfigError, DatabaseError, ValidationError
 from qcore.job import Job, JobState
 
 pytestmark = pytest.mark.feature("workers")
@@ -61,6 +61,8 @@ async def test_settles_and_claims_in_one_statement(ctx: Context) -> None:
     await queues.create_queue(ctx, "q")
     sent = [await jobs.send(ctx, "q", {"n": n}) for n in range(3)]
     [first] = await jobs.fetch(ctx, "q")
+    with pytest.raises(ValidationError, match="Job objects"):  # a bare id has no attempt
+        await jobs.complete_and_fetch(ctx, "q", [first.id])  # type: ignore[list-item]
     if ctx.backend.mutation is not MutationStrategy.CTE:
         with pytest.raises(ConfigError, match="complete, then fetch"):
             await jobs.complete_and_fetch(ctx, "q", [first])
