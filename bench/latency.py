@@ -21,7 +21,7 @@ from typing import Any
 from bench.common import open_boss, payload
 from bench.env import Env
 
-__all__ = ["prepare", "wakeup_latency"]
+__all__ = ["IDLE_GAP_SECONDS", "WARMUP_SAMPLES", "prepare", "summary", "wakeup_latency"]
 
 #: pause after each handler start, so the next send finds the worker idle
 IDLE_GAP_SECONDS = 0.05
@@ -78,6 +78,13 @@ async def wakeup_latency(spec: dict[str, Any]) -> dict[str, Any]:
             await asyncio.sleep(IDLE_GAP_SECONDS)
     finally:
         await boss.stop(timeout=10)
+    return summary(latencies, send_times, wake_times)
+
+
+def summary(
+    latencies: list[float], send_times: list[float], wake_times: list[float]
+) -> dict[str, Any]:
+    """A side's figures from its samples (ms): send → handler start, and its two parts."""
     return {
         "samples": len(latencies),
         "p50_ms": percentile(latencies, 50),

@@ -19,6 +19,7 @@ from typing import Any
 
 from bench.common import APPLICATION, BATCH_INSERT, PAD, Meter, payload
 from bench.env import Env
+from bench.latency import IDLE_GAP_SECONDS, WARMUP_SAMPLES, summary
 
 __all__ = ["QUEUE", "SCENARIOS", "prepare", "run", "verify"]
 
@@ -31,14 +32,16 @@ SCENARIOS = (
     "batch_drain",
     "worker_drain",
     "worker_drain_batched",
+    "wakeup_latency",
 )
 SCRIPT = Path(__file__).with_name("pgboss_bench.mjs")
 
 
 async def prepare(env: Env, scenario: str, jobs: int) -> dict[str, Any]:
-    """The pg-boss queue, holding the same ``jobs`` ready jobs as qcore's for a drain."""
-    await env.boss.create_queue(QUEUE)
-    if scenario not in ("bulk_enqueue", "single_enqueue"):
+    """The pg-boss queue, holding the same ``jobs`` ready jobs as qcore's for a drain
+    (empty, with ``notify`` on as qcore's, for the wake-up latency)."""
+    await env.boss.create_queue(QUEUE, notify=scenario == "wakeup_latency")
+    if scenario not in ("bulk_enqueue", "single_enqueue", "wakeup_latency"):
         for first in range(0, jobs, BATCH_INSERT):
             batch = [{"data": payload(i)} for i in range(first, min(first + BATCH_INSERT, jobs))]
             await env.boss.insert(QUEUE, batch, return_id=False)
@@ -118,6 +121,9 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         "pool": max(10, int(spec["concurrency"]) + 2),
         "pad": PAD,
         "application_name": APPLICATION,
+        "samples": int(spec.get("samples", 0)),
+        "warmup": WARMUP_SAMPLES,
+        "idle_gap_ms": IDLE_GAP_SECONDS * 1000,
     }
     meter = Meter(spec["dsn"])
     proc = await start(command)
@@ -125,6 +131,8 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     result = await go(proc)
     cpu = await meter.stop()
     await ended(proc)
+    if "latencies_ms" in result:  # the wake-up scenario: its samples, summed up as qcore's
+        return summary(result["latencies_ms"], result["send_ms"], result["wake_ms"])
     return {
         "elapsed": result["elapsed"],
         "jobs": result["jobs"],

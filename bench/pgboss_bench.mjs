@@ -17,6 +17,8 @@ const boss = new PgBoss({
   migrate: false,
   supervise: false,
   schedule: false,
+  // the wake-up scenario measures LISTEN/NOTIFY, which pg-boss leaves off by default
+  useListenNotify: spec.scenario === 'wakeup_latency',
   max: spec.pool,
   application_name: spec.application_name
 })
@@ -90,6 +92,42 @@ if (spec.scenario === 'bulk_enqueue') {
   times.sort((a, b) => a - b)
   jobs = times.length
   console.log(JSON.stringify({ median_ms: times[Math.floor(times.length / 2)], jobs }))
+  await boss.stop({ graceful: false, timeout: 1000 })
+  process.exit(0)
+} else if (spec.scenario === 'wakeup_latency') {
+  // send → handler start, one job in flight, the worker idle before each send; the same
+  // protocol as the qcore side (warm-up samples, a pause after each handler start)
+  const started = new Map()
+  const waiting = new Map()
+  await boss.work(spec.queue, { pollingIntervalSeconds: 2 }, async batch => {
+    const now = performance.now()
+    for (const job of batch) {
+      started.set(job.data.i, now)
+      waiting.get(job.data.i)?.()
+    }
+  })
+  await new Promise(resolve => setTimeout(resolve, 500))
+  const latencies = []
+  const sends = []
+  const wakes = []
+  for (let i = -spec.warmup; i < spec.samples; i++) {
+    const arrived = new Promise((resolve, reject) => {
+      waiting.set(i, resolve)
+      setTimeout(() => reject(new Error(`job ${i} was not handled within 15 s of its send`)), 15000).unref()
+    })
+    const t0 = performance.now()
+    await boss.send(spec.queue, payload(i))
+    const t1 = performance.now()
+    await arrived
+    if (i >= 0) {
+      latencies.push(started.get(i) - t0)
+      sends.push(t1 - t0)
+      wakes.push(started.get(i) - t1)
+    }
+    await new Promise(resolve => setTimeout(resolve, spec.idle_gap_ms))
+  }
+  jobs = latencies.length
+  console.log(JSON.stringify({ samples: jobs, latencies_ms: latencies, send_ms: sends, wake_ms: wakes }))
   await boss.stop({ graceful: false, timeout: 1000 })
   process.exit(0)
 } else {

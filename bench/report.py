@@ -29,6 +29,9 @@ LATENCY_P99_MS = 10.0
 IDLE_QUERIES_PER_WORKER_PER_INTERVAL = 1.0
 WORKER_RSS_MIB = 60.0
 PROFILE_RATIO = 0.80
+#: against the real pg-boss (``--compare pgboss``): throughput at least, latency at most
+PGBOSS_THROUGHPUT_RATIO = 1.25
+PGBOSS_LATENCY_RATIO = 0.80
 
 
 def stat(values: Sequence[float]) -> dict[str, Any] | None:
@@ -135,18 +138,29 @@ def _throughput(scenario: Scenario, runs: list[dict[str, Any]]) -> dict[str, Any
     return out
 
 
+_LATENCY_KEYS = ("send_p50_ms", "send_p99_ms", "wake_p50_ms", "wake_p99_ms")
+
+
 def _latency(runs: list[dict[str, Any]]) -> dict[str, Any]:
     ok = [run["qcore"] for run in runs if _ok(run.get("qcore"))]
+    peer = [run[PGBOSS] for run in runs if _ok(run.get(PGBOSS))]
+    out = _latency_figures(ok)
+    if peer:  # the pg-boss peer ran too (--compare pgboss): its figures and the ratios
+        theirs = _latency_figures(peer)
+        out[PGBOSS] = theirs
+        out["pgboss_ratio"] = {
+            key: _ratio(out[key], theirs[key]) for key in ("p50_ms", "p99_ms", *_LATENCY_KEYS)
+        }
+    return out
+
+
+def _latency_figures(ok: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "unit": "ms",
         "p50_ms": stat([r["p50_ms"] for r in ok]),
         "p99_ms": stat([r["p99_ms"] for r in ok]),
         "max_ms": stat([r["max_ms"] for r in ok]),
-        **{
-            key: stat([r[key] for r in ok])
-            for key in ("send_p50_ms", "send_p99_ms", "wake_p50_ms", "wake_p99_ms")
-            if ok and key in ok[0]
-        },
+        **{key: stat([r[key] for r in ok]) for key in _LATENCY_KEYS if ok and key in ok[0]},
         "samples_per_run": ok[0]["samples"] if ok else 0,
     }
 
@@ -303,6 +317,19 @@ def _targets(
                     True,
                 )
             )
+        for scenario in SCENARIOS:
+            peer = figures.get(scenario.name, {}).get("other_baselines", {}).get(PGBOSS)
+            if scenario.kind == "throughput" and peer:
+                out.append(
+                    _target(
+                        f"{scenario.name} ratio to pg-boss",
+                        profile,
+                        f">= {PGBOSS_THROUGHPUT_RATIO:.2f}",
+                        peer["ratio"],
+                        PGBOSS_THROUGHPUT_RATIO,
+                        True,
+                    )
+                )
         latency = figures.get("wakeup_latency")
         if latency and latency["status"] != "n/a":
             for key, limit in (("p50_ms", LATENCY_P50_MS), ("p99_ms", LATENCY_P99_MS)):
@@ -314,6 +341,17 @@ def _targets(
                         f"<= {limit:g} ms",
                         value,
                         limit,
+                        False,
+                    )
+                )
+            if latency.get("pgboss_ratio"):
+                out.append(
+                    _target(
+                        "wake-up latency p50 ratio to pg-boss",
+                        profile,
+                        f"<= {PGBOSS_LATENCY_RATIO:.2f}",
+                        latency["pgboss_ratio"]["p50_ms"],
+                        PGBOSS_LATENCY_RATIO,
                         False,
                     )
                 )
@@ -359,6 +397,10 @@ def _targets(
 
 
 # --------------------------------------------------------------------------- text
+
+
+def _ratio_text(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
 
 
 def _num(value: float, unit: str) -> str:
@@ -496,6 +538,23 @@ def _profile_table(
                 f" samples per run; max {_fig(entry['max_ms'], 'ms')}; send() itself"
                 f" {_fig(entry['send_p50_ms'], 'ms')} (p50)"
             )
+            theirs = entry.get(PGBOSS)
+            if theirs:
+                ratio = entry["pgboss_ratio"]
+                t = _find(targets, "wake-up latency p50 ratio to pg-boss", profile)
+                lines.append(
+                    f"| {entry['label']}, p50 against pg-boss | {_fig(entry['p50_ms'], 'ms')}"
+                    f" | pg-boss {_fig(theirs['p50_ms'], 'ms')} | {_ratio_text(ratio['p50_ms'])}"
+                    f" | {_verdict(t)} |"
+                )
+                legend.append(
+                    f"  - pg-boss ({INFORMATIONAL[PGBOSS]}, useListenNotify on, polling 2 s):"
+                    f" p50 {_fig(theirs['p50_ms'], 'ms')}, p99 {_fig(theirs['p99_ms'], 'ms')},"
+                    f" send() {_fig(theirs['send_p50_ms'], 'ms')} (p50), after it"
+                    f" {_fig(theirs['wake_p50_ms'], 'ms')} (p50); qcore / pg-boss p50"
+                    f" {_ratio_text(ratio['p50_ms'])}, p99 {_ratio_text(ratio['p99_ms'])},"
+                    f" after send() p50 {_ratio_text(ratio['wake_p50_ms'])}"
+                )
             if "wake_p99_ms" in entry:
                 legend.append(
                     f"  - split: send() returning (INSERT + commit) p50"

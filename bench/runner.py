@@ -515,7 +515,7 @@ async def run(cfg: Config) -> dict[str, Any]:
 
 def _progress_line(scenario: Scenario, result: dict[str, Any]) -> None:
     parts = []
-    for side in ("qcore", *scenario.raw_sides):
+    for side in ("qcore", *scenario.raw_sides, PGBOSS):
         r = result.get(side)
         if not r or "unavailable" in r or "error" in r:
             continue
@@ -531,7 +531,7 @@ def _progress_line(scenario: Scenario, result: dict[str, Any]) -> None:
                 f"{r['queries_per_second']:.2f} q/s, {r['cpu_percent']:.2f}% CPU,"
                 f" {r['queries_per_worker_per_interval']:.2f} q/worker/interval"
             )
-        if scenario.drain:
+        if scenario.drain and "peak_rss_mib" in r:
             text += f", {r['peak_rss_mib']:.0f} MiB"
         parts.append(text)
     if parts:

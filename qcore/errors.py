@@ -8,6 +8,8 @@ escapes qcore and callers can catch by meaning (``UniqueViolation``,
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ConfigError",
     "ConnectionLostError",
@@ -15,6 +17,7 @@ __all__ = [
     "DatabaseError",
     "NotInstalledError",
     "NotStartedError",
+    "PublishError",
     "QcoreError",
     "QueueNotFoundError",
     "SchemaVersionError",
@@ -44,6 +47,22 @@ class NotStartedError(QcoreError):
 
 class QueueNotFoundError(ValidationError):
     """An operation named a queue that does not exist."""
+
+
+class PublishError(QcoreError):
+    """``publish`` could not send to every subscribed queue. The others got their job all
+    the same: ``sent`` maps each of those queues to its job id (None where the queue's
+    policy dropped it), ``failed`` each queue that did not to its exception."""
+
+    def __init__(self, event: str, sent: dict[str, Any], failed: dict[str, BaseException]) -> None:
+        what = "; ".join(f"{name}: {exc}" for name, exc in failed.items())
+        total = len(sent) + len(failed)
+        super().__init__(
+            f"publish({event!r}) failed for {len(failed)} of {total} subscribed queue(s): {what}"
+        )
+        self.event = event
+        self.sent = sent
+        self.failed = failed
 
 
 class NotInstalledError(QcoreError):

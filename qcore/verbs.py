@@ -18,6 +18,7 @@ from typing import Any
 from typing_extensions import Unpack
 
 from qcore import jobs as job_ops
+from qcore import pubsub
 from qcore import queues as queue_ops
 from qcore.arguments import verb
 from qcore.backend import FetchStrategy
@@ -167,6 +168,27 @@ class QueueAndJobVerbs:
         return await job_ops.send_debounced(
             self.context(db), name, data, seconds=seconds, key=key, **options
         )
+
+    # -- publish / subscribe ---------------------------------------------------------------
+
+    @verb()
+    async def subscribe(self, event: str, name: str, *, db: Any = None) -> None:
+        """Subscribe queue ``name`` to ``event``: each ``publish(event)`` sends it a job."""
+        await pubsub.subscribe(self.context(db), event, name)
+
+    @verb()
+    async def unsubscribe(self, event: str, name: str, *, db: Any = None) -> bool:
+        """End queue ``name``'s subscription to ``event``; whether it had one."""
+        return await pubsub.unsubscribe(self.context(db), event, name)
+
+    @verb(SendOptions)
+    async def publish(
+        self, event: str, data: Any = None, *, db: Any = None, **options: Unpack[SendOptions]
+    ) -> dict[str, uuid.UUID | None]:
+        """Send a job to every queue subscribed to ``event``: the job id per queue (None
+        where its policy dropped the job). One queue's failure does not stop the others:
+        a ``PublishError`` then names the queues that failed and holds what was sent."""
+        return await pubsub.publish(self.context(db), event, data, **options)
 
     @verb()
     async def insert(
