@@ -138,8 +138,8 @@ class DrainCounter:
 
 
 async def open_boss(spec: dict[str, Any], **options: Any) -> Boss:
-    """A started ``Boss`` on the scenario's schema (no supervisor: the bench measures the
-    verbs and the workers, and the supervisor may still be a scaffold).
+    """A started ``Boss`` on the scenario's schema, without supervisor and timekeeper: the
+    bench measures the verbs and the workers (the pg-boss side runs without them too).
 
     With ``spec["count"]`` (``python -m bench profile``) it runs on qcore's own pool
     wrapped in :class:`bench.idle.CountingDatabase`, reachable as ``boss.db``.
@@ -150,6 +150,7 @@ async def open_boss(spec: dict[str, Any], **options: Any) -> Boss:
         "schema": spec["schema"],
         "backend": spec["backend"],
         "supervise": False,
+        "schedule": False,
         **options,
     }
     if spec.get("count"):

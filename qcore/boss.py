@@ -59,8 +59,9 @@ from qcore.services import Service
 from qcore.services.maintenance import DAY_SECONDS, Maintenance
 from qcore.services.monitor import Supervisor
 from qcore.services.notifier import Notifier
+from qcore.services.timekeeper import ClockSkew, Timekeeper, TimekeeperSettings
 from qcore.services.warnings import WarningRecorder, slow_query_watch
-from qcore.verbs import MaintenanceVerbs, QueueAndJobVerbs
+from qcore.verbs import MaintenanceVerbs, QueueAndJobVerbs, ScheduleVerbs
 from qcore.worker import WipReporter, Worker, WorkerStatus, WorkOptions
 
 __all__ = ["Boss", "FetchOptions", "Handler", "QueueOptions", "ScheduledSendOptions", "SendOptions"]
@@ -76,7 +77,7 @@ class Handler:
     options: dict[str, Any]
 
 
-class Boss(QueueAndJobVerbs, MaintenanceVerbs):
+class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs):
     """A qcore instance on one database and schema.
 
     Give a connection string (``postgresql://…``), connection options, or a
@@ -120,6 +121,10 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs):
         reindex_interval_seconds: float = 86_400.0,
         monitor_vacuum: bool = True,
         use_listen_notify: bool = False,
+        schedule: bool = True,
+        cron_monitor_interval_seconds: float = 30.0,
+        cron_worker_interval_seconds: float = 5.0,
+        clock_monitor_interval_seconds: float = 600.0,
         **connection: Unpack[ConnectionOptions],
     ) -> None:
         self._auto = backend == self.AUTO
@@ -169,6 +174,13 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs):
             reindex_interval_seconds=reindex_interval_seconds,
             monitor_vacuum=monitor_vacuum,
         )
+        #: cron and the clock-skew check (validated: ConfigError names the option)
+        self.timekeeping = TimekeeperSettings(
+            schedule=schedule,
+            cron_monitor_interval_seconds=cron_monitor_interval_seconds,
+            cron_worker_interval_seconds=cron_worker_interval_seconds,
+            clock_monitor_interval_seconds=clock_monitor_interval_seconds,
+        )
         #: handlers registered with handler(), run by work_handlers()
         self.handlers: list[Handler] = []
         self.supervise_enabled = supervise
@@ -196,6 +208,8 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs):
         self._shared = SharedStatements()
         self._supervisor: Supervisor | None = None
         self._notifier: Notifier | None = None
+        self._timekeeper: Timekeeper | None = None
+        self._clock_skew: ClockSkew | None = None
         #: the background services start() started, in order (stop() stops them so)
         self._services: list[Service] = []
         #: emits ``wip`` for this instance's workers
@@ -255,6 +269,14 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs):
             enabled=self.supervise_enabled,
         )
         services += [self._supervisor, self._wip]
+        if self.timekeeping.schedule:
+            self._clock_skew = ClockSkew(
+                self.context, self.events, self.timekeeping.clock_monitor_interval_seconds
+            )
+            self._timekeeper = Timekeeper(
+                self.context, self.events, self.timekeeping, worker=self._worker
+            )
+            services += [self._clock_skew, self._timekeeper]
         for service in services:  # stopped in the same order by stop()
             await service.start()
         self._services = services
@@ -328,6 +350,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs):
             self._started = False
             services, self._services = self._services, []
             self._notifier = self._supervisor = None
+            self._timekeeper = self._clock_skew = None
             for service in services:
                 await service.stop()
             await self._stop_workers(graceful=graceful, timeout=timeout)
@@ -446,19 +469,25 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs):
         any pool size ``max``. A worker registered before ``start()`` succeeds emits
         ``error`` on each poll and takes jobs once it does.
         """
-        settings = WorkOptions(**options)
-        worker = Worker(
+        worker = self._worker(name, handler, **options)
+        self._workers[worker.id] = worker
+        worker.start()
+        return worker.id
+
+    def _worker(
+        self, name: str, handler: Callable[[list[Job]], Any], **options: Unpack[WorkArguments]
+    ) -> Worker:
+        """A worker of this instance, not started: ``work()``'s, or a service's own (the
+        timekeeper's forwarder, which is no user's worker: not in ``worker_statuses``)."""
+        return Worker(
             name,
             handler,
-            settings,
+            WorkOptions(**options),
             context=self.context,
             events=self.events,
             listening=self._listening,
             on_change=self._wip.changed,
         )
-        self._workers[worker.id] = worker
-        worker.start()
-        return worker.id
 
     def handler(
         self, name: str, **options: Unpack[WorkArguments]

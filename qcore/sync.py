@@ -252,10 +252,21 @@ class SyncBoss:
     supervise = _blocking(Boss.supervise)
     get_queue_stats = _blocking(Boss.get_queue_stats)
     get_reindex_commands = _blocking(Boss.get_reindex_commands)
+    schedule = _blocking(Boss.schedule)
+    unschedule = _blocking(Boss.unschedule)
+    get_schedules = _blocking(Boss.get_schedules)
 
     def is_maintaining(self) -> bool:
         """Whether a supervise pass is in flight (read on the loop thread)."""
         return self._call(_returning(self._boss.is_maintaining))
+
+    def is_timekeeping(self) -> bool:
+        """Whether a cron pass is in flight (read on the loop thread)."""
+        return self._call(_returning(self._boss.is_timekeeping))
+
+    def is_checking_skew(self) -> bool:
+        """Whether the clock-skew check is running (read on the loop thread)."""
+        return self._call(_returning(self._boss.is_checking_skew))
 
     def worker_statuses(self) -> list[WorkerStatus]:
         """What each running worker is doing (read on the loop thread, which changes it)."""

@@ -5,7 +5,8 @@ with the context of the call (with ``db=``, the caller's own transaction).
 ``Boss`` inherits them and gives :meth:`QueueAndJobVerbs.context`; ``fetch``, which
 keeps per-instance state (shared claims), is ``Boss``'s own. :class:`MaintenanceVerbs`
 are the supervise pass's: ``supervise``, ``get_queue_stats``, ``get_reindex_commands``,
-``is_maintaining``.
+``is_maintaining``. :class:`ScheduleVerbs` are cron's: ``schedule``, ``unschedule``,
+``get_schedules``, ``is_timekeeping``, ``is_checking_skew``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing_extensions import Unpack
 from qcore import jobs as job_ops
 from qcore import pubsub
 from qcore import queues as queue_ops
+from qcore import schedules as schedule_ops
 from qcore.arguments import verb
 from qcore.backend import FetchStrategy
 from qcore.context import Context
@@ -43,8 +45,9 @@ from qcore.services import queue_stats as stats
 from qcore.services.maintenance import Maintenance
 from qcore.services.monitor import Supervisor
 from qcore.services.queue_stats import QueueStats
+from qcore.services.timekeeper import ClockSkew, Timekeeper
 
-__all__ = ["MaintenanceVerbs", "QueueAndJobVerbs"]
+__all__ = ["MaintenanceVerbs", "QueueAndJobVerbs", "ScheduleVerbs"]
 
 
 def _own(ctx: Context, db: Any) -> bool:
@@ -421,3 +424,65 @@ class MaintenanceVerbs:
         )
         capped = max_index_bytes is not None
         return await reindex_commands(self.context(), limits, force=force, capped=capped)
+
+
+class ScheduleVerbs:
+    """Cron schedules and the timekeeper's busy flags (a part of ``Boss``)."""
+
+    _timekeeper: Timekeeper | None
+    _clock_skew: ClockSkew | None
+
+    def context(self, db: Any = None) -> Context:
+        """The operation context (``Boss`` gives it)."""
+        raise NotImplementedError
+
+    @verb(SendOptions)
+    async def schedule(
+        self,
+        name: str,
+        cron: str,
+        data: Any = None,
+        *,
+        tz: str = "UTC",
+        key: str = "",
+        missed: str | None = None,
+        db: Any = None,
+        **options: Unpack[SendOptions],
+    ) -> None:
+        """Send a job of ``data`` to queue ``name`` at every occurrence of ``cron`` (5
+        fields, or 6 with seconds first) in time zone ``tz``; ``key`` tells several
+        schedules of one queue apart. Replaces the schedule (``name``, ``key``) if it
+        exists. ``missed="once"``: after a time no instance ran the timekeeper, send one
+        job for the latest occurrence missed (default ``skip``: none)."""
+        await schedule_ops.schedule(
+            self.context(db), name, cron, data, tz=tz, key=key, missed=missed, **options
+        )
+
+    @verb()
+    async def unschedule(self, name: str, key: str = "", *, db: Any = None) -> bool:
+        """Remove the schedule (``name``, ``key``); whether there was one."""
+        return await schedule_ops.unschedule(self.context(db), name, key)
+
+    @verb()
+    async def get_schedules(
+        self,
+        name: str | None = None,
+        key: str | None = None,
+        *,
+        limit: int = 1000,
+        after: tuple[str, str] | schedule_ops.Schedule | None = None,
+        db: Any = None,
+    ) -> list[schedule_ops.Schedule]:
+        """Schedules in (name, key) order: all, a queue's, or one (``name`` and ``key``);
+        at most ``limit`` (1..100,000) after ``after`` (the previous page's last)."""
+        return await schedule_ops.get_schedules(
+            self.context(db), name, key, limit=limit, after=after
+        )
+
+    def is_timekeeping(self) -> bool:
+        """Whether a cron pass is in flight."""
+        return self._timekeeper is not None and self._timekeeper.busy
+
+    def is_checking_skew(self) -> bool:
+        """Whether the clock-skew check is running."""
+        return self._clock_skew is not None and self._clock_skew.busy

@@ -92,3 +92,19 @@ def test_every_maintenance_setting_is_a_boss_option() -> None:
     assert boss.maintenance.persist_queue_stats
     assert boss.maintenance.reindex is not None and boss.maintenance.reindex.min_pages == 5
     assert Boss("postgresql://localhost/x", reindex=False).maintenance.reindex is None
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("cron_monitor_interval_seconds", 46),
+        ("cron_monitor_interval_seconds", 0),
+        ("cron_worker_interval_seconds", 46),
+        ("clock_monitor_interval_seconds", 601),
+        ("clock_monitor_interval_seconds", "10"),
+        ("schedule", "yes"),
+    ],
+)
+def test_timekeeper_options_are_checked(option: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=option.removesuffix("_seconds")):
+        Boss("postgresql://localhost/x", **{option: value})  # type: ignore[arg-type]

@@ -134,6 +134,18 @@ async def insert(
     return ids if return_id else None
 
 
+async def insert_in_slots(
+    ctx: Context, name: str, jobs: Sequence[tuple[Any, str, str]]
+) -> list[uuid.UUID]:
+    """Queue ``(data, singleton_key, slot)`` jobs, each filed in the throttle slot named
+    (``YYYY-MM-DD HH:MM:SS``, UTC) rather than one computed from now: a job whose key
+    already has a job in that slot is dropped. The timekeeper's insert (not a verb)."""
+    records: list[JobRecord] = [
+        {"data": data, "singleton_key": key, "singleton_slot": slot} for data, key, slot in jobs
+    ]
+    return await _insert(ctx, name, records, records_json(records, numbered=True))
+
+
 async def _insert(
     ctx: Context,
     name: str,
@@ -157,7 +169,9 @@ async def _insert(
     one = len(records) == 1 and not check_dead_letters and not payloads
     # the array's one object, or the array
     payload = {"job": Json(records[0], text[1:-1])} if one else {"jobs": Json(records, text)}
-    throttled = not payloads and any("singleton_seconds" in r for r in records)
+    throttled = not payloads and any(
+        "singleton_seconds" in r or "singleton_slot" in r for r in records
+    )
 
     async def attempt(route: QueueRoute) -> list[dict[str, Any]] | None:
         expect_no_conflict = route.policy == "standard" and not throttled

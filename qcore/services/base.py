@@ -89,6 +89,11 @@ class Periodic:
         """True once :meth:`stop` was called: a pass ends at its next step."""
         return self._stopping
 
+    def next_delay(self) -> float:
+        """Seconds until the next background pass (``interval_seconds``; a service whose
+        passes are gated across instances may aim at the moment the gate opens)."""
+        return self.interval_seconds
+
     async def run_pass(self) -> bool | None:
         """One background pass; return False to end the loop (the work is over)."""
         raise NotImplementedError
@@ -111,7 +116,7 @@ class Periodic:
 
     async def _loop(self) -> None:
         while True:
-            await asyncio.sleep(self.interval_seconds)
+            await asyncio.sleep(self.next_delay())
             if self._lock.locked():
                 continue  # an explicit pass is running: this tick has nothing to add
             # shielded: stop() cancels the loop, not a pass halfway; the pass ends at its

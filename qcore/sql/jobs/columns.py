@@ -48,6 +48,9 @@ _SEND_RECORD: Mapping[str, str] = {
     "start_after_seconds": "float8",
     "singleton_key": "text",
     "singleton_seconds": "integer",
+    # a slot named outright (the timekeeper files an occurrence in its minute); never
+    # a send option
+    "singleton_slot": "timestamp",
     "retry_limit": "integer",
     "retry_delay": "integer",
     "retry_backoff": "boolean",

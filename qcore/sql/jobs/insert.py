@@ -42,7 +42,8 @@ def _new_job(q: str, *, next_slot: bool, created_on: str) -> tuple[str, dict[str
             " + COALESCE(r.start_after_seconds, 0) * interval '1 second')"
         )
     slot = (
-        "CASE WHEN r.singleton_seconds IS NOT NULL THEN to_timestamp((r.singleton_seconds"
+        "CASE WHEN r.singleton_slot IS NOT NULL THEN r.singleton_slot"
+        " WHEN r.singleton_seconds IS NOT NULL THEN to_timestamp((r.singleton_seconds"
         f" * floor(({epoch} + {offset}) / r.singleton_seconds))::float8) AT TIME ZONE 'UTC' END"
     )
     return start_after, {

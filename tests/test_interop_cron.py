@@ -1,0 +1,142 @@
+"""Cron shared with the real pg-boss 12.38 on one schema: a schedule either runtime
+writes is fired by the other, both file an occurrence under the same key and slot, and
+a fleet of both sends one job per occurrence. Local PostgreSQL only."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import itertools
+from typing import Any
+
+from qcore import Boss, cron, jobs, queues, schedules
+from qcore.context import Context
+from qcore.services.timekeeper import SEND_IT, cron_pass, forward
+from tests.interop.pgboss import interop_marks
+from tests.test_interop_jobs import in_thread
+
+pytestmark = interop_marks()
+
+#: pg-boss's timekeeper at its quickest, for a few seconds of real time
+TIMEKEEPING = {"schedule": True, "cronMonitorIntervalSeconds": 1, "cronWorkerIntervalSeconds": 1}
+
+
+def _pgboss_for(dsn: str, ctx: Context, seconds: float, *actions: dict[str, Any]) -> Any:
+    from tests.interop.pgboss import run_ok
+
+    return run_ok(
+        {
+            "connectionString": dsn,
+            "schema": ctx.schema_spec,
+            "migrate": False,
+            "options": TIMEKEEPING,
+            "actions": [
+                {"op": "start"},
+                *actions,
+                {"op": "sleep", "args": [int(seconds * 1000)]},
+                {"op": "stop"},
+            ],
+        },
+        timeout=seconds + 120,
+    )
+
+
+async def _send_it_rows(ctx: Context) -> list[dict[str, Any]]:
+    return await ctx.db.execute(
+        f"SELECT singleton_key, to_char(singleton_on, 'YYYY-MM-DD HH24:MI:SS') AS slot, data"
+        f" FROM {ctx.q}.job WHERE name = $1 ORDER BY singleton_on",
+        [SEND_IT],
+    )
+
+
+async def test_pgboss_schedule_fired_by_qcore(pg_dsn: str, shared: Context) -> None:
+    ctx = shared
+    await queues.create_queue(ctx, SEND_IT)
+    await queues.create_queue(ctx, "node_reports")
+    await in_thread(
+        pg_dsn,
+        ctx,
+        {
+            "op": "schedule",
+            "args": [
+                "node_reports",
+                "* * * * *",
+                {"from": "node"},
+                {"key": "k1", "priority": 6, "tz": "Europe/Paris", "retryLimit": 4},
+            ],
+        },
+    )
+    [row] = await schedules.get_schedules(ctx, "node_reports")
+    assert (row.key, row.timezone, row.kind) == ("k1", "Europe/Paris", "cron")
+    assert schedules.send_options_of(row.options) == {"priority": 6, "retry_limit": 4}
+    assert (await cron_pass(ctx, None, interval_seconds=30)).claimed
+    assert await forward(ctx, None, await jobs.fetch(ctx, SEND_IT, batch_size=50)) == 1
+    [job] = await jobs.fetch(ctx, "node_reports", batch_size=5, include_metadata=True)
+    assert job.data == {"from": "node"} and job.priority == 6 and job.retry_limit == 4
+
+
+async def test_qcore_schedule_fired_by_pgboss(pg_dsn: str, shared: Context) -> None:
+    ctx = shared
+    await queues.create_queue(ctx, "py_reports")
+    await schedules.schedule(
+        ctx,
+        "py_reports",
+        "* * * * *",
+        {"from": "python"},
+        key="k_2",
+        priority=3,
+        singleton_key="s",
+        retry_limit=5,
+    )
+    results = await asyncio.to_thread(
+        _pgboss_for, pg_dsn, ctx, 4, {"op": "getSchedules", "args": ["py_reports"]}
+    )
+    [listed] = results[1]["result"]
+    assert listed["cron"] == "* * * * *" and listed["key"] == "k_2"
+    # pg-boss filed the occurrence as qcore would have: same key, slot as its minute
+    [filed] = await _send_it_rows(ctx)
+    assert filed["singleton_key"] == cron.occurrence_key("py_reports", "k_2")
+    assert filed["data"]["slot"] == filed["slot"]
+    slot = dt.datetime.strptime(filed["slot"], "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.timezone.utc)
+    assert cron.throttle_slot(slot + dt.timedelta(seconds=59)) == filed["slot"]
+    # and pg-boss's forwarder sent it with qcore's stored options
+    [job] = await jobs.find_jobs(ctx, "py_reports")
+    assert job.data == {"from": "python"} and job.priority == 3
+    assert job.singleton_key == "s" and job.retry_limit == 5
+    [row] = await schedules.get_schedules(ctx, "py_reports")
+    assert row.last_job_id == job.id
+
+
+async def test_a_mixed_fleet_sends_one_job_per_occurrence(pg_dsn: str, shared: Context) -> None:
+    """Two qcore instances and one pg-boss instance, each trying the pass every second
+    for over a minute of real time: one job per minute slot, all under one key."""
+    ctx = shared
+    await queues.create_queue(ctx, "fleet")
+    await schedules.schedule(ctx, "fleet", "* * * * * *", {"tick": True})  # every second
+    qcore = [
+        Boss(
+            pg_dsn,
+            schema=ctx.schema_spec,
+            supervise=False,
+            cron_monitor_interval_seconds=1,
+            cron_worker_interval_seconds=1,
+        )
+        for _ in range(2)
+    ]
+    for boss in qcore:
+        await boss.start()
+    try:
+        await asyncio.to_thread(_pgboss_for, pg_dsn, ctx, 70)
+    finally:
+        for boss in qcore:
+            await boss.stop()
+    rows = await _send_it_rows(ctx)
+    slots = [r["slot"] for r in rows]
+    assert len(slots) >= 2 and len(slots) == len(set(slots))  # one per minute
+    assert {r["singleton_key"] for r in rows} == {"fleet__"}
+    # consecutive minutes: no pass of either runtime left one out
+    times = [dt.datetime.strptime(s, "%Y-%m-%d %H:%M:%S") for s in slots]
+    assert all(b - a == dt.timedelta(minutes=1) for a, b in itertools.pairwise(times))
+    forwarded = await jobs.find_jobs(ctx, "fleet")
+    # one job per occurrence (the last may have been filed just before the stop)
+    assert len(rows) - 1 <= len(forwarded) <= len(rows)
