@@ -49,6 +49,11 @@ def check_expression(expression: object) -> str:
     """A cron expression of 5 fields, or 6 with seconds first; ``ValidationError`` else."""
     if not isinstance(expression, str) or not expression.strip():
         raise ValidationError(f"cron must be a non-empty cron expression, got {expression!r}")
+    return _checked(expression)
+
+
+@lru_cache(maxsize=1024)
+def _checked(expression: str) -> str:
     fields = _fields(expression)
     if expression.lstrip().upper().startswith(("FREQ=", "RRULE:", "DTSTART")):
         raise ValidationError(
@@ -69,12 +74,16 @@ def check_expression(expression: object) -> str:
     return expression
 
 
-@lru_cache(maxsize=256)
 def check_timezone(tz: object) -> zoneinfo.ZoneInfo:
     """The IANA time zone named ``tz`` (``"UTC"``, ``"Europe/Paris"``); ``ValidationError``
     for a name the system's time zone database does not know."""
     if not isinstance(tz, str) or not tz:
         raise ValidationError(f"tz must be an IANA time zone name such as 'UTC', got {tz!r}")
+    return _zone(tz)
+
+
+@lru_cache(maxsize=256)
+def _zone(tz: str) -> zoneinfo.ZoneInfo:
     try:
         return zoneinfo.ZoneInfo(tz)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):

@@ -34,8 +34,10 @@ skipped with one ``invalid_schedule`` warning per row, not one per pass.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,10 +120,18 @@ def _utc(value: dt.datetime) -> dt.datetime:
     return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
 
 
-def _occurrences(s: Schedule, now: dt.datetime, prior: dt.datetime | None) -> list[dt.datetime]:
-    """The occurrences of ``s`` a pass at ``now`` owes a job for (see the module)."""
-    cron.check_expression(s.cron)
-    due = cron.due_occurrence(s.cron, s.timezone, now)
+def _occurrences(
+    s: Schedule,
+    now: dt.datetime,
+    prior: dt.datetime | None,
+    due_by: dict[tuple[str, str], dt.datetime | None],
+) -> list[dt.datetime]:
+    """The occurrences of ``s`` a pass at ``now`` owes a job for (see the module).
+    ``due_by``: the pass's due occurrence per (expression, zone), shared by its rows."""
+    if (s.cron, s.timezone) not in due_by:
+        cron.check_expression(s.cron)
+        due_by[(s.cron, s.timezone)] = cron.due_occurrence(s.cron, s.timezone, now)
+    due = due_by[(s.cron, s.timezone)]
     out = [due] if due else []
     window_start = now - dt.timedelta(seconds=cron.WINDOW_SECONDS)
     if s.missed == "once" and prior is not None:
@@ -152,12 +162,13 @@ async def cron_pass(
     prior = _utc(prior) if prior is not None else None
     broken: set[tuple[str, str, str, str]] = set()
     filed: list[tuple[Any, str, str]] = []
+    due_by: dict[tuple[str, str], dt.datetime | None] = {}
     for s in await get_schedules(ctx, limit=None):
         row = (s.name, s.key, s.cron, s.timezone)
         try:
             if s.kind != "cron":
                 raise ValidationError(f"a {s.kind} schedule: qcore evaluates cron expressions only")
-            occurrences = _occurrences(s, result.now, prior)
+            occurrences = _occurrences(s, result.now, prior, due_by)
         except (ValidationError, ValueError, KeyError) as exc:
             broken.add(row)
             if events is not None and (warned is None or row not in warned):
@@ -184,34 +195,34 @@ async def cron_pass(
 
 
 async def forward(ctx: Context, events: Events | None, jobs: list[Job]) -> int:
-    """Send each send-it job's payload to its schedule's queue; record the newest job of
-    each schedule on its row. How many were sent. A failed send is reported, not
-    raised: the send-it job is done either way, so the occurrence is never sent twice."""
+    """Send each send-it job's payload to its schedule's queue (concurrently, each its own
+    statement); record the newest job of each schedule on its row. How many were sent.
+    A failed send is reported, not raised: the send-it job is done either way, so the
+    occurrence is never sent twice."""
+    bodies = [job.data if isinstance(job.data, dict) else {} for job in jobs]
+    results = await asyncio.gather(*(_send(ctx, body) for body in bodies), return_exceptions=True)
     fired: dict[tuple[str, str], tuple[str, str]] = {}
     sent = 0
-    for job in jobs:
-        body = job.data if isinstance(job.data, dict) else {}
+    for job, body, result in zip(jobs, bodies, results, strict=True):
         name, key = body.get("name"), body.get("key")
-        try:
-            if not isinstance(name, str):
-                raise ValidationError(f"send-it job {job.id} names no queue")
-            options = send_options_of(body.get("options") or {})
-            job_id = await enqueue.send(ctx, name, body.get("data"), **options)
-        except QcoreError as exc:
+        if isinstance(result, BaseException):
+            if not isinstance(result, QcoreError):
+                raise result
             if events is not None:
                 events.emit(
                     "error",
                     QcoreError(
-                        f"a scheduled job for queue {name!r} (key {key!r}) was not sent: {exc}"
+                        f"a scheduled job for queue {name!r} (key {key!r}) was not sent"
+                        f" (send-it job {job.id}): {result}"
                     ),
                 )
             continue
         sent += 1
-        if job_id is None or not isinstance(key, str):
+        if result is None or not isinstance(name, str) or not isinstance(key, str):
             continue  # a policy dropped it; or a row of an older pg-boss, without its key
         slot = str(body.get("slot") or "")
         if (name, key) not in fired or fired[(name, key)][0] <= slot:
-            fired[(name, key)] = (slot, str(job_id))
+            fired[(name, key)] = (slot, str(result))
     if fired:
         records = [{"name": n, "key": k, "jobId": j} for (n, k), (_, j) in fired.items()]
         try:
@@ -223,6 +234,15 @@ async def forward(ctx: Context, events: Events | None, jobs: list[Job]) -> int:
                     QcoreError(f"scheduled jobs were sent but last_job_id was not recorded: {exc}"),
                 )
     return sent
+
+
+async def _send(ctx: Context, body: dict[str, Any]) -> uuid.UUID | None:
+    """One occurrence's job, sent as its schedule says."""
+    name = body.get("name")
+    if not isinstance(name, str):
+        raise ValidationError("the send-it job names no queue")
+    options = send_options_of(body.get("options") or {})
+    return await enqueue.send(ctx, name, body.get("data"), **options)
 
 
 class Timekeeper(Periodic):

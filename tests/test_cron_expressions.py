@@ -1,0 +1,100 @@
+"""Cron evaluation (qcore.cron), no database: which occurrence is due, in a time zone,
+across daylight saving time, and the key and slot an occurrence is filed under."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from qcore import cron
+from qcore.errors import ValidationError
+
+UTC = dt.timezone.utc
+
+
+def at(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0
+) -> dt.datetime:
+    return dt.datetime(year, month, day, hour, minute, second, tzinfo=UTC)
+
+
+def test_due_is_the_latest_occurrence_of_the_last_minute() -> None:
+    assert cron.due_occurrence("0 10 * * *", "UTC", at(2026, 12, 3, 10, 0, 0)) == at(
+        2026, 12, 3, 10
+    )
+    assert cron.due_occurrence("0 10 * * *", "UTC", at(2026, 12, 3, 10, 0, 59)) == at(
+        2026, 12, 3, 10
+    )
+    assert cron.due_occurrence("0 10 * * *", "UTC", at(2026, 12, 3, 10, 1, 0)) is None
+    assert cron.due_occurrence("0 10 * * *", "UTC", at(2026, 12, 3, 9, 59, 59)) is None
+    every_10s = cron.due_occurrence("*/10 * * * * *", "UTC", at(2026, 12, 3, 10, 0, 15))
+    assert every_10s == at(2026, 12, 3, 10, 0, 10)  # six fields: seconds first
+
+
+def test_time_zone() -> None:
+    # 09:00 in Paris is 08:00 UTC in winter
+    assert cron.due_occurrence("0 9 * * *", "Europe/Paris", at(2026, 12, 3, 8, 0, 30)) == at(
+        2026, 12, 3, 8
+    )
+    assert cron.due_occurrence("0 9 * * *", "Europe/Paris", at(2026, 12, 3, 9, 0, 30)) is None
+
+
+def test_a_wall_time_in_the_spring_gap_runs_after_the_gap() -> None:
+    # 2026-03-08 02:30 does not exist in New York: it runs at 03:00 EDT (07:00 UTC), once
+    nights = cron.next_occurrences("30 2 * * *", "America/New_York", at(2026, 3, 7, 12), 3)
+    assert nights == [at(2026, 3, 8, 7), at(2026, 3, 9, 6, 30), at(2026, 3, 10, 6, 30)]
+    assert cron.due_occurrence("30 2 * * *", "America/New_York", at(2026, 3, 8, 7, 0, 10)) == at(
+        2026, 3, 8, 7
+    )
+
+
+def test_a_repeated_wall_time_runs_once_unless_every_hour() -> None:
+    # 2026-11-01 01:30 happens twice in New York (05:30 and 06:30 UTC): a daily job once
+    daily = cron.next_occurrences("30 1 * * *", "America/New_York", at(2026, 10, 31, 12), 2)
+    assert daily == [at(2026, 11, 1, 5, 30), at(2026, 11, 2, 6, 30)]
+    assert cron.due_occurrence("30 1 * * *", "America/New_York", at(2026, 11, 1, 6, 30, 5)) is None
+    # an hourly job runs in both hours: they are two hours of real time
+    hourly = cron.next_occurrences("30 * * * *", "America/New_York", at(2026, 11, 1, 4), 4)
+    assert hourly == [at(2026, 11, 1, h, 30) for h in (4, 5, 6, 7)]
+
+
+def test_latest_occurrence_in_a_gap() -> None:
+    found = cron.latest_occurrence("0 * * * *", "UTC", at(2026, 12, 3, 15, 1), at(2026, 12, 3, 10))
+    assert found == at(2026, 12, 3, 15)
+    assert cron.latest_occurrence("0 0 1 1 *", "UTC", at(2026, 12, 3), at(2026, 6, 1)) is None
+
+
+def test_key_and_slot_are_pg_boss_s() -> None:
+    assert cron.occurrence_key("report", "daily") == "report__daily"
+    # underscores in the name are escaped, so ('report_', 'daily') != ('report', '_daily')
+    assert cron.occurrence_key("report_", "daily") != cron.occurrence_key("report", "_daily")
+    assert cron.occurrence_key("a_b", "") == "a\\_b__"
+    assert cron.throttle_slot(at(2026, 12, 3, 10, 0, 59)) == "2026-12-03 10:00:00"
+    paris = dt.datetime(2026, 12, 3, 11, 5, 1, tzinfo=cron.check_timezone("Europe/Paris"))
+    assert cron.throttle_slot(paris) == "2026-12-03 10:05:00"
+
+
+@pytest.mark.parametrize(
+    ("expression", "match"),
+    [
+        ("", "non-empty"),
+        ("   ", "non-empty"),
+        (None, "non-empty"),
+        ("* * * *", "has 4 fields"),
+        ("* * * * * * *", "has 7 fields"),
+        ("60 * * * *", "not a valid cron expression"),
+        ("* 24 * * *", "not a valid cron expression"),
+        ("x * * * *", "not a valid cron expression"),
+        ("RRULE:FREQ=DAILY", "recurrence rule"),
+    ],
+)
+def test_bad_expressions(expression: object, match: str) -> None:
+    with pytest.raises(ValidationError, match=match):
+        cron.check_expression(expression)
+
+
+@pytest.mark.parametrize("tz", ["", "Nowhere/Land", "../etc/passwd", 5, ["UTC"]])
+def test_bad_time_zones(tz: object) -> None:
+    with pytest.raises(ValidationError, match="time zone"):
+        cron.check_timezone(tz)
