@@ -56,12 +56,13 @@ from qcore.options import (
 )
 from qcore.schema import install_or_migrate, is_installed, schema_version
 from qcore.services import Service
+from qcore.services.flows import FlowResolver
 from qcore.services.maintenance import DAY_SECONDS, Maintenance
 from qcore.services.monitor import Supervisor
 from qcore.services.notifier import Notifier
 from qcore.services.timekeeper import ClockSkew, Timekeeper, TimekeeperSettings
 from qcore.services.warnings import WarningRecorder, slow_query_watch
-from qcore.verbs import MaintenanceVerbs, QueueAndJobVerbs, ScheduleVerbs
+from qcore.verbs import FlowVerbs, MaintenanceVerbs, QueueAndJobVerbs, ScheduleVerbs
 from qcore.worker import WipReporter, Worker, WorkerStatus, WorkOptions
 
 __all__ = ["Boss", "FetchOptions", "Handler", "QueueOptions", "ScheduledSendOptions", "SendOptions"]
@@ -77,7 +78,7 @@ class Handler:
     options: dict[str, Any]
 
 
-class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs):
+class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
     """A qcore instance on one database and schema.
 
     Give a connection string (``postgresql://…``), connection options, or a
@@ -125,6 +126,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs):
         cron_monitor_interval_seconds: float = 30.0,
         cron_worker_interval_seconds: float = 5.0,
         clock_monitor_interval_seconds: float = 600.0,
+        flow_interval_seconds: float = 5.0,
         **connection: Unpack[ConnectionOptions],
     ) -> None:
         self._auto = backend == self.AUTO
@@ -158,6 +160,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs):
         for option, value in (
             ("supervise_interval_seconds", supervise_interval_seconds),
             ("monitor_interval_seconds", monitor_interval_seconds),
+            ("flow_interval_seconds", flow_interval_seconds),
         ):
             check_number(option, value, 1, DAY_SECONDS, integer=False)
         #: what a supervise pass does besides expiry (validated: ConfigError names the option)
@@ -186,6 +189,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs):
         self.supervise_enabled = supervise
         self.supervise_interval_seconds = float(supervise_interval_seconds)
         self.monitor_interval_seconds = float(monitor_interval_seconds)
+        self.flow_interval_seconds = float(flow_interval_seconds)
         self.use_listen_notify = use_listen_notify
         self.events = Events()
         if persist_warnings:  # every warning, whoever raises it, also goes to the table
@@ -209,6 +213,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs):
         self._supervisor: Supervisor | None = None
         self._notifier: Notifier | None = None
         self._timekeeper: Timekeeper | None = None
+        self._flows: FlowResolver | None = None
         self._clock_skew: ClockSkew | None = None
         #: the background services start() started, in order (stop() stops them so)
         self._services: list[Service] = []
@@ -268,7 +273,14 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs):
             settings=self.maintenance,
             enabled=self.supervise_enabled,
         )
-        services += [self._supervisor, self._wip]
+        # as the supervisor: built with supervise=False too, for explicit resolve_flow()
+        self._flows = FlowResolver(
+            self.context,
+            self.events,
+            self.flow_interval_seconds,
+            enabled=self.supervise_enabled,
+        )
+        services += [self._supervisor, self._flows, self._wip]
         if self.timekeeping.schedule:
             self._clock_skew = ClockSkew(
                 self.context, self.events, self.timekeeping.clock_monitor_interval_seconds
@@ -351,6 +363,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs):
             services, self._services = self._services, []
             self._notifier = self._supervisor = None
             self._timekeeper = self._clock_skew = None
+            self._flows = None
             for service in services:
                 await service.stop()
             await self._stop_workers(graceful=graceful, timeout=timeout)
@@ -403,7 +416,8 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs):
         return self._started
 
     def on(self, event: str, callback: Callable[..., Any]) -> Callable[[], None]:
-        """Subscribe to ``error``, ``warning``, ``wip`` or ``stopped``; returns an unsubscribe."""
+        """Subscribe to ``error``, ``warning``, ``wip``, ``stopped`` or ``flow``; returns an
+        unsubscribe."""
         return self.events.on(event, callback)
 
     @property

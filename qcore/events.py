@@ -20,7 +20,7 @@ __all__ = ["EVENTS", "Events", "WarningEvent"]
 
 log = logging.getLogger("qcore")
 
-EVENTS = ("error", "warning", "wip", "stopped")
+EVENTS = ("error", "warning", "wip", "stopped", "flow")
 
 
 @dataclass(frozen=True)

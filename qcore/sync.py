@@ -255,6 +255,10 @@ class SyncBoss:
     schedule = _blocking(Boss.schedule)
     unschedule = _blocking(Boss.unschedule)
     get_schedules = _blocking(Boss.get_schedules)
+    flow = _blocking(Boss.flow)
+    get_dependencies = _blocking(Boss.get_dependencies)
+    get_dependents = _blocking(Boss.get_dependents)
+    resolve_flow = _blocking(Boss.resolve_flow)
 
     def is_maintaining(self) -> bool:
         """Whether a supervise pass is in flight (read on the loop thread)."""
@@ -263,6 +267,10 @@ class SyncBoss:
     def is_timekeeping(self) -> bool:
         """Whether a cron pass is in flight (read on the loop thread)."""
         return self._call(_returning(self._boss.is_timekeeping))
+
+    def is_resolving_flow(self) -> bool:
+        """Whether a flow-resolver pass is in flight (read on the loop thread)."""
+        return self._call(_returning(self._boss.is_resolving_flow))
 
     def is_checking_skew(self) -> bool:
         """Whether the clock-skew check is running (read on the loop thread)."""

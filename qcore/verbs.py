@@ -6,7 +6,9 @@ with the context of the call (with ``db=``, the caller's own transaction).
 keeps per-instance state (shared claims), is ``Boss``'s own. :class:`MaintenanceVerbs`
 are the supervise pass's: ``supervise``, ``get_queue_stats``, ``get_reindex_commands``,
 ``is_maintaining``. :class:`ScheduleVerbs` are cron's: ``schedule``, ``unschedule``,
-``get_schedules``, ``is_timekeeping``, ``is_checking_skew``.
+``get_schedules``, ``is_timekeeping``, ``is_checking_skew``; :class:`FlowVerbs` the
+flows': ``flow``, ``get_dependencies``, ``get_dependents``, ``resolve_flow``,
+``is_resolving_flow``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
+from qcore import flows as flow_ops
 from qcore import jobs as job_ops
 from qcore import pubsub
 from qcore import queues as queue_ops
@@ -42,12 +45,13 @@ from qcore.options import (
 )
 from qcore.queues import missing_queue
 from qcore.services import queue_stats as stats
+from qcore.services.flows import FlowResolver
 from qcore.services.maintenance import Maintenance
 from qcore.services.monitor import Supervisor
 from qcore.services.queue_stats import QueueStats
 from qcore.services.timekeeper import ClockSkew, Timekeeper
 
-__all__ = ["MaintenanceVerbs", "QueueAndJobVerbs", "ScheduleVerbs"]
+__all__ = ["FlowVerbs", "MaintenanceVerbs", "QueueAndJobVerbs", "ScheduleVerbs"]
 
 
 def _own(ctx: Context, db: Any) -> bool:
@@ -486,3 +490,59 @@ class ScheduleVerbs:
     def is_checking_skew(self) -> bool:
         """Whether the clock-skew check is running."""
         return self._clock_skew is not None and self._clock_skew.busy
+
+
+class FlowVerbs:
+    """Flows (job dependencies) and their resolver (a part of ``Boss``)."""
+
+    _flows: FlowResolver | None
+
+    def context(self, db: Any = None) -> Context:
+        """The operation context (``Boss`` gives it)."""
+        raise NotImplementedError
+
+    @verb()
+    async def flow(self, jobs: list[dict[str, Any]], *, db: Any = None) -> dict[str, uuid.UUID]:
+        """Insert a graph of jobs in one transaction: each a dict of ``ref``, ``name``
+        (its queue), ``data``, ``options`` (send options) and ``depends_on`` (refs of
+        its parents). A child waits until every parent has completed. Each ref's id."""
+        return await flow_ops.flow(self.context(db), jobs)
+
+    @verb()
+    async def get_dependencies(
+        self,
+        name: str,
+        id: uuid.UUID | str,
+        *,
+        limit: int = 1000,
+        after: flow_ops.JobRef | None = None,
+        db: Any = None,
+    ) -> list[flow_ops.JobRef]:
+        """The parents of a job, as (queue, id), at most ``limit`` after ``after``."""
+        return await flow_ops.get_dependencies(self.context(db), name, id, limit=limit, after=after)
+
+    @verb()
+    async def get_dependents(
+        self,
+        name: str,
+        id: uuid.UUID | str,
+        *,
+        limit: int = 1000,
+        after: flow_ops.JobRef | None = None,
+        db: Any = None,
+    ) -> list[flow_ops.JobRef]:
+        """The children of a job, as (queue, id), at most ``limit`` after ``after``."""
+        return await flow_ops.get_dependents(self.context(db), name, id, limit=limit, after=after)
+
+    @verb()
+    async def resolve_flow(self) -> int:
+        """Release now the children whose parents have all completed (the resolver's pass,
+        ungated by its interval); how many parents it resolved."""
+        self.context()  # NotStartedError before start()
+        if self._flows is None:
+            return 0
+        return await self._flows.resolve_now()
+
+    def is_resolving_flow(self) -> bool:
+        """Whether a resolver pass (background or :meth:`resolve_flow`) is in flight."""
+        return self._flows is not None and self._flows.busy

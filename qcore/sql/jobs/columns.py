@@ -65,6 +65,14 @@ _SEND_RECORD: Mapping[str, str] = {
 }
 
 
+#: a flow job's record: a send record and its place in the graph
+_FLOW_RECORD: Mapping[str, str] = {
+    **_SEND_RECORD,
+    "blocked": "boolean",
+    "blocking": "boolean",
+    "pending_dependencies": "integer",
+}
+
 # Queue defaults (pg-boss's), used only if a queue row ever lacks a value.
 _DEFAULT_RETRY_LIMIT = DEFAULT_RETRY_LIMIT
 _DEFAULT_EXPIRE_SECONDS = DEFAULT_EXPIRE_SECONDS

@@ -11,6 +11,7 @@ from qcore.sql.jobs.columns import (
     _DEFAULT_EXPIRE_SECONDS,
     _DEFAULT_RETENTION_SECONDS,
     _DEFAULT_RETRY_LIMIT,
+    _FLOW_RECORD,
     _SEND_RECORD,
     _job_table,
     _now,
@@ -91,6 +92,7 @@ def insert_jobs(
     drop_conflicts: bool = True,
     table: str | None = None,
     payloads: bool = False,
+    flow: bool = False,
 ) -> Statement:
     """Insert a batch of jobs given as one JSON array, unset options taken from the queue.
 
@@ -105,6 +107,8 @@ def insert_jobs(
     a row is ready now (only where LISTEN/NOTIFY exists). ``check_dead_letters``
     inserts nothing if a job names a dead letter queue that does not exist, and
     reports it. ``next_slot``: see :func:`_new_job`. ``table``: see :func:`_job_table`.
+    ``flow``: the records also say where each job is in a flow (``blocked``,
+    ``blocking``, ``pending_dependencies``).
 
     Result (one row): ``queues`` (0 = unknown queue), ``ids`` (those inserted, in
     input order; the server makes the ids not given),
@@ -128,13 +132,18 @@ def insert_jobs(
             f" FROM jsonb_array_elements({p('jobs')}::jsonb) WITH ORDINALITY AS e(value, ordinal)"
         )
     else:
-        rows = (
-            f"SELECT *, row_number() OVER () AS ordinal FROM {_recordset(p, 'jobs', _SEND_RECORD)}"
-        )
+        record = _FLOW_RECORD if flow else _SEND_RECORD
+        rows = f"SELECT *, row_number() OVER () AS ordinal FROM {_recordset(p, 'jobs', record)}"
     # rows of one insert are created a microsecond apart, in input order: claim order
     # (priority, created_on) is then insertion order, and the fetch index serves it
     created_on = f"{now} + (r.ordinal - 1) * interval '1 microsecond'"
     start_after, columns = _new_job(q, next_slot=next_slot, created_on=created_on)
+    if flow:
+        columns.update(
+            blocked="COALESCE(r.blocked, false)",
+            blocking="COALESCE(r.blocking, false)",
+            pending_dependencies="COALESCE(r.pending_dependencies, 0)",
+        )
     ctes = [queue, f"r AS ({rows})"]
     guard = ""
     if check_dead_letters:
