@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "FOREIGN_KEY_VIOLATION",
     "ConfigError",
     "ConnectionLostError",
     "ConnectionSettingsError",
@@ -122,6 +123,9 @@ class SerializationError(DatabaseError):
 class UniqueViolation(DatabaseError):
     """A unique constraint rejected the row (23505)."""
 
+
+#: the SQLSTATE of a foreign key violation (a row naming a queue that does not exist)
+FOREIGN_KEY_VIOLATION = "23503"
 
 # SQLSTATE -> class. Exact codes first, then the two-character class.
 _BY_CODE: dict[str, type[DatabaseError]] = {

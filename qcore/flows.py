@@ -24,7 +24,13 @@ from typing import Any, Final
 from qcore import retry as retrying
 from qcore.context import Context
 from qcore.db import Database, Json
-from qcore.errors import DatabaseError, QueueNotFoundError, UniqueViolation, ValidationError
+from qcore.errors import (
+    FOREIGN_KEY_VIOLATION,
+    DatabaseError,
+    QueueNotFoundError,
+    UniqueViolation,
+    ValidationError,
+)
 from qcore.options import check_count, job_id, job_record, queue_name, records_json
 from qcore.queues import queue_route
 from qcore.sql import flows as sql
@@ -36,7 +42,6 @@ __all__ = ["JobRef", "flow", "get_dependencies", "get_dependents"]
 #: (queue name, job id) of a job in a flow
 JobRef = tuple[str, uuid.UUID]
 _SPEC_KEYS: Final = frozenset({"ref", "name", "data", "options", "depends_on"})
-_FOREIGN_KEY_VIOLATION = "23503"
 MAX_LIST_LIMIT = 100_000
 
 
@@ -175,7 +180,7 @@ async def flow(ctx: Context, jobs: Sequence[Mapping[str, Any]]) -> dict[str, uui
             f"a queue's policy refused a job of the flow, so none of it was written: {exc}"
         ) from None
     except DatabaseError as exc:
-        if exc.sqlstate == _FOREIGN_KEY_VIOLATION:
+        if exc.sqlstate == FOREIGN_KEY_VIOLATION:
             ctx.routes.clear()
             raise QueueNotFoundError(
                 f"a queue of the flow does not exist (it may have just been deleted): {exc}"

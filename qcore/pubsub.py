@@ -20,15 +20,19 @@ from typing_extensions import Unpack
 
 from qcore import retry as retrying
 from qcore.context import Context
-from qcore.errors import DatabaseError, PublishError, QueueNotFoundError, ValidationError
+from qcore.errors import (
+    FOREIGN_KEY_VIOLATION,
+    DatabaseError,
+    PublishError,
+    QueueNotFoundError,
+    ValidationError,
+)
 from qcore.jobs import enqueue
 from qcore.options import SendOptions, job_record, queue_name, records_json
 from qcore.queues import missing_queue
 from qcore.sql import pubsub as sql
 
 __all__ = ["event_name", "publish", "subscribe", "unsubscribe"]
-
-_FOREIGN_KEY_VIOLATION = "23503"
 
 
 def event_name(event: object) -> str:
@@ -45,7 +49,7 @@ async def subscribe(ctx: Context, event: str, name: str) -> None:
     try:
         await retrying.run(ctx, sql.subscribe(ctx.q), event=event, queue=name)
     except DatabaseError as exc:
-        if exc.sqlstate == _FOREIGN_KEY_VIOLATION:
+        if exc.sqlstate == FOREIGN_KEY_VIOLATION:
             raise missing_queue(name) from None
         raise
 

@@ -24,8 +24,9 @@ from qcore import cron
 from qcore import retry as retrying
 from qcore.context import Context
 from qcore.db import Json
-from qcore.errors import DatabaseError, ValidationError
+from qcore.errors import FOREIGN_KEY_VIOLATION, DatabaseError, ValidationError
 from qcore.options import (
+    QUEUE_OPTIONS,
     SendOptions,
     check_count,
     job_record,
@@ -46,7 +47,6 @@ __all__ = [
     "unschedule",
 ]
 
-_FOREIGN_KEY_VIOLATION = "23503"
 #: what a schedule does about occurrences no pass saw (its service was down): ``skip``
 #: them, or send ``once`` for the latest of them
 MISSED_POLICIES: Final = ("skip", "once")
@@ -57,15 +57,8 @@ SEND_OPTION_KEYS: Final[Mapping[str, str]] = {
     "singleton_key": "singletonKey",
     "singleton_seconds": "singletonSeconds",
     "singleton_next_slot": "singletonNextSlot",
-    "retry_limit": "retryLimit",
-    "retry_delay": "retryDelay",
-    "retry_backoff": "retryBackoff",
-    "retry_delay_max": "retryDelayMax",
-    "expire_in_seconds": "expireInSeconds",
-    "retention_seconds": "retentionSeconds",
-    "delete_after_seconds": "deleteAfterSeconds",
-    "heartbeat_seconds": "heartbeatSeconds",
-    "dead_letter": "deadLetter",
+    # the options a job shares with its queue keep the queue's JSON keys
+    **{k: v for k, v in QUEUE_OPTIONS.items() if k in SendOptions.__annotations__},
 }
 _KEY = re.compile(r"[\w.\-/]+", re.ASCII)
 MAX_LIST_LIMIT = 100_000
@@ -188,7 +181,7 @@ async def schedule(
     try:
         await retrying.run(ctx, statement, **values)
     except DatabaseError as exc:
-        if exc.sqlstate == _FOREIGN_KEY_VIOLATION:
+        if exc.sqlstate == FOREIGN_KEY_VIOLATION:
             raise missing_queue(name) from None
         raise
 
