@@ -11,10 +11,15 @@ from typing_extensions import Unpack
 from qcore import retry as retrying
 from qcore.context import Context, QueueRoute
 from qcore.db import Json
-from qcore.errors import DatabaseError, QueueNotFoundError, UniqueViolation, ValidationError
+from qcore.errors import (
+    FOREIGN_KEY_VIOLATION,
+    DatabaseError,
+    QueueNotFoundError,
+    UniqueViolation,
+    ValidationError,
+)
 from qcore.jobs.routes import (
     _CHECK_VIOLATION,
-    _FOREIGN_KEY_VIOLATION,
     _MAX_BATCH,
     _UNDEFINED_TABLE,
     _routed,
@@ -232,7 +237,7 @@ def _insert_error(name: str, exc: DatabaseError) -> Exception:
         return ValidationError(
             f"queue {name!r} has the key_strict_fifo policy: every job needs a singleton_key"
         )
-    if exc.sqlstate == _FOREIGN_KEY_VIOLATION:
+    if exc.sqlstate == FOREIGN_KEY_VIOLATION:
         return QueueNotFoundError(
             f"queue {name!r} or a dead letter queue named by the job does not exist"
             f" (it may have just been deleted): {text}"

@@ -50,7 +50,8 @@ class Service(Protocol):
 
 
 class Periodic:
-    """One pass every ``interval_seconds``, the first one interval after ``start()``.
+    """One pass every ``interval_seconds``, the first one interval after ``start()`` (or at
+    once, ``at_start``).
 
     ``events`` receives a pass's error as ``error`` (without it, the error is logged).
     ``detached`` runs the loop in a context of its own, so it never joins a
@@ -68,11 +69,13 @@ class Periodic:
         *,
         detached: bool = False,
         enabled: bool = True,
+        at_start: bool = False,
     ) -> None:
         self.events = events
         self.interval_seconds = interval_seconds
         self.enabled = enabled
         self._detached = detached
+        self._at_start = at_start
         self._lock = asyncio.Lock()
         self._task: asyncio.Future[None] | None = None
         self._pass: asyncio.Future[bool] | None = None
@@ -90,8 +93,12 @@ class Periodic:
         return self._stopping
 
     def next_delay(self) -> float:
-        """Seconds until the next background pass (``interval_seconds``; a service whose
-        passes are gated across instances may aim at the moment the gate opens)."""
+        """Seconds until the next background pass (``interval_seconds``, none before the
+        first with ``at_start``; a service whose passes are gated across instances may
+        aim at the moment the gate opens)."""
+        if self._at_start:
+            self._at_start = False
+            return 0.0
         return self.interval_seconds
 
     async def run_pass(self) -> bool | None:

@@ -49,6 +49,7 @@ from qcore.errors import ConfigError, QcoreError, ValidationError
 from qcore.events import Events
 from qcore.job import Job
 from qcore.jobs import enqueue
+from qcore.ops.reindex import check_number
 from qcore.queues import create_queue
 from qcore.schedules import Schedule, get_schedules, send_options_of
 from qcore.services.base import Periodic
@@ -78,13 +79,6 @@ FORWARD_BATCH = 50
 FORWARDER_STOP_SECONDS = 10.0
 
 
-def _check(option: str, value: object, low: float, high: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise ConfigError(
-            f"{option} must be a number of seconds from {low:g} to {high:g}, got {value!r}"
-        )
-
-
 @dataclass(frozen=True)
 class TimekeeperSettings:
     """The ``schedule`` options of a ``Boss`` (pg-boss's ranges, checked here)."""
@@ -97,9 +91,12 @@ class TimekeeperSettings:
     def __post_init__(self) -> None:
         if not isinstance(self.schedule, bool):
             raise ConfigError(f"schedule must be True or False, got {self.schedule!r}")
-        _check("cron_monitor_interval_seconds", self.cron_monitor_interval_seconds, 1, 45)
-        _check("cron_worker_interval_seconds", self.cron_worker_interval_seconds, 1, 45)
-        _check("clock_monitor_interval_seconds", self.clock_monitor_interval_seconds, 1, 600)
+        for option, high in (
+            ("cron_monitor_interval_seconds", 45),
+            ("cron_worker_interval_seconds", 45),
+            ("clock_monitor_interval_seconds", 600),
+        ):
+            check_number(option, getattr(self, option), 1, high, integer=False)
 
 
 @dataclass
@@ -260,17 +257,19 @@ class Timekeeper(Periodic):
         *,
         worker: Callable[..., Worker],
     ) -> None:
-        super().__init__(events, settings.cron_monitor_interval_seconds, detached=True)
+        super().__init__(
+            events, settings.cron_monitor_interval_seconds, detached=True, at_start=True
+        )
         self._context = context
         self._settings = settings
         self._make_worker = worker
         self._forwarder: Worker | None = None
-        self._delay = 0.0  # the first pass at once
+        #: when another instance had the last interval: the moment its claim comes due
+        self._retry_in: float | None = None
         self._warned: set[tuple[str, str, str, str]] = set()
-        self.last: CronPass | None = None
 
     def next_delay(self) -> float:
-        return self._delay
+        return super().next_delay() if self._retry_in is None else self._retry_in
 
     async def start(self) -> None:
         await create_queue(self._context(), SEND_IT)
@@ -295,15 +294,14 @@ class Timekeeper(Periodic):
 
     async def run_pass(self) -> bool:
         interval = self.interval_seconds
-        self._delay = interval  # an error: try again an interval later
+        self._retry_in = None  # an error: try again an interval later
         result = await cron_pass(
             self._context(), self.events, interval_seconds=interval, warned=self._warned
         )
-        self.last = result
         if not result.claimed:
             # another instance has this interval: try again just after its claim comes due
             age = result.elapsed if result.elapsed is not None else 0.0
-            self._delay = max(0.0, interval - age) + min(1.0, interval / 4)
+            self._retry_in = max(0.0, interval - age) + min(1.0, interval / 4)
         return True
 
 
@@ -320,24 +318,20 @@ class ClockSkew(Periodic):
         interval_seconds: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(events, interval_seconds, detached=True)
+        super().__init__(events, interval_seconds, detached=True, at_start=True)
         self._context = context
         self._clock = clock
-        self._delay = 0.0
         #: the database's clock minus this process's, in seconds, at the last check
         self.skew_seconds: float | None = None
 
-    def next_delay(self) -> float:
-        return self._delay
-
     async def run_pass(self) -> bool:
-        self._delay = self.interval_seconds
         await self.check()
         return True
 
     async def check(self) -> float:
         """Read both clocks once; warn past the threshold; the skew in seconds."""
-        [row] = await retry.run(self._context(), sql.database_time(self._context().q))
+        ctx = self._context()
+        [row] = await retry.run(ctx, sql.database_time(ctx.q))
         skew = float(row["time"]) / 1000 - self._clock()
         self.skew_seconds = skew
         if abs(skew) >= SKEW_WARNING_SECONDS and self.events is not None:
