@@ -15,7 +15,7 @@ from qcore.errors import (
     UniqueViolation,
     ValidationError,
 )
-from qcore.job import CommandResult, Job, JobState, Policy, Queue
+from qcore.job import CommandResult, EditResult, Job, JobState, Policy, Queue
 from qcore.sync import SyncBoss
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "ConfigError",
     "ConnectionLostError",
     "DatabaseError",
+    "EditResult",
     "Job",
     "JobState",
     "NotInstalledError",

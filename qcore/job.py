@@ -257,3 +257,13 @@ class CommandResult:
     requested: int
     affected: int
     ids: list[uuid.UUID]
+
+
+@dataclass(frozen=True, slots=True)
+class EditResult:
+    """What ``update`` or ``upsert`` did: ``ids`` of the jobs edited or inserted,
+    ``updated`` and ``inserted`` how many of each (an upsert does one or the other)."""
+
+    ids: list[uuid.UUID]
+    updated: int
+    inserted: int

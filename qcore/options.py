@@ -24,6 +24,7 @@ from qcore.errors import ValidationError
 from qcore.job import POLICIES, Job, Policy
 
 __all__ = [
+    "EDIT_OPTIONS",
     "FETCH_OPTIONS",
     "INT4_MAX",
     "MAX_EXPIRE_SECONDS",
@@ -32,6 +33,7 @@ __all__ = [
     "QUEUE_OPTIONS",
     "SEND_OPTIONS",
     "WORK_OPTIONS",
+    "EditOptions",
     "FetchOptions",
     "JobRecord",
     "QueueOptions",
@@ -350,6 +352,25 @@ class SendOptions(ScheduledSendOptions, total=False):
     start_after: dt.datetime | dt.timedelta | float | str
 
 
+class EditOptions(TypedDict, total=False):
+    """Options of ``update`` and ``upsert``: what an edit may change (not what says
+    which job it is, nor how it was throttled)."""
+
+    priority: int
+    start_after: dt.datetime | dt.timedelta | float | str
+    retry_limit: int
+    retry_delay: int
+    retry_backoff: bool
+    retry_delay_max: int
+    expire_in_seconds: int
+    retention_seconds: int
+    delete_after_seconds: int
+    heartbeat_seconds: int
+    dead_letter: str
+    group_id: str
+    group_tier: str
+
+
 class FetchOptions(TypedDict, total=False):
     """Options of ``fetch`` (and of ``work``, which fetches with them)."""
 
@@ -373,6 +394,8 @@ class WorkArguments(FetchOptions, total=False):
 
 #: every option of a job (``send``'s), in their declaration order
 SEND_OPTIONS: Final = tuple(SendOptions.__annotations__)
+#: every option of an edit
+EDIT_OPTIONS: Final = tuple(EditOptions.__annotations__)
 #: every option of a fetch
 FETCH_OPTIONS: Final = tuple(FetchOptions.__annotations__)
 #: every option of ``work`` (and ``handler``)

@@ -29,12 +29,13 @@ from qcore.arguments import verb
 from qcore.backend import FetchStrategy
 from qcore.context import Context
 from qcore.errors import ValidationError
-from qcore.job import CommandResult, Job, Queue
+from qcore.job import CommandResult, EditResult, Job, Queue
 from qcore.jobs import Ids
 from qcore.jobs.shared import SharedStatements
 from qcore.ops.reindex import Reindex, reindex_commands
 from qcore.ops.reindex import thresholds as reindex_thresholds
 from qcore.options import (
+    EditOptions,
     FetchOptions,
     QueueOptions,
     ScheduledSendOptions,
@@ -174,6 +175,70 @@ class QueueAndJobVerbs:
         """As ``send_throttled``, but a job whose slot is taken goes into the next one."""
         return await job_ops.send_debounced(
             self.context(db), name, data, seconds=seconds, key=key, **options
+        )
+
+    # -- editing and moving jobs -----------------------------------------------------------
+
+    @verb(EditOptions)
+    async def update(
+        self,
+        name: str,
+        data: Any = job_ops.KEEP,
+        *,
+        id: uuid.UUID | str | None = None,
+        singleton_key: str | None = None,
+        match: str | None = None,
+        db: Any = None,
+        **options: Unpack[EditOptions],
+    ) -> EditResult:
+        """Change queued jobs in place, by ``id`` or by ``singleton_key`` (``match``:
+        ``newest``, ``oldest`` or ``all``); only what is given changes."""
+        return await job_ops.update(
+            self.context(db), name, data, id=id, singleton_key=singleton_key, match=match, **options
+        )
+
+    @verb(EditOptions)
+    async def upsert(
+        self,
+        name: str,
+        data: Any = None,
+        *,
+        id: uuid.UUID | str | None = None,
+        singleton_key: str | None = None,
+        match: str | None = None,
+        db: Any = None,
+        **options: Unpack[EditOptions],
+    ) -> EditResult:
+        """``update`` the job(s) addressed, else send one with that id or key (one
+        transaction; concurrent upserts of a key agree on one job)."""
+        return await job_ops.upsert(
+            self.context(db), name, data, id=id, singleton_key=singleton_key, match=match, **options
+        )
+
+    @verb()
+    async def redrive(
+        self,
+        name: str,
+        *,
+        destination: str | None = None,
+        source_name: str | None = None,
+        data: Mapping[str, Any] | None = None,
+        created_before: dt.datetime | None = None,
+        ids: Ids | None = None,
+        limit: int = 1000,
+        db: Any = None,
+    ) -> int:
+        """Send queued jobs of dead letter queue ``name`` back to where they came from
+        (or to ``destination``), up to ``limit``, oldest first; how many moved."""
+        return await job_ops.redrive(
+            self.context(db),
+            name,
+            destination=destination,
+            source_name=source_name,
+            data=data,
+            created_before=created_before,
+            ids=ids,
+            limit=limit,
         )
 
     # -- publish / subscribe ---------------------------------------------------------------

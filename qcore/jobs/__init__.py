@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from qcore.jobs.claim import complete_and_fetch, fetch
 from qcore.jobs.commands import cancel, complete, delete_job, resume, retry, touch
+from qcore.jobs.editing import KEEP, redrive, update, upsert
 from qcore.jobs.enqueue import insert, send, send_debounced, send_throttled
 from qcore.jobs.failing import (
     EXPIRY_BATCH_SIZE,
@@ -43,6 +44,7 @@ from qcore.jobs.routes import Ids
 __all__ = [
     "EXPIRY_BATCH_SIZE",
     "HEARTBEAT_LOST",
+    "KEEP",
     "TIMED_OUT",
     "ExpiryBatch",
     "Ids",
@@ -56,10 +58,13 @@ __all__ = [
     "find_jobs",
     "get_job_by_id",
     "insert",
+    "redrive",
     "resume",
     "retry",
     "send",
     "send_debounced",
     "send_throttled",
     "touch",
+    "update",
+    "upsert",
 ]

@@ -151,6 +151,16 @@ async def insert_in_slots(
     return await _insert(ctx, name, records, records_json(records, numbered=True))
 
 
+async def insert_record(
+    ctx: Context, name: str, record: JobRecord, *, upsert_by_key: bool = False
+) -> list[uuid.UUID]:
+    """Queue one validated job record (``upsert``'s insert): its id, or none when a
+    policy index dropped it. With ``upsert_by_key`` the job is marked as upserted by
+    its key, which pg-boss's upsert index (one such queued job per key) then holds."""
+    text = records_json([record], numbered=False)
+    return await _insert(ctx, name, [record], text, upsert_by_key=upsert_by_key)
+
+
 async def _insert(
     ctx: Context,
     name: str,
@@ -159,6 +169,7 @@ async def _insert(
     *,
     next_slot: bool = False,
     payloads: bool = False,
+    upsert_by_key: bool = False,
 ) -> list[uuid.UUID]:
     """Run the insert statement for ``records`` (``text``: their JSON array): one
     job through send's plain INSERT ... SELECT, a batch through the recordset.
@@ -189,6 +200,7 @@ async def _insert(
                     next_slot=next_slot,
                     drop_conflicts=drop_conflicts,
                     table=route.table,
+                    upsert_by_key=upsert_by_key,
                 )
             else:
                 statement = sql.insert_jobs(
@@ -199,6 +211,7 @@ async def _insert(
                     drop_conflicts=drop_conflicts,
                     table=route.table,
                     payloads=payloads,
+                    upsert_by_key=upsert_by_key,
                 )
             params = statement.bind(queue=name, table=route.table, channel=channel, **payload)
             try:

@@ -333,6 +333,37 @@ async def test_start_after_forms(ctx: Context) -> None:
     assert len(got) == 6
 
 
+async def test_send_after_defers_like_start_after(boss: Any) -> None:
+    """``send_after(name, data, when, **options)``: each form of ``when`` sets the
+    job's start as ``start_after`` would, options still apply, and a bad ``when`` or a
+    ``start_after`` option as well is refused before anything is written."""
+    ctx = boss.context()
+    await boss.create_queue("q")
+    now = await server_now(ctx)
+    at = now + dt.timedelta(hours=2)
+    a = await boss.send_after("q", {"n": 1}, at, priority=3)
+    b = await boss.send_after("q", {"n": 2}, 90)
+    c = await boss.send_after("q", {"n": 3}, dt.timedelta(minutes=10))
+    d = await boss.send_after("q", None, "2031-02-03T04:05:06Z", singleton_key="k")
+    first = await row(ctx, a)
+    assert first["start_after"] == at and first["priority"] == 3
+    for job, seconds in ((b, 90), (c, 600)):
+        delay = (await row(ctx, job))["start_after"] - now
+        assert dt.timedelta(seconds=seconds - 5) < delay < dt.timedelta(seconds=seconds + 5)
+    fourth = await row(ctx, d)
+    assert fourth["start_after"] == dt.datetime(2031, 2, 3, 4, 5, 6, tzinfo=dt.timezone.utc)
+    assert fourth["singleton_key"] == "k"
+    assert await boss.fetch("q") == []  # nothing is due yet
+    before = await totals(ctx)
+    with pytest.raises(ValidationError, match="ISO 8601"):
+        await boss.send_after("q", {}, "next tuesday")
+    with pytest.raises(ValidationError, match="naive datetime"):
+        await boss.send_after("q", {}, dt.datetime(2031, 1, 1))
+    with pytest.raises(ValidationError, match="start_after"):
+        await boss.send_after("q", {}, 60, start_after=120)
+    assert await totals(ctx) == before
+
+
 # --------------------------------------------------------------------------- order
 
 

@@ -1,6 +1,6 @@
 """SQL for the job verbs: send/insert, fetch, complete, fail, cancel, resume, retry,
-delete, touch and the job reads; and the monitor's expiry batches, which fail jobs
-exactly as fail does.
+delete, touch, the edits (update, redrive) and the job reads; and the monitor's expiry
+batches, which fail jobs exactly as fail does.
 
 Every builder is a pure function of the quoted schema (``q``, from
 ``Context.q``) and a few flags; it returns a :class:`Statement` whose
@@ -24,6 +24,13 @@ from __future__ import annotations
 
 from qcore.sql.catalog import JOB_COLUMN_TYPES
 from qcore.sql.jobs.columns import FETCH_COLUMNS, JOB_COLUMNS, REINSERT_COLUMNS
+from qcore.sql.jobs.edit import (
+    fail_not_redriven,
+    insert_redriven,
+    redrive_candidates,
+    redrive_jobs,
+    update_jobs,
+)
 from qcore.sql.jobs.fail import (
     expire_jobs,
     expire_remove,
@@ -55,6 +62,7 @@ __all__ = [
     "expire_jobs",
     "expire_remove",
     "fail_jobs",
+    "fail_not_redriven",
     "fail_reinsert_failed",
     "fail_reinsert_retry",
     "fail_remove",
@@ -62,8 +70,12 @@ __all__ = [
     "find_jobs",
     "get_job",
     "insert_jobs",
+    "insert_redriven",
+    "redrive_candidates",
+    "redrive_jobs",
     "resume_jobs",
     "retry_jobs",
     "send_job",
     "touch_jobs",
+    "update_jobs",
 ]

@@ -93,6 +93,7 @@ def insert_jobs(
     table: str | None = None,
     payloads: bool = False,
     flow: bool = False,
+    upsert_by_key: bool = False,
 ) -> Statement:
     """Insert a batch of jobs given as one JSON array, unset options taken from the queue.
 
@@ -108,7 +109,8 @@ def insert_jobs(
     inserts nothing if a job names a dead letter queue that does not exist, and
     reports it. ``next_slot``: see :func:`_new_job`. ``table``: see :func:`_job_table`.
     ``flow``: the records also say where each job is in a flow (``blocked``,
-    ``blocking``, ``pending_dependencies``).
+    ``blocking``, ``pending_dependencies``). ``upsert_by_key``: the jobs are
+    ``upsert``'s, by their key (pg-boss's upsert index holds one queued per key).
 
     Result (one row): ``queues`` (0 = unknown queue), ``ids`` (those inserted, in
     input order; the server makes the ids not given),
@@ -144,6 +146,8 @@ def insert_jobs(
             blocking="COALESCE(r.blocking, false)",
             pending_dependencies="COALESCE(r.pending_dependencies, 0)",
         )
+    if upsert_by_key:
+        columns["upsert_by_key"] = "true"
     ctes = [queue, f"r AS ({rows})"]
     guard = ""
     if check_dead_letters:
@@ -183,6 +187,7 @@ def send_job(
     next_slot: bool = False,
     drop_conflicts: bool = True,
     table: str | None = None,
+    upsert_by_key: bool = False,
 ) -> Statement:
     """Insert one job given as a JSON object, unset options taken from the queue.
 
@@ -193,10 +198,13 @@ def send_job(
     read it again: a tenth of a send's server time). Rows: ``id`` of the job
     inserted; none when the queue does not exist (or no longer has ``table``) or
     a policy or throttle index dropped the job (a ready job then still notified).
+    ``upsert_by_key``: see :func:`insert_jobs`.
     """
     p = Params()
     now = _now(q)
     start_after, columns = _new_job(q, next_slot=next_slot, created_on=now)
+    if upsert_by_key:
+        columns["upsert_by_key"] = "true"
     spec = ", ".join(f"{name} {kind}" for name, kind in _SEND_RECORD.items())
     where = f"q.name = {p('queue')}::text{_table_check(p, table, 'q.')}"
     if notify:
