@@ -20,6 +20,7 @@ from qcore.jobs.routes import Ids, _ids, _routed
 from qcore.options import (
     EDIT_OPTIONS,
     JobRecord,
+    check_count,
     job_id,
     job_record,
     known_only,
@@ -188,7 +189,7 @@ async def redrive(
     ``ids``. A job the destination's policy refuses is failed in place, the reason its
     output; one with no queue to go to stays. How many were moved."""
     queue_name(name)
-    values: dict[str, Any] = {"limit": _limit(limit)}
+    values: dict[str, Any] = {"limit": check_count("limit", limit, REDRIVE_LIMIT_MAX)}
     if destination is not None:
         values["destination"] = queue_name(destination, "destination")
     if source_name is not None:
@@ -257,11 +258,3 @@ async def _redrive_split(
         fail = sql.fail_not_redriven(ctx.q, destination=into, table=table)
         await retrying.run(ctx, fail, queue=name, ids=refused, **where)
     return len(moved)
-
-
-def _limit(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= REDRIVE_LIMIT_MAX:
-        raise ValidationError(
-            f"limit must be an integer from 1 to {REDRIVE_LIMIT_MAX}, got {value!r}"
-        )
-    return value
