@@ -93,18 +93,24 @@ async def test_qcore_schedule_fired_by_pgboss(pg_dsn: str, shared: Context) -> N
     )
     [listed] = results[1]["result"]
     assert listed["cron"] == "* * * * *" and listed["key"] == "k_2"
-    # pg-boss filed the occurrence as qcore would have: same key, slot as its minute
-    [filed] = await _send_it_rows(ctx)
-    assert filed["singleton_key"] == cron.occurrence_key("py_reports", "k_2")
-    assert filed["data"]["slot"] == filed["slot"]
-    slot = dt.datetime.strptime(filed["slot"], "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.timezone.utc)
-    assert cron.throttle_slot(slot + dt.timedelta(seconds=59)) == filed["slot"]
-    # and pg-boss's forwarder sent it with qcore's stored options
-    [job] = await jobs.find_jobs(ctx, "py_reports")
-    assert job.data == {"from": "python"} and job.priority == 3
-    assert job.singleton_key == "s" and job.retry_limit == 5
+    # pg-boss filed each occurrence as qcore would have: same key, slot as its minute
+    # (two when its few seconds of running crossed a minute boundary)
+    filed = await _send_it_rows(ctx)
+    assert 1 <= len(filed) <= 2
+    for occurrence in filed:
+        assert occurrence["singleton_key"] == cron.occurrence_key("py_reports", "k_2")
+        assert occurrence["data"]["slot"] == occurrence["slot"]
+        slot = dt.datetime.strptime(occurrence["slot"], "%Y-%m-%d %H:%M:%S")
+        slot = slot.replace(tzinfo=dt.timezone.utc)
+        assert cron.throttle_slot(slot + dt.timedelta(seconds=59)) == occurrence["slot"]
+    # and pg-boss's forwarder sent them with qcore's stored options
+    sent = await jobs.find_jobs(ctx, "py_reports")
+    assert 1 <= len(sent) <= len(filed)
+    for job in sent:
+        assert job.data == {"from": "python"} and job.priority == 3
+        assert job.singleton_key == "s" and job.retry_limit == 5
     [row] = await schedules.get_schedules(ctx, "py_reports")
-    assert row.last_job_id == job.id
+    assert row.last_job_id in {job.id for job in sent}
 
 
 async def test_a_mixed_fleet_sends_one_job_per_occurrence(pg_dsn: str, shared: Context) -> None:

@@ -651,6 +651,30 @@ def test_runner_writes_results_and_table(pytester: pytest.Pytester, tmp_path: Pa
     assert table["notifications"] == {"postgres": f"{REAL} 1/1", "cockroachdb": UNSUPPORTED}
 
 
+def test_runner_can_leave_the_independent_tests_out(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """``--backend-tests-only``: the postgres run skips the independent tests too (CI has
+    run them in its plain pytest step)."""
+    pytester.makeini(ASYNC_INI)
+    pytester.makepyfile(test_suite=RUNNER_TESTS)
+    status = run_matrix(
+        RunOptions(
+            backends=["postgres"],
+            tests=[pytester.path],
+            results_dir=tmp_path / "results",
+            table=tmp_path / "compatibility.md",
+            cwd=pytester.path,
+            out=(tmp_path / "log.txt").open("w"),
+            backend_tests_only=True,
+        )
+    )
+    assert status == 0
+    postgres = load_results(tmp_path / "results")["postgres"]
+    assert postgres["independent"] == {} and postgres["totals"]["passed"] == 2
+    assert "Backend-independent" not in (tmp_path / "compatibility.md").read_text()
+
+
 def test_runner_fails_on_a_failing_backend(pytester: pytest.Pytester, tmp_path: Path) -> None:
     pytester.makeini(ASYNC_INI)
     pytester.makepyfile(test_fail="def test_bad(backend):\n    assert backend.name != 'citus'\n")

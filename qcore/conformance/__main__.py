@@ -2,7 +2,8 @@
 compatibility table, or regenerate the table from results already written.
 
 python -m qcore.conformance run [--backends a,b|all] [--dsn DSN] [--tests PATH ...]
-                                [--results-dir DIR] [--output FILE] [--pytest-args ...]
+                                [--results-dir DIR] [--output FILE] [--backend-tests-only]
+                                [--pytest-args ...]
 python -m qcore.conformance table [--results-dir DIR] [--output FILE]
 """
 
@@ -53,6 +54,12 @@ def parser(
     )
     run.add_argument("--results-dir", type=Path, default=results, help=f"default: {results}")
     run.add_argument("--output", type=Path, default=table, help=f"the table; default: {table}")
+    run.add_argument(
+        "--backend-tests-only",
+        action="store_true",
+        help="leave the backend-independent tests out of the postgres run too"
+        " (when a plain pytest run has just run them)",
+    )
     run.add_argument("--no-table", action="store_true", help="do not regenerate the table")
     run.add_argument(
         "--pytest-args",
@@ -98,6 +105,7 @@ def main(
         table=None if args.no_table else args.output,
         dsn=args.dsn,
         pytest_args=list(args.pytest_args),
+        backend_tests_only=args.backend_tests_only,
         cwd=_cwd_for(tests[0]),
     )
     try:

@@ -76,6 +76,8 @@ class RunOptions:
     dsn: str | None = None
     pytest_args: list[str] = field(default_factory=list)
     cwd: Path | None = None
+    #: the independent tests are left out of the ``postgres`` run too (they ran elsewhere)
+    backend_tests_only: bool = False
     out: TextIO = sys.stdout
 
 
@@ -137,7 +139,7 @@ def _pytest_command(options: RunOptions, name: str, report: Path) -> list[str]:
         "-p",
         "no:cacheprovider",
     ]
-    if name != INDEPENDENT_RUN:
+    if name != INDEPENDENT_RUN or options.backend_tests_only:
         command.append("--backend-tests-only")
     if options.dsn:
         command += ["--dsn", options.dsn]
