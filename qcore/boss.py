@@ -482,6 +482,14 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
         connection only for one statement at a time, so any concurrency works with
         any pool size ``max``. A worker registered before ``start()`` succeeds emits
         ``error`` on each poll and takes jobs once it does.
+
+        ``burst_when_batch_full=False`` makes a loop that got a full batch wait out the
+        polling interval like any other (pg-boss's default), unless the queue's ready
+        count exceeds ``burst_when_ready_exceeds``. ``group_concurrency`` limits the
+        jobs of a group active at once across every worker (see ``fetch``);
+        ``local_group_concurrency`` (the same forms, exclusive with it, no limit above
+        ``local_concurrency``) limits them in this worker only, handing a group's
+        surplus back unstarted (no attempt spent).
         """
         worker = self._worker(name, handler, **options)
         self._workers[worker.id] = worker
@@ -581,6 +589,16 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
             self._wip.changed()
         if wait and stopping:
             await asyncio.gather(*stopping)
+
+    def notify_worker(self, id: str) -> bool:
+        """Wake worker ``id`` (from :meth:`work`): an idle loop of it fetches now instead
+        of waiting out its polling interval. Whether a running worker has that id (one
+        stopped or of another instance: False, nothing happens)."""
+        worker = self._workers.get(id)
+        if worker is None:
+            return False
+        worker.wake()
+        return True
 
     def worker_statuses(self) -> list[WorkerStatus]:
         """What each running worker is doing (also the payload of the ``wip`` event)."""

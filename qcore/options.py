@@ -18,6 +18,7 @@ import math
 import re
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final, TypedDict
 
 from qcore.errors import ValidationError
@@ -35,6 +36,8 @@ __all__ = [
     "WORK_OPTIONS",
     "EditOptions",
     "FetchOptions",
+    "GroupConcurrency",
+    "GroupLimits",
     "JobRecord",
     "QueueOptions",
     "ScheduledSendOptions",
@@ -126,7 +129,8 @@ def policy(value: object) -> str:
 # --------------------------------------------------------------------------- scalars
 
 
-def _int(name: str, value: object, *, minimum: int = 0, maximum: int = INT4_MAX) -> int:
+def check_int(name: str, value: object, *, minimum: int = 0, maximum: int = INT4_MAX) -> int:
+    """An integer option from ``minimum`` to ``maximum`` (not a bool)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValidationError(f"{name} must be an integer, got {value!r}")
     if value < minimum or value > maximum:
@@ -136,7 +140,8 @@ def _int(name: str, value: object, *, minimum: int = 0, maximum: int = INT4_MAX)
     return value
 
 
-def _bool(name: str, value: object) -> bool:
+def check_flag(name: str, value: object) -> bool:
+    """A flag option: True or False (not 0, 1 or None)."""
     if not isinstance(value, bool):
         raise ValidationError(f"{name} must be True or False, got {value!r}")
     return value
@@ -239,37 +244,37 @@ QUEUE_OPTIONS: Final[Mapping[str, str]] = {
 def _retry(options: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if options.get("retry_limit") is not None:
-        out["retry_limit"] = _int("retry_limit", options["retry_limit"])
+        out["retry_limit"] = check_int("retry_limit", options["retry_limit"])
     if options.get("retry_delay") is not None:
-        out["retry_delay"] = _int("retry_delay", options["retry_delay"])
+        out["retry_delay"] = check_int("retry_delay", options["retry_delay"])
     if options.get("retry_backoff") is not None:
-        out["retry_backoff"] = _bool("retry_backoff", options["retry_backoff"])
+        out["retry_backoff"] = check_flag("retry_backoff", options["retry_backoff"])
     if options.get("retry_delay_max") is not None:
         if options.get("retry_backoff") is not True:
             raise ValidationError(
                 "retry_delay_max caps the exponential backoff, so it can only be set together"
                 " with retry_backoff=True"
             )
-        out["retry_delay_max"] = _int("retry_delay_max", options["retry_delay_max"])
+        out["retry_delay_max"] = check_int("retry_delay_max", options["retry_delay_max"])
     return out
 
 
 def _lifetimes(options: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if options.get("expire_in_seconds") is not None:
-        out["expire_in_seconds"] = _int(
+        out["expire_in_seconds"] = check_int(
             "expire_in_seconds", options["expire_in_seconds"], minimum=1, maximum=MAX_EXPIRE_SECONDS
         )
     if options.get("retention_seconds") is not None:
-        out["retention_seconds"] = _int(
+        out["retention_seconds"] = check_int(
             "retention_seconds", options["retention_seconds"], minimum=1
         )
     if options.get("delete_after_seconds") is not None:
-        out["delete_after_seconds"] = _int(
+        out["delete_after_seconds"] = check_int(
             "delete_after_seconds (0 keeps finished jobs forever)", options["delete_after_seconds"]
         )
     if options.get("heartbeat_seconds") is not None:
-        out["heartbeat_seconds"] = _int(
+        out["heartbeat_seconds"] = check_int(
             "heartbeat_seconds", options["heartbeat_seconds"], minimum=MIN_HEARTBEAT_SECONDS
         )
     return out
@@ -297,11 +302,11 @@ def queue_options(name: str, options: Mapping[str, Any], *, update: bool = False
     if "policy" in values:
         out["policy"] = policy(values["policy"])
     if "partition" in values:
-        out["partition"] = _bool("partition", values["partition"])
+        out["partition"] = check_flag("partition", values["partition"])
     if "notify" in values:
-        out["notify"] = _bool("notify", values["notify"])
+        out["notify"] = check_flag("notify", values["notify"])
     if "warning_queue_size" in values:
-        out["warning_queue_size"] = _int(
+        out["warning_queue_size"] = check_int(
             "warning_queue_size", values["warning_queue_size"], minimum=1
         )
     out.update(_retry(values))
@@ -371,6 +376,14 @@ class EditOptions(TypedDict, total=False):
     group_tier: str
 
 
+class GroupConcurrency(TypedDict, total=False):
+    """A per-group limit with tiers: ``default`` for every group, ``tiers`` for the
+    groups whose jobs carry that ``group_tier`` (pg-boss's ``{default, tiers}``)."""
+
+    default: int
+    tiers: Mapping[str, int]
+
+
 class FetchOptions(TypedDict, total=False):
     """Options of ``fetch`` (and of ``work``, which fetches with them)."""
 
@@ -381,6 +394,8 @@ class FetchOptions(TypedDict, total=False):
     ignore_start_after: bool
     min_priority: int | None
     max_priority: int | None
+    group_concurrency: int | GroupConcurrency | None
+    ignore_groups: Collection[str] | None
 
 
 class WorkArguments(FetchOptions, total=False):
@@ -390,6 +405,9 @@ class WorkArguments(FetchOptions, total=False):
     polling_interval_seconds: float
     heartbeat_refresh_seconds: float | None
     notify_polling_interval_seconds: float | None
+    local_group_concurrency: int | GroupConcurrency | None
+    burst_when_ready_exceeds: int | None
+    burst_when_batch_full: bool
 
 
 #: every option of a job (``send``'s), in their declaration order
@@ -475,18 +493,18 @@ def job_record(data: Any = None, **options: Any) -> JobRecord:
     if "id" in given:
         record["id"] = str(job_id(given["id"]))
     if "priority" in given:
-        record["priority"] = _int("priority", given["priority"], minimum=INT4_MIN)
+        record["priority"] = check_int("priority", given["priority"], minimum=INT4_MIN)
     record.update(_start_after(given.get("start_after")))
     if "singleton_key" in given:
         record["singleton_key"] = _text("singleton_key", given["singleton_key"])
     if "singleton_seconds" in given:
-        record["singleton_seconds"] = _int(
+        record["singleton_seconds"] = check_int(
             "singleton_seconds", given["singleton_seconds"], minimum=1
         )
     if given.get("singleton_next_slot") and "singleton_seconds" not in record:
         raise ValidationError("singleton_next_slot needs singleton_seconds (the slot length)")
     if "singleton_next_slot" in given:
-        _bool("singleton_next_slot", given["singleton_next_slot"])
+        check_flag("singleton_next_slot", given["singleton_next_slot"])
     record.update(_retry(given))
     record.update(_lifetimes(given))
     if "dead_letter" in given:
@@ -533,6 +551,8 @@ FETCH_DEFAULTS: Final[Mapping[str, Any]] = {
     "ignore_start_after": False,
     "min_priority": None,
     "max_priority": None,
+    "group_concurrency": None,
+    "ignore_groups": None,
 }
 
 
@@ -543,15 +563,67 @@ def fetch_options(options: Mapping[str, Any]) -> dict[str, Any]:
     merged = {**FETCH_DEFAULTS, **options}
     check_batch_size(merged["batch_size"])
     for flag in ("priority", "order_by_created_on", "include_metadata", "ignore_start_after"):
-        _bool(flag, merged[flag])
+        check_flag(flag, merged[flag])
     priority_bounds(merged["min_priority"], merged["max_priority"])
+    if merged["group_concurrency"] is not None:
+        merged["group_concurrency"] = group_limits("group_concurrency", merged["group_concurrency"])
+    if merged["ignore_groups"] is not None:
+        merged["ignore_groups"] = ignored_groups(merged["ignore_groups"])
     return merged
+
+
+@dataclass(frozen=True)
+class GroupLimits:
+    """A validated ``group_concurrency``: the limit of every group, and the tiers' own."""
+
+    default: int
+    tiers: tuple[tuple[str, int], ...] = ()
+
+    def limit(self, tier: str | None) -> int:
+        """The limit of a group whose jobs carry ``tier``."""
+        return dict(self.tiers).get(tier, self.default) if tier is not None else self.default
+
+    @property
+    def largest(self) -> int:
+        return max([self.default, *(n for _, n in self.tiers)])
+
+    def tiers_json(self) -> str:
+        """The tiers as the JSON object the claim reads (tier -> limit)."""
+        return json.dumps(dict(self.tiers))
+
+
+def group_limits(name: str, value: object) -> GroupLimits:
+    """``group_concurrency`` (or ``local_group_concurrency``): an integer >= 1, or
+    ``{"default": n, "tiers": {tier: n}}`` with every limit an integer >= 1."""
+    if isinstance(value, GroupLimits):
+        return value
+    if not isinstance(value, Mapping):
+        return GroupLimits(check_int(name, value, minimum=1))
+    known_only(name, value, ("default", "tiers"))
+    if "default" not in value:
+        raise ValidationError(f"{name} needs a default (the limit of a group with no tier)")
+    default = check_int(f"{name}['default']", value["default"], minimum=1)
+    tiers = value.get("tiers") or {}
+    if not isinstance(tiers, Mapping):
+        raise ValidationError(f"{name}['tiers'] must map tier names to limits, got {tiers!r}")
+    checked = []
+    for tier, limit in tiers.items():
+        _text(f"a {name} tier name", tier)
+        checked.append((tier, check_int(f"{name}['tiers'][{tier!r}]", limit, minimum=1)))
+    return GroupLimits(default, tuple(sorted(checked)))
+
+
+def ignored_groups(value: object) -> tuple[str, ...]:
+    """``ignore_groups``: the group ids a fetch leaves alone (a list of strings)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ValidationError(f"ignore_groups must be a list of group ids, got {value!r}")
+    return tuple(_text("an ignored group id", v) for v in value)
 
 
 def priority_bounds(minimum: object, maximum: object) -> tuple[int | None, int | None]:
     """``min_priority``/``max_priority`` of a fetch, each optional, min <= max."""
-    low = None if minimum is None else _int("min_priority", minimum, minimum=INT4_MIN)
-    high = None if maximum is None else _int("max_priority", maximum, minimum=INT4_MIN)
+    low = None if minimum is None else check_int("min_priority", minimum, minimum=INT4_MIN)
+    high = None if maximum is None else check_int("max_priority", maximum, minimum=INT4_MIN)
     if low is not None and high is not None and low > high:
         raise ValidationError(f"min_priority ({low}) must be <= max_priority ({high})")
     return low, high

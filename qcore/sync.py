@@ -242,6 +242,7 @@ class SyncBoss:
     complete_and_fetch = _blocking(Boss.complete_and_fetch)
     fail = _blocking(Boss.fail)
     cancel = _blocking(Boss.cancel)
+    restore = _blocking(Boss.restore)
     resume = _blocking(Boss.resume)
     retry = _blocking(Boss.retry)
     delete_job = _blocking(Boss.delete_job)
@@ -278,6 +279,10 @@ class SyncBoss:
     def is_checking_skew(self) -> bool:
         """Whether the clock-skew check is running (read on the loop thread)."""
         return self._call(_returning(self._boss.is_checking_skew))
+
+    def notify_worker(self, id: str) -> bool:
+        """Wake worker ``id`` now (on the loop thread); whether it is running here."""
+        return self._call(_returning(lambda: self._boss.notify_worker(id)))
 
     def worker_statuses(self) -> list[WorkerStatus]:
         """What each running worker is doing (read on the loop thread, which changes it)."""

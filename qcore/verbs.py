@@ -328,6 +328,11 @@ class QueueAndJobVerbs:
         return await job_ops.cancel(self.context(db), name, ids)
 
     @verb()
+    async def restore(self, name: str, ids: Ids, *, db: Any = None) -> CommandResult:
+        """Hand active jobs back unstarted (the next claim spends no attempt)."""
+        return await job_ops.restore(self.context(db), name, ids)
+
+    @verb()
     async def resume(self, name: str, ids: Ids, *, db: Any = None) -> CommandResult:
         """Bring cancelled jobs back to created."""
         return await job_ops.resume(self.context(db), name, ids)

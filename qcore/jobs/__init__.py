@@ -27,7 +27,7 @@ of these. A ``Job`` fences the command on the attempt it was fetched in
 from __future__ import annotations
 
 from qcore.jobs.claim import complete_and_fetch, fetch
-from qcore.jobs.commands import cancel, complete, delete_job, resume, retry, touch
+from qcore.jobs.commands import cancel, complete, delete_job, restore, resume, retry, touch
 from qcore.jobs.editing import KEEP, redrive, update, upsert
 from qcore.jobs.enqueue import insert, send, send_debounced, send_throttled
 from qcore.jobs.failing import (
@@ -59,6 +59,7 @@ __all__ = [
     "get_job_by_id",
     "insert",
     "redrive",
+    "restore",
     "resume",
     "retry",
     "send",

@@ -14,6 +14,7 @@ from qcore.job import Job
 from qcore.jobs.routes import Targets, _fence_values, _routed
 from qcore.options import (
     FetchOptions,
+    GroupLimits,
     fetch_options,
     ids_and_fences,
     queue_name,
@@ -37,6 +38,12 @@ async def fetch(ctx: Context, name: str, **options: Unpack[FetchOptions]) -> lis
     with an active job and at most one job per key per batch.
     ``ignore_start_after`` also takes jobs deferred to later. A fetch that lost
     a race on a policy index returns [].
+
+    ``group_concurrency`` (an integer, or ``{"default": n, "tiers": {tier: n}}``)
+    claims no job of a ``group_id`` that already has that many active (its
+    ``group_tier``'s limit where the tiers name it), counting the jobs active when the
+    claim starts: two claims at the same instant can each fill a group's last place,
+    as with pg-boss. ``ignore_groups`` leaves the jobs of those group ids alone.
     """
     return await _claim(ctx, name, options, None)
 
@@ -72,6 +79,8 @@ async def _claim(
     include_metadata: bool = given["include_metadata"]
     ignore_start_after: bool = given["ignore_start_after"]
     low, high = given["min_priority"], given["max_priority"]
+    groups: GroupLimits | None = given["group_concurrency"]
+    ignored: tuple[str, ...] | None = given["ignore_groups"]
     skip_locked = ctx.backend.fetch is FetchStrategy.SKIP_LOCKED
 
     async def attempt(route: QueueRoute) -> list[Job] | None:
@@ -87,6 +96,9 @@ async def _claim(
             include_metadata=include_metadata,
             table=route.table,
             settle=settles is not None,
+            group_limit=groups is not None,
+            group_tiers=bool(groups and groups.tiers),
+            ignore_groups=bool(ignored),
         )
         params = statement.bind(
             queue=name,
@@ -95,6 +107,9 @@ async def _claim(
             limit=min(batch_size, 2**31 - 1),
             min_priority=low,
             max_priority=high,
+            group_limit=groups.default if groups else None,
+            group_tiers=groups.tiers_json() if groups and groups.tiers else None,
+            ignore_groups=list(ignored) if ignored else None,
             **(_settled(settles) if settles is not None else {}),
         )
         try:

@@ -1,4 +1,4 @@
-"""Commands on jobs by id: complete, cancel, resume, retry, delete, touch."""
+"""Commands on jobs by id: complete, cancel, resume, retry, delete, restore, touch."""
 
 from __future__ import annotations
 
@@ -107,6 +107,13 @@ async def _fenced_command(
 async def cancel(ctx: Context, name: str, ids: Ids) -> CommandResult:
     """Cancel jobs that are not finished yet (queued or active)."""
     every, rows = await _fenced_command(ctx, name, ids, sql.cancel_jobs)
+    return _result(every, [r["id"] for r in rows])
+
+
+async def restore(ctx: Context, name: str, ids: Ids) -> CommandResult:
+    """Hand active jobs back to the queue unstarted (created; the next claim spends no
+    attempt): what a worker does with jobs it claimed but will not run."""
+    every, rows = await _fenced_command(ctx, name, ids, sql.restore_jobs)
     return _result(every, [r["id"] for r in rows])
 
 

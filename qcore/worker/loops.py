@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import inspect
 import math
@@ -23,8 +24,9 @@ from qcore.errors import (
 )
 from qcore.events import Events
 from qcore.job import Job
-from qcore.options import queue_name
+from qcore.options import GroupLimits, queue_name
 from qcore.worker.gate import _Gate
+from qcore.worker.groups import LocalGroups
 from qcore.worker.handlers import _HANDLER_LOOP, _consume, _inside, _is_async, _Slot
 from qcore.worker.options import WorkOptions
 from qcore.worker.settlement import _UNSTORABLE, _outcome_of, _Settlement, _timed_out, _transient
@@ -118,6 +120,13 @@ class Worker:
         self._on_change = on_change
         self._async = _is_async(handler)
         self._fetch_options = options.fetch
+        limits = options.local_group_concurrency
+        self._groups = LocalGroups(limits) if isinstance(limits, GroupLimits) else None
+        # group_concurrency's count is exact for claims that do not overlap: this
+        # worker's take turns (two at once could each fill a group's last place)
+        self._claiming: contextlib.AbstractAsyncContextManager[Any] = (
+            asyncio.Lock() if options.group_concurrency is not None else contextlib.nullcontext()
+        )
         self._gate = _Gate()
         # claims and completes in lanes: loops asking meanwhile share the next statement
         # (their lanes are set with the first claim: _claim_lanes)
@@ -136,6 +145,7 @@ class Worker:
         self._stop_signal: asyncio.Future[None] | None = None
         self._last_fetch = -math.inf  # loop time of the last fetch by any loop
         self._queue_notifies: tuple[float, bool] | None = None  # (checked at, notify flag)
+        self._queue_ready: tuple[float, int] | None = None  # (checked at, ready count)
         # status
         self._held = 0
         self._completed = 0
@@ -240,17 +250,35 @@ class Worker:
     # -- the loop ----------------------------------------------------------------------
 
     async def _run(self, slot: _Slot) -> None:
-        full = False
+        burst = False
         while not self._stopping:
             try:
-                if not full:
+                if not burst:
                     await self._gate.idle(self._poll_delay)
                     if self._stopping:
                         break
-                full = await self._fetch_and_process(slot)
+                burst = await self._fetch_and_process(slot) and await self._bursting()
             except Exception as exc:  # never let a loop die: report and go on polling
                 self._report(exc)
-                full = False
+                burst = False
+
+    async def _bursting(self) -> bool:
+        """After a full batch, whether to fetch again at once rather than wait out the
+        polling interval: always with ``burst_when_batch_full`` (the default); else
+        while the queue's ready count (its cached stats, read once per polling
+        interval) exceeds ``burst_when_ready_exceeds``."""
+        if self.options.burst_when_batch_full:
+            return True
+        threshold = self.options.burst_when_ready_exceeds
+        if threshold is None:
+            return False
+        now = asyncio.get_running_loop().time()
+        checked = self._queue_ready
+        if checked is None or now - checked[0] >= self.options.polling_interval_seconds:
+            queue = await queue_ops.get_queue(self._context(), self.name)
+            checked = (now, queue.ready_count if queue is not None else 0)
+            self._queue_ready = checked
+        return checked[1] > threshold
 
     async def _fetch_and_process(self, slot: _Slot) -> bool:
         """One fetch and its batches; whether the last was full (fetch again at once).
@@ -266,15 +294,49 @@ class Worker:
         full = False
         while jobs:
             full = len(jobs) >= self.options.batch_size
-            jobs = await self._process(ctx, jobs, slot, claim_next=full)
+            batch = jobs
+            if self._groups is not None:
+                batch = await self._admit(ctx, jobs)
+                if not batch:
+                    return full
+            try:
+                chain = full and self.options.burst_when_batch_full
+                jobs = await self._process(ctx, batch, slot, claim_next=chain)
+            finally:
+                if self._groups is not None:
+                    self._groups.release(batch)
             if jobs is None:  # settled alone: the caller fetches (at once when full)
                 return full
         return False
 
+    async def _admit(self, ctx: Context, jobs: list[Job]) -> list[Job]:
+        """The jobs ``local_group_concurrency`` lets run now; the surplus (of groups at
+        their limit here) is handed back unstarted, spending no attempt. A hand-back
+        that fails is reported; those jobs stay active until they expire."""
+        assert self._groups is not None
+        admitted, surplus = self._groups.admit(jobs)
+        if surplus:
+            try:
+                await job_ops.restore(ctx, self.name, surplus)
+            except Exception as exc:
+                self._report(exc)
+        return admitted
+
+    def _claim_options(self) -> dict[str, Any]:
+        """The fetch options of the next claim: with ``local_group_concurrency``, the
+        groups at their limit here are left to other workers."""
+        full = self._groups.full() if self._groups is not None else []
+        if not full:
+            return self._fetch_options
+        ignored = [*(self.options.ignore_groups or ()), *full]
+        return {**self._fetch_options, "ignore_groups": ignored}
+
     async def _fetch_for(self, callers: list[Context]) -> list[list[Job]]:
         """One fetch for every loop asking now: ``batch_size`` jobs each, in order."""
         wanted = self.options.batch_size * len(callers)
-        jobs = await job_ops.fetch(callers[0], self.name, batch_size=wanted, **self._fetch_options)
+        options = self._claim_options()
+        async with self._claiming:
+            jobs = await job_ops.fetch(callers[0], self.name, batch_size=wanted, **options)
         return self._deal(jobs, len(callers))
 
     async def _settle_and_claim_for(
@@ -284,9 +346,10 @@ class Worker:
         ``batch_size`` jobs for each, dealt out in order."""
         done = [j for _, batch in callers for j in batch]
         wanted = self.options.batch_size * len(callers)
-        jobs = await job_ops.complete_and_fetch(
-            callers[0][0], self.name, done, batch_size=wanted, **self._fetch_options
-        )
+        async with self._claiming:
+            jobs = await job_ops.complete_and_fetch(
+                callers[0][0], self.name, done, batch_size=wanted, **self._claim_options()
+            )
         self._completed += len(callers)
         return self._deal(jobs, len(callers))
 
@@ -296,7 +359,8 @@ class Worker:
         self._last_fetch = asyncio.get_running_loop().time()
         self._fetched_on = time.time()
         size = self.options.batch_size
-        if len(jobs) >= size * callers and not self._stopping:
+        bursts = self.options.burst_when_batch_full
+        if bursts and len(jobs) >= size * callers and not self._stopping:
             self._gate.wake_one(remember=False)
         if callers == 1:
             return [jobs]

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from qcore.options import FETCH_OPTIONS, check_count, check_seconds, fetch_options
+from qcore.errors import ValidationError
+from qcore.options import (
+    FETCH_OPTIONS,
+    GroupConcurrency,
+    GroupLimits,
+    check_count,
+    check_flag,
+    check_int,
+    check_seconds,
+    fetch_options,
+    group_limits,
+)
 
 #: pg-boss's floor for ``pollingIntervalSeconds``
 MIN_POLLING_INTERVAL_SECONDS = 0.5
@@ -30,9 +42,16 @@ class WorkOptions:
     ignore_start_after: bool = False
     heartbeat_refresh_seconds: float | None = None
     notify_polling_interval_seconds: float | None = None
+    group_concurrency: int | GroupConcurrency | GroupLimits | None = None
+    ignore_groups: Collection[str] | None = None
+    local_group_concurrency: int | GroupConcurrency | GroupLimits | None = None
+    burst_when_ready_exceeds: int | None = None
+    burst_when_batch_full: bool = True
 
     def __post_init__(self) -> None:
-        fetch_options({name: getattr(self, name) for name in FETCH_OPTIONS})
+        checked = fetch_options({name: getattr(self, name) for name in FETCH_OPTIONS})
+        for name in ("group_concurrency", "ignore_groups"):  # kept in their checked form
+            object.__setattr__(self, name, checked[name])
         check_count("batch_size", self.batch_size, MAX_BATCH_SIZE)
         check_count("local_concurrency", self.local_concurrency, MAX_LOCAL_CONCURRENCY)
         check_seconds(
@@ -47,6 +66,27 @@ class WorkOptions:
                 "notify_polling_interval_seconds",
                 self.notify_polling_interval_seconds,
                 MIN_POLLING_INTERVAL_SECONDS,
+            )
+        if self.local_group_concurrency is not None:
+            self._check_local_groups()
+        check_flag("burst_when_batch_full", self.burst_when_batch_full)
+        if self.burst_when_ready_exceeds is not None:
+            check_int("burst_when_ready_exceeds", self.burst_when_ready_exceeds)
+
+    def _check_local_groups(self) -> None:
+        """``local_group_concurrency``: exclusive with ``group_concurrency``, and no limit
+        above ``local_concurrency`` (the handlers this worker can run at once)."""
+        if self.group_concurrency is not None:
+            raise ValidationError(
+                "group_concurrency (enforced in the database) and local_group_concurrency"
+                " (enforced in this process) cannot both be given: choose one"
+            )
+        limits = group_limits("local_group_concurrency", self.local_group_concurrency)
+        object.__setattr__(self, "local_group_concurrency", limits)
+        if limits.largest > self.local_concurrency:
+            raise ValidationError(
+                f"local_group_concurrency allows {limits.largest} jobs of a group at once,"
+                f" more than local_concurrency ({self.local_concurrency}) can run"
             )
 
     @property

@@ -24,7 +24,7 @@ from qcore import worker as worker_module
 from qcore.backend import Backend
 from qcore.conformance.helpers import job_state, running, send, settled, until
 from qcore.db import Database
-from qcore.errors import ConfigError, NotStartedError
+from qcore.errors import ConfigError, NotStartedError, ValidationError
 from qcore.job import Job, JobState
 from qcore.worker import WorkerStatus
 
@@ -419,3 +419,94 @@ async def test_wip_reports_the_workers(wboss: Boss, monkeypatch: pytest.MonkeyPa
 
 
 # --------------------------------------------------------------------------- options
+
+
+# --------------------------------------------------------------------------- waking and bursts
+
+
+async def test_notify_worker_wakes_an_idle_worker_now(wboss: Boss) -> None:
+    await wboss.create_queue("woken")
+    handled: list[uuid.UUID] = []
+
+    async def handler(batch: list[Job]) -> None:
+        handled.extend(j.id for j in batch)
+
+    worker = await wboss.work("woken", handler, polling_interval_seconds=600)
+    await until(lambda: _fetched(wboss, worker), timeout=30, what="the first (empty) poll")
+    sent = await send(wboss, "woken")
+    assert wboss.notify_worker(worker) is True
+    await until(lambda: handled == [sent], timeout=60, what="the job handled before the poll")
+    assert wboss.notify_worker(str(uuid.uuid4())) is False
+    await wboss.off_work(id=worker)
+    assert wboss.notify_worker(worker) is False
+
+
+def _fetched(boss: Boss, worker: str) -> bool:
+    return any(s.id == worker and s.last_fetched_on is not None for s in boss.worker_statuses())
+
+
+async def test_without_bursts_a_full_batch_waits_for_the_next_poll(
+    wboss: Boss, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``burst_when_batch_full=False`` (and the ready count not over
+    ``burst_when_ready_exceeds``): the poll after a full batch comes a polling interval
+    later, not at once; the default fetches again at once."""
+    await wboss.create_queue("paced")
+    for _ in range(6):
+        await send(wboss, "paced")
+    fetches = count_fetches(monkeypatch)
+    handled: list[uuid.UUID] = []
+
+    async def handler(batch: list[Job]) -> None:
+        handled.extend(j.id for j in batch)
+
+    options: dict[str, Any] = {"batch_size": 2, "polling_interval_seconds": 600}
+    paced = await wboss.work(
+        "paced", handler, burst_when_batch_full=False, burst_when_ready_exceeds=100, **options
+    )
+    await until(lambda: len(handled) == 2, timeout=30, what="the first batch")
+    await asyncio.sleep(2)  # the next poll is ten minutes away
+    assert len(handled) == 2 and len(fetches) == 1
+    await wboss.off_work(id=paced)
+    await wboss.work("paced", handler, **options)  # bursting: drains without waiting
+    await until(lambda: len(handled) == 6, timeout=60, what="the rest, in bursts")
+
+
+async def test_burst_when_ready_exceeds_bursts_while_the_backlog_is_over_it(wboss: Boss) -> None:
+    await wboss.create_queue("backlog")
+    for _ in range(6):
+        await send(wboss, "backlog")
+    await wboss.get_queue_stats("backlog", force=True)  # the ready count the worker reads
+    handled: list[uuid.UUID] = []
+
+    async def handler(batch: list[Job]) -> None:
+        handled.extend(j.id for j in batch)
+
+    await wboss.work(
+        "backlog",
+        handler,
+        batch_size=2,
+        polling_interval_seconds=600,
+        burst_when_batch_full=False,
+        burst_when_ready_exceeds=1,
+    )
+    # 6 ready > 1: bursts past the first batches; the poll interval is ten minutes
+    await until(lambda: len(handled) >= 4, timeout=60, what="batches past the first")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"burst_when_batch_full": 1}, "burst_when_batch_full must be True or False"),
+        ({"burst_when_ready_exceeds": -1}, "burst_when_ready_exceeds must be an integer >= 0"),
+        ({"burst_when_ready_exceeds": "5"}, "burst_when_ready_exceeds must be an integer"),
+    ],
+)
+async def test_bad_burst_options_are_refused(
+    wboss: Boss, options: dict[str, Any], message: str
+) -> None:
+    async def handler(batch: list[Job]) -> None:
+        return None
+
+    with pytest.raises(ValidationError, match=message):
+        await wboss.work("q", handler, **options)

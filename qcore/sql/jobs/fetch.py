@@ -30,6 +30,9 @@ def fetch_jobs(
     include_metadata: bool = False,
     table: str | None = None,
     settle: bool = False,
+    group_limit: bool = False,
+    group_tiers: bool = False,
+    ignore_groups: bool = False,
 ) -> Statement:
     """Claim up to ``limit`` ready jobs of a queue with ``policy`` (in ``table``, see
     :func:`_job_table`): mark them active and return them.
@@ -63,6 +66,18 @@ def fetch_jobs(
     the jobs given (``ids``, fenced as :func:`complete_jobs` is, with ``output``), so
     a batch's settle and the next claim are one round trip and one commit, both or
     neither. The claim cannot take a job being completed (those are active).
+
+    ``group_limit`` (pg-boss's ``groupConcurrency``): at most ``group_limit`` jobs of
+    one ``group_id`` active at once, counting those already active (jobs with no group
+    are not limited); with ``group_tiers`` a group's limit is its jobs' ``group_tier``
+    in the ``group_tiers`` JSON object, else ``group_limit``. The active jobs are
+    counted once per claim, as pg-boss does, into one JSON object (an uncorrelated
+    subquery, which the planner evaluates once rather than per candidate), excluding
+    those the settle completes; the claim then keeps, per group, the first jobs in
+    claim order that fit. Candidates are read up to ``limit`` before that cut, so a
+    claim can return fewer than asked while more would fit. ``ignore_groups``: jobs of
+    the groups in the ``ignore_groups`` text array are not claimed (what a worker with
+    ``local_group_concurrency`` leaves to others). Both the same on every backend.
     """
     p = Params()
     now = _now(q)
@@ -93,14 +108,38 @@ def fetch_jobs(
         )
     else:
         shape = ""
+    if ignore_groups:
+        shape += f" AND (j.group_id IS NULL OR j.group_id <> ALL({p('ignore_groups')}::text[]))"
+    room = ""
+    if group_limit:
+        limit = f"{p('group_limit')}::int"
+        if group_tiers:
+            limit = f"COALESCE(({p('group_tiers')}::jsonb ->> j.group_tier)::int, {limit})"
+        active = "COALESCE(((SELECT counts FROM active_groups) ->> j.group_id)::int, 0)"
+        room = f"{limit} - {active}"
+        shape += f" AND (j.group_id IS NULL OR {room} > 0)"
     lock = " FOR UPDATE OF j SKIP LOCKED" if skip_locked else ""
     recheck = "" if skip_locked else " AND j.state < 'active'"
     columns = JOB_COLUMNS if include_metadata else FETCH_COLUMNS
     ctes = [
         _queue_cte(q, p, table=table, policy=True),
         *([f"done AS ({complete_update(q, p, fenced=True, table=table)})"] if settle else []),
+    ]
+    group_columns = ""
+    if group_limit:
+        completing = " AND a.id NOT IN (SELECT id FROM done)" if settle else ""
+        ctes.append(
+            f"""active_groups AS (
+  SELECT COALESCE(jsonb_object_agg(g.group_id, g.n), '{{}}'::jsonb) AS counts
+  FROM (SELECT a.group_id, count(*) AS n FROM {jobs} a
+    WHERE a.name = {p("queue")}::text AND a.state = 'active' AND a.group_id IS NOT NULL{completing}
+    GROUP BY a.group_id) g
+)"""
+        )
+        group_columns = f", j.group_id, {room} AS group_room"
+    ctes += [
         f"""candidates AS (
-  SELECT j.id, j.singleton_key, j.priority, j.created_on
+  SELECT j.id, j.singleton_key, j.priority, j.created_on{group_columns}
   FROM {jobs} j
   WHERE EXISTS (SELECT 1 FROM q) AND j.name = {p("queue")}::text AND j.state < 'active'
     AND NOT j.blocked{due}{bounds}{shape}
@@ -112,10 +151,22 @@ def fetch_jobs(
         # one job per key per batch: the first of each key in claim order
         key_order = ", ".join(["COALESCE(singleton_key, '')", *keys, "id"])
         ctes.append(
-            "chosen AS (SELECT DISTINCT ON (COALESCE(singleton_key, '')) id FROM candidates"
+            "chosen AS (SELECT DISTINCT ON (COALESCE(singleton_key, '')) * FROM candidates"
             f" ORDER BY {key_order})"
         )
         chosen = "chosen"
+    if group_limit:
+        # per group, the first jobs in claim order that fit in the room it has left
+        rank = ", ".join([*keys, "id"])
+        ctes.append(
+            f"""grouped AS (
+  SELECT r.id FROM (SELECT c.id, c.group_id, c.group_room,
+    row_number() OVER (PARTITION BY c.group_id ORDER BY {rank}) AS group_rank
+    FROM {chosen} c) r
+  WHERE r.group_id IS NULL OR r.group_rank <= r.group_room
+)"""
+        )
+        chosen = "grouped"
     ctes.append(
         f"""claimed AS (
   UPDATE {jobs} j SET state = 'active', started_on = {now}, heartbeat_on = {now},

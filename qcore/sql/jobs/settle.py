@@ -1,4 +1,4 @@
-"""Commands on jobs by id: complete, cancel, resume, retry, delete, touch."""
+"""Commands on jobs by id: complete, cancel, resume, retry, delete, restore, touch."""
 
 from __future__ import annotations
 
@@ -115,6 +115,21 @@ def delete_jobs(q: str, *, fenced: bool = False, table: str | None = None) -> St
         f" (SELECT retained_on FROM {q}.queue WHERE name = {p('queue')}::text)) AS retained"
     )
     return p.statement(_command(q, p, mutation, "id, retained", table))
+
+
+@lru_cache(maxsize=256)
+def restore_jobs(q: str, *, fenced: bool = False, table: str | None = None) -> Statement:
+    """Hand active jobs back unstarted: created, with no ``started_on``, so the next claim
+    does not count an attempt (pg-boss's restore, which a worker over its local group
+    limit uses; one UPDATE on every backend). Only active jobs, fenced on the attempts
+    given, so a claim that lapsed cannot hand back another worker's."""
+    p = Params()
+    mutation = (
+        f"UPDATE {_job_table(q, table)} j SET state = 'created', started_on = NULL,"
+        " heartbeat_on = NULL, upsert_by_key = NULL"
+        f" WHERE {_targets(p, 'j', fenced)} AND j.state = 'active' RETURNING j.id"
+    )
+    return p.statement(_command(q, p, mutation, table=table))
 
 
 @lru_cache(maxsize=256)
