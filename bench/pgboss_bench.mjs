@@ -52,7 +52,7 @@ if (spec.scenario === 'bulk_enqueue') {
 } else if (spec.scenario === 'batch_drain') {
   await Promise.all(Array.from({ length: spec.concurrency }, async () => {
     while (jobs < spec.jobs) {
-      const claimed = await boss.fetch(spec.queue, { batchSize: spec.batch })
+      const claimed = await boss.fetch(spec.queue, { batchSize: spec.batch, ...spec.fetch_options })
       if (claimed.length) {
         await boss.complete(spec.queue, claimed.map(j => j.id))
         jobs += claimed.length

@@ -15,7 +15,8 @@ from qcore.errors import (
     UniqueViolation,
     ValidationError,
 )
-from qcore.job import CommandResult, EditResult, Job, JobState, Policy, Queue
+from qcore.job import CommandResult, EditResult, Job, JobResult, JobState, Policy, Queue
+from qcore.options import GroupConcurrency
 from qcore.sync import SyncBoss
 
 __all__ = [
@@ -26,7 +27,9 @@ __all__ = [
     "ConnectionLostError",
     "DatabaseError",
     "EditResult",
+    "GroupConcurrency",
     "Job",
+    "JobResult",
     "JobState",
     "NotInstalledError",
     "Policy",

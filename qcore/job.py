@@ -246,6 +246,24 @@ _QUEUE_FIELD = {
 _QUEUE_FIELDS = frozenset(Queue.__dataclass_fields__)
 
 
+#: the outcomes a per-job results handler may give a job
+JOB_RESULT_STATUSES = ("completed", "failed", "dead_letter")
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """One job's outcome, as a ``work(..., per_job_results=True)`` handler returns it.
+
+    ``status``: ``completed`` (``output`` stored as its output), ``failed`` (retried
+    while retries are left, ``output`` as its error) or ``dead_letter`` (failed now,
+    retries left or not, and copied to its dead letter queue).
+    """
+
+    id: uuid.UUID | str
+    status: str
+    output: Any = None
+
+
 @dataclass(frozen=True, slots=True)
 class CommandResult:
     """What a command on jobs by id did.

@@ -27,7 +27,16 @@ of these. A ``Job`` fences the command on the attempt it was fetched in
 from __future__ import annotations
 
 from qcore.jobs.claim import complete_and_fetch, fetch
-from qcore.jobs.commands import cancel, complete, delete_job, restore, resume, retry, touch
+from qcore.jobs.commands import (
+    cancel,
+    complete,
+    complete_each,
+    delete_job,
+    restore,
+    resume,
+    retry,
+    touch,
+)
 from qcore.jobs.editing import KEEP, redrive, update, upsert
 from qcore.jobs.enqueue import insert, send, send_debounced, send_throttled
 from qcore.jobs.failing import (
@@ -51,6 +60,7 @@ __all__ = [
     "cancel",
     "complete",
     "complete_and_fetch",
+    "complete_each",
     "delete_job",
     "expire",
     "fail",

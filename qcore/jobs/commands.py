@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from qcore.context import Context
-from qcore.job import CommandResult
+from qcore.db import Json
+from qcore.job import CommandResult, Job
 from qcore.jobs.routes import (
     Ids,
     Targets,
@@ -37,6 +38,25 @@ async def complete(
     output = normalize_output(data)
     done = await _complete(ctx, name, targets, output, include_queued)
     return _result(targets[0], done)
+
+
+async def complete_each(
+    ctx: Context, name: str, outputs: Sequence[tuple[Job, Any]]
+) -> CommandResult:
+    """Complete active jobs each with its own output (``(job, output)`` pairs, outputs
+    as ``complete`` takes them), fenced on their attempts, in one statement."""
+    queue_name(name)
+    targets = _ids([job for job, _ in outputs])
+    values = [{"id": str(job.id), "output": normalize_output(out)} for job, out in outputs]
+    rows = await _run_command(
+        ctx,
+        name,
+        lambda table: sql.complete_each(ctx.q, table=table),
+        targets[0],
+        outputs=Json(values),
+        **_fence_values(targets[1], targets[2]),
+    )
+    return _result(targets[0], [r["id"] for r in rows])
 
 
 async def complete_together(

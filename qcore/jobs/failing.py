@@ -24,14 +24,17 @@ from qcore.queues import missing_queue
 from qcore.sql import jobs as sql
 
 
-async def fail(ctx: Context, name: str, ids: Ids, data: Any = None) -> CommandResult:
+async def fail(
+    ctx: Context, name: str, ids: Ids, data: Any = None, *, terminal: bool = False
+) -> CommandResult:
     """Fail jobs that are not finished, storing ``data`` as their output.
 
     A job with retries left goes to retry, to run again after ``retry_delay``
     seconds, or with ``retry_backoff`` after a random delay that doubles with
     every attempt (capped by ``retry_delay_max``). A job out of retries is
     failed, and a copy goes to its dead letter queue if it has one, with
-    ``source_*`` columns saying where it came from.
+    ``source_*`` columns saying where it came from. ``terminal`` fails them that way
+    at once, retries left or not (a per-job results handler's ``dead_letter``).
     """
     queue_name(name)
     every, plain, fences = _ids(ids)
@@ -40,7 +43,8 @@ async def fail(ctx: Context, name: str, ids: Ids, data: Any = None) -> CommandRe
         rows = await _run_command(
             ctx,
             name,
-            lambda _table: sql.fail_jobs(ctx.q, fenced=bool(fences)),  # re-inserts via job
+            # re-inserts via job (the parent table), whatever the queue's own table
+            lambda _table: sql.fail_jobs(ctx.q, fenced=bool(fences), terminal=terminal),
             every,
             output=_jsonb(output),
             **_fence_values(plain, fences),
@@ -48,7 +52,7 @@ async def fail(ctx: Context, name: str, ids: Ids, data: Any = None) -> CommandRe
         return _result(every, [r["id"] for r in rows])
 
     async def split(tx: Database) -> list[uuid.UUID]:
-        return await _fail_split(ctx.with_db(tx), name, every, plain, fences, output)
+        return await _fail_split(ctx.with_db(tx), name, every, plain, fences, output, terminal)
 
     return _result(every, await retrying.transaction(ctx, split))
 
@@ -82,6 +86,7 @@ async def _fail_split(
     plain: list[uuid.UUID],
     fences: list[tuple[uuid.UUID, int]],
     output: Any,
+    terminal: bool = False,
 ) -> list[uuid.UUID]:
     """Fail as separate statements in the caller's (``ctx.db``'s) transaction: delete the
     jobs, then :func:`_reinsert_split` them. Returns the ids inserted again, in the
@@ -92,13 +97,14 @@ async def _fail_split(
     )
     if not rows:
         raise missing_queue(name)
-    settled = await _reinsert_split(ctx, [r for r in rows if r["id"] is not None], output)
+    removed = [r for r in rows if r["id"] is not None]
+    settled = await _reinsert_split(ctx, removed, output, terminal)
     order = {job: i for i, job in enumerate(every)}
     return sorted(settled, key=order.__getitem__)
 
 
 async def _reinsert_split(
-    ctx: Context, removed: list[dict[str, Any]], output: Any
+    ctx: Context, removed: list[dict[str, Any]], output: Any, terminal: bool = False
 ) -> list[uuid.UUID]:
     """The split fail after the delete (MutationStrategy.SPLIT), in ``ctx.db``'s
     transaction: insert the deleted jobs with retries left again as retry (the backoff
@@ -111,8 +117,8 @@ async def _reinsert_split(
         record = _json_row(row)
         limit, count = row["retry_limit"], row["retry_count"]
         # as the CTE statement: start_after is kept only when the count reached the limit
-        record["delay"] = None if count == limit else _backoff_seconds(row)
-        (to_retry if count < limit else to_fail).append(record)
+        record["delay"] = None if count == limit or terminal else _backoff_seconds(row)
+        (to_retry if count < limit and not terminal else to_fail).append(record)
     settled: list[uuid.UUID] = []
     if to_retry:
         again = sql.fail_reinsert_retry(ctx.q)

@@ -20,10 +20,11 @@ from qcore.conformance.helpers import row, running, until
 from qcore.context import Context
 from qcore.errors import ValidationError
 from qcore.job import Job
+from qcore.options import GroupConcurrency
 
 pytestmark = pytest.mark.feature("groups")
 
-TIERED = {"default": 1, "tiers": {"gold": 3}}
+TIERED: GroupConcurrency = {"default": 1, "tiers": {"gold": 3}}
 
 
 async def _send_groups(
@@ -170,22 +171,23 @@ async def test_restore_hands_jobs_back_without_spending_an_attempt(sctx: Context
 
 
 async def test_restore_is_fenced_and_only_for_active_jobs(sctx: Context) -> None:
-    await queues.create_queue(sctx, "g")
+    await queues.create_queue(sctx, "g", retry_limit=3, retry_delay=0)
     queued = await jobs.send(sctx, "g", priority=-1)
-    await jobs.send(sctx, "g")
-    [job] = await jobs.fetch(sctx, "g")
+    sent = await jobs.send(sctx, "g")
+    assert queued is not None
+    [first] = await jobs.fetch(sctx, "g")
+    assert first.id == sent
     assert (await jobs.restore(sctx, "g", queued)).ids == []  # not active: left alone
-    [mine] = await jobs.fetch(sctx, "g")
-    assert mine.id == queued
-    # a claim that lapsed (the job was taken again since) cannot hand back the new one
-    await jobs.restore(sctx, "g", job)
-    [retaken] = await jobs.fetch(sctx, "g")
-    assert retaken.id == job.id
-    stale = Job(**{**job.__dict__, "retry_count": job.retry_count - 1}) if job.retry_count else None
-    if stale is not None:
-        assert (await jobs.restore(sctx, "g", stale)).ids == []
-    await jobs.complete(sctx, "g", retaken)
-    assert (await jobs.restore(sctx, "g", retaken)).ids == []
+    # the first claim lapses (failed, then claimed again): it cannot hand back the new one
+    await jobs.fail(sctx, "g", first)
+    [second] = await jobs.fetch(sctx, "g")
+    assert second.id == sent and second.retry_count == first.retry_count + 1
+    assert (await jobs.restore(sctx, "g", first)).ids == []
+    assert (await row(sctx, sent))["state"] == "active"
+    assert (await jobs.restore(sctx, "g", second)).ids == [sent]
+    [third] = await jobs.fetch(sctx, "g")
+    await jobs.complete(sctx, "g", third)
+    assert (await jobs.restore(sctx, "g", third)).ids == []  # completed: left alone
 
 
 # -- local_group_concurrency -----------------------------------------------------------------

@@ -44,6 +44,7 @@ from qcore.sql.jobs.insert import insert_jobs, send_job
 from qcore.sql.jobs.reads import find_jobs, get_job
 from qcore.sql.jobs.settle import (
     cancel_jobs,
+    complete_each,
     complete_jobs,
     delete_jobs,
     restore_jobs,
@@ -58,6 +59,7 @@ __all__ = [
     "JOB_COLUMN_TYPES",
     "REINSERT_COLUMNS",
     "cancel_jobs",
+    "complete_each",
     "complete_jobs",
     "delete_jobs",
     "expire_jobs",

@@ -95,24 +95,24 @@ def _insert(q: str, values: Mapping[str, str]) -> str:
     return f"INSERT INTO {q}.job ({', '.join(values)}) SELECT {', '.join(values.values())}"
 
 
-def _fail_removed(q: str, p: Params, output: str) -> str:
+def _fail_removed(q: str, p: Params, output: str, terminal: bool = False) -> str:
     """The CTEs that fail the jobs a preceding ``removed`` CTE deleted (``RETURNING j.*``):
     each is inserted again with the same id as retry (after its delay) or, out of retries,
     as failed; a re-insert a policy index refuses becomes failed too; every failed job
     with an existing dead letter queue gets a copy there. Ends with ``settled``: the ids
-    inserted again. Shared by :func:`fail_jobs` and :func:`expire_jobs`."""
+    inserted again. Shared by :func:`fail_jobs` and :func:`expire_jobs`. ``terminal``:
+    no job is retried, whatever its retries left (each is failed and dead-lettered)."""
     now = _now(q)
+    left = "false" if terminal else "x.retry_count < x.retry_limit"
+    spent = "true" if terminal else "x.retry_count = x.retry_limit"
     retried = {c: f"x.{c}" for c in REINSERT_COLUMNS}
     retried.update(
-        state=(
-            f"CASE WHEN x.retry_count < x.retry_limit THEN 'retry'::{q}.job_state"
-            f" ELSE 'failed'::{q}.job_state END"
-        ),
+        state=(f"CASE WHEN {left} THEN 'retry'::{q}.job_state ELSE 'failed'::{q}.job_state END"),
         start_after=(
-            "CASE WHEN x.retry_count = x.retry_limit THEN x.start_after"
+            f"CASE WHEN {spent} THEN x.start_after"
             f" ELSE {now} + ({_retry_delay('x')}) * interval '1 second' END"
         ),
-        completed_on=f"CASE WHEN x.retry_count < x.retry_limit THEN NULL ELSE {now} END",
+        completed_on=f"CASE WHEN {left} THEN NULL ELSE {now} END",
         output=output,
         heartbeat_on="NULL::timestamptz",
     )
@@ -139,9 +139,10 @@ settled AS (SELECT id FROM again UNION ALL SELECT id FROM refused)"""
 
 
 @lru_cache(maxsize=8)
-def fail_jobs(q: str, *, fenced: bool = False) -> Statement:
+def fail_jobs(q: str, *, fenced: bool = False, terminal: bool = False) -> Statement:
     """Fail jobs in one statement (MutationStrategy.CTE): delete them, then fail what was
-    deleted as :func:`_fail_removed` does (retry, failed, dead letter copy).
+    deleted as :func:`_fail_removed` does (retry, failed, dead letter copy; with
+    ``terminal`` failed and dead-lettered without a retry).
 
     Rows ``queue, id``: the ids of the jobs inserted again (retry or failed).
     """
@@ -151,7 +152,7 @@ removed AS (
   DELETE FROM {q}.job j WHERE {_targets(p, "j", fenced)} AND j.state < 'completed'
   RETURNING j.*
 ),
-{_fail_removed(q, p, f"{p('output')}::jsonb")}
+{_fail_removed(q, p, f"{p('output')}::jsonb", terminal)}
 SELECT q.name AS queue, settled.id FROM q LEFT JOIN settled ON true"""
     return p.statement(sql)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from qcore.sql._statement import Params, Statement
-from qcore.sql.jobs.columns import _command, _job_table, _now, _queue_cte, _targets
+from qcore.sql.jobs.columns import _command, _job_table, _now, _queue_cte, _recordset, _targets
 
 
 @lru_cache(maxsize=256)
@@ -35,6 +35,22 @@ def complete_update(
         f" output = {p('output')}::jsonb{release}"
         f" WHERE {where} AND {state} RETURNING j.id"
     )
+
+
+@lru_cache(maxsize=256)
+def complete_each(q: str, *, table: str | None = None) -> Statement:
+    """Complete active jobs each with its own output, from the JSON array ``outputs`` of
+    ``{id, output}`` (a per-job results batch: one statement whatever the batch size),
+    fenced as :func:`complete_jobs` is. One UPDATE on every backend."""
+    p = Params()
+    where = _targets(p, "j", True)
+    outputs = _recordset(p, "outputs", {"id": "uuid", "output": "jsonb"})
+    mutation = (
+        f"UPDATE {_job_table(q, table)} j SET state = 'completed', completed_on = {_now(q)},"
+        f" output = r.output FROM {outputs}"
+        f" WHERE {where} AND j.id = r.id AND j.state = 'active' RETURNING j.id"
+    )
+    return p.statement(_command(q, p, mutation, table=table))
 
 
 @lru_cache(maxsize=256)
