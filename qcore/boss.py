@@ -489,7 +489,10 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
         jobs of a group active at once across every worker (see ``fetch``);
         ``local_group_concurrency`` (the same forms, exclusive with it, no limit above
         ``local_concurrency``) limits them in this worker only, handing a group's
-        surplus back unstarted (no attempt spent).
+        surplus back unstarted (no attempt spent). With ``per_job_results=True`` the
+        handler returns one :class:`~qcore.JobResult` (or ``{"id", "status",
+        "output"}``) per job and each job is settled as its result says; a job it
+        leaves out is failed (retried while retries are left).
         """
         worker = self._worker(name, handler, **options)
         self._workers[worker.id] = worker

@@ -406,6 +406,7 @@ class WorkArguments(FetchOptions, total=False):
     heartbeat_refresh_seconds: float | None
     notify_polling_interval_seconds: float | None
     local_group_concurrency: int | GroupConcurrency | None
+    per_job_results: bool
     burst_when_ready_exceeds: int | None
     burst_when_batch_full: bool
 

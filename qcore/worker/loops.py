@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import inspect
+import json
 import math
 import time
 import uuid
@@ -24,7 +25,7 @@ from qcore.errors import (
 )
 from qcore.events import Events
 from qcore.job import Job
-from qcore.options import GroupLimits, queue_name
+from qcore.options import GroupLimits, normalize_output, queue_name
 from qcore.worker.gate import _Gate
 from qcore.worker.groups import LocalGroups
 from qcore.worker.handlers import _HANDLER_LOOP, _consume, _inside, _is_async, _Slot
@@ -492,7 +493,7 @@ class Worker:
                 timeout=min(expires, beat, self._deadline) - now,
                 return_when=asyncio.FIRST_COMPLETED,
             )
-        return _outcome_of(running, jobs)
+        return _outcome_of(running, jobs, self.options.per_job_results)
 
     def _abandon(self, running: asyncio.Future[Any], jobs: list[Job], slot: _Slot) -> None:
         for job in jobs:
@@ -539,13 +540,15 @@ class Worker:
                 elif verb == "complete":
                     await job_ops.complete(ctx, self.name, jobs, data)
                     self._completed += 1
+                elif verb == "each":
+                    await self._settle_each(ctx, data)
                 else:
                     await job_ops.fail(ctx, self.name, jobs, data)
                     self._failed += 1
                 return
             except Exception as exc:
                 if not _transient(exc) and not isinstance(exc, QueueNotFoundError):
-                    if verb == "complete" and data is not None:
+                    if verb == "each" or (verb == "complete" and data is not None):
                         verb, data = "fail", exc  # the output cannot be stored: fail with why
                         continue
                     if verb == "fail" and data is not _UNSTORABLE:
@@ -564,6 +567,29 @@ class Worker:
             except Exception as exc:
                 self._report(exc)
                 return
+
+    async def _settle_each(self, ctx: Context, outcomes: list[tuple[Job, str, Any]]) -> None:
+        """Settle a per-job results batch: the completed jobs in one statement (two when
+        some have an output), the failed ones in one statement per distinct output
+        (jobs the handler left out share one). Every call is fenced on the attempts, so
+        trying the whole again after an error settles only what is left."""
+        completed = [(job, out) for job, status, out in outcomes if status == "completed"]
+        plain = [job for job, out in completed if out is None]
+        if plain:
+            await job_ops.complete(ctx, self.name, plain)
+        if len(plain) < len(completed):
+            outputs = [(job, out) for job, out in completed if out is not None]
+            await job_ops.complete_each(ctx, self.name, outputs)
+        failures: dict[tuple[bool, str], tuple[Any, list[Job]]] = {}
+        for job, status, out in outcomes:
+            if status != "completed":
+                stored = normalize_output(out)
+                key = (status == "dead_letter", json.dumps(stored, sort_keys=True, default=str))
+                failures.setdefault(key, (stored, []))[1].append(job)
+        for (terminal, _), (stored, failed) in failures.items():
+            await job_ops.fail(ctx, self.name, failed, stored, terminal=terminal)
+        self._completed += bool(completed)
+        self._failed += bool(failures)
 
     # -- reporting ---------------------------------------------------------------------
 

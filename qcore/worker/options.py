@@ -45,6 +45,7 @@ class WorkOptions:
     group_concurrency: int | GroupConcurrency | GroupLimits | None = None
     ignore_groups: Collection[str] | None = None
     local_group_concurrency: int | GroupConcurrency | GroupLimits | None = None
+    per_job_results: bool = False
     burst_when_ready_exceeds: int | None = None
     burst_when_batch_full: bool = True
 
@@ -69,6 +70,7 @@ class WorkOptions:
             )
         if self.local_group_concurrency is not None:
             self._check_local_groups()
+        check_flag("per_job_results", self.per_job_results)
         check_flag("burst_when_batch_full", self.burst_when_batch_full)
         if self.burst_when_ready_exceeds is not None:
             check_int("burst_when_ready_exceeds", self.burst_when_ready_exceeds)

@@ -25,7 +25,7 @@ from qcore.backend import Backend
 from qcore.conformance.helpers import job_state, running, send, settled, until
 from qcore.db import Database
 from qcore.errors import ConfigError, NotStartedError, ValidationError
-from qcore.job import Job, JobState
+from qcore.job import Job, JobResult, JobState
 from qcore.worker import WorkerStatus
 
 pytestmark = pytest.mark.feature("workers")
@@ -510,3 +510,72 @@ async def test_bad_burst_options_are_refused(
 
     with pytest.raises(ValidationError, match=message):
         await wboss.work("q", handler, **options)
+
+
+# --------------------------------------------------------------------------- per-job results
+
+
+async def test_per_job_results_settle_each_job_as_the_handler_says(wboss: Boss) -> None:
+    await wboss.create_queue("dlq-each")
+    await wboss.create_queue("each", retry_limit=3, retry_delay=600, dead_letter="dlq-each")
+    ids = [await send(wboss, "each", {"n": n}) for n in range(6)]
+    batches: list[int] = []
+
+    async def handler(batch: list[Job]) -> list[Any]:
+        batches.append(len(batch))
+        by_n = {j.data["n"]: j for j in batch}
+        return [
+            JobResult(by_n[0].id, "completed"),
+            JobResult(by_n[1].id, "completed", {"rows": 1}),
+            {"id": str(by_n[2].id), "status": "completed", "output": {"rows": 2}},
+            JobResult(by_n[3].id, "failed", ValueError("bad row")),
+            JobResult(by_n[4].id, "dead_letter", {"why": "poison"}),
+            JobResult(uuid.uuid4(), "completed"),  # not of this batch: ignored
+        ]  # n=5 left out: failed
+
+    await wboss.work("each", handler, batch_size=6, per_job_results=True)
+    done = [await settled(wboss, "each", i, timeout=30) for i in ids]
+    assert batches == [6]
+    assert [j.state for j in done] == [
+        JobState.COMPLETED,
+        JobState.COMPLETED,
+        JobState.COMPLETED,
+        JobState.RETRY,
+        JobState.FAILED,
+        JobState.RETRY,
+    ]
+    assert done[0].output is None
+    assert done[1].output == {"rows": 1} and done[2].output == {"rows": 2}
+    assert done[3].output["name"] == "ValueError" and done[3].output["message"] == "bad row"
+    assert done[4].output == {"why": "poison"} and done[4].retry_count == 0  # retries left
+    assert done[5].output["name"] == "MissingResult"
+    [letter] = await wboss.find_jobs("dlq-each")
+    assert letter.source_id == ids[4]
+
+
+async def test_per_job_results_that_are_not_a_list_fail_the_batch(wboss: Boss) -> None:
+    await wboss.create_queue("not-a-list", retry_limit=0)
+    ids = [await send(wboss, "not-a-list") for _ in range(2)]
+
+    async def handler(batch: list[Job]) -> Any:
+        return {"done": True}
+
+    await wboss.work("not-a-list", handler, batch_size=2, per_job_results=True)
+    for job_id in ids:
+        job = await settled(wboss, "not-a-list", job_id, timeout=30)
+        assert job.state is JobState.FAILED
+        assert "must return a list of JobResult" in job.output["message"]
+
+
+async def test_per_job_results_with_an_unknown_status_fail_that_job(wboss: Boss) -> None:
+    await wboss.create_queue("odd-status", retry_limit=0)
+    ok, odd = await send(wboss, "odd-status", {"n": 0}), await send(wboss, "odd-status", {"n": 1})
+
+    async def handler(batch: list[Job]) -> list[JobResult]:
+        return [JobResult(j.id, "completed" if j.id == ok else "done") for j in batch]
+
+    await wboss.work("odd-status", handler, batch_size=2, per_job_results=True)
+    assert (await settled(wboss, "odd-status", ok, timeout=30)).state is JobState.COMPLETED
+    failed = await settled(wboss, "odd-status", odd, timeout=30)
+    assert failed.state is JobState.FAILED
+    assert "unknown result status 'done'" in failed.output["message"]
