@@ -9,7 +9,8 @@ run. With ``--compare pgboss`` the real pg-boss drains the same way, on queues o
 own filled the same way in the same schema, and each qcore figure is set against
 pg-boss's of the same kind.
 
-    python -m bench.groups [--dsn DSN] [--jobs 20000] [--groups 500] [--compare pgboss]
+    python -m bench.groups [--dsn DSN] [--jobs 20000] [--groups 500] [--repeat 3]
+                           [--compare pgboss]
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from statistics import median
 from typing import Any
 
 from qcore import Boss
@@ -80,27 +82,32 @@ async def _pgboss_drain(dsn: str, name: str, jobs: int, options: dict[str, Any])
 
 
 async def measure(
-    dsn: str, jobs: int, groups: int, peer: bool
+    dsn: str, jobs: int, groups: int, peer: bool, repeat: int
 ) -> list[tuple[str, float, float | None]]:
-    """Per kind of drain: its label, qcore's jobs per second, pg-boss's (with ``peer``)."""
-    async with Boss(dsn, schema=SCHEMA, supervise=False) as boss:
+    """Per kind of drain: its label, qcore's median jobs per second over ``repeat`` runs,
+    pg-boss's (with ``peer``). Each run drains a queue of its own, kinds interleaved."""
+    async with Boss(dsn, schema=SCHEMA, supervise=False, schedule=False) as boss:
         await boss.db.execute_script(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
-    rows = []
-    async with Boss(dsn, schema=SCHEMA, supervise=False, max=2) as boss:
+    ours: dict[str, list[float]] = {label: [] for label, _ in KINDS}
+    theirs: dict[str, list[float]] = {label: [] for label, _ in KINDS}
+    async with Boss(dsn, schema=SCHEMA, supervise=False, schedule=False, max=2) as boss:
         try:
-            for i, (label, options) in enumerate(KINDS):
-                await _fill(boss, f"q{i}", jobs, groups)
-                if peer:
-                    await _fill(boss, f"pgboss{i}", jobs, groups)
-                await boss.db.execute_script("CHECKPOINT")
-                ours = jobs / await _drain(boss, f"q{i}", jobs, options)
-                theirs = (
-                    jobs / await _pgboss_drain(dsn, f"pgboss{i}", jobs, options) if peer else None
-                )
-                rows.append((label, ours, theirs))
+            for run in range(repeat):
+                for i, (label, options) in enumerate(KINDS):
+                    name = f"q{run}_{i}"
+                    await _fill(boss, name, jobs, groups)
+                    if peer:
+                        await _fill(boss, f"pgboss_{name}", jobs, groups)
+                    await boss.db.execute_script("CHECKPOINT")
+                    ours[label].append(jobs / await _drain(boss, name, jobs, options))
+                    if peer:
+                        seconds = await _pgboss_drain(dsn, f"pgboss_{name}", jobs, options)
+                        theirs[label].append(jobs / seconds)
         finally:
             await boss.db.execute_script(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
-    return rows
+    return [
+        (label, median(ours[label]), median(theirs[label]) if peer else None) for label, _ in KINDS
+    ]
 
 
 def main() -> None:
@@ -108,12 +115,16 @@ def main() -> None:
     parser.add_argument("--dsn", default=DEFAULT_DSN)
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--groups", type=int, default=500)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
     parser.add_argument("--compare", default="none", help="pgboss: drain with pg-boss too")
     args = parser.parse_args()
     peer = args.compare == "pgboss"
-    rows = asyncio.run(measure(args.dsn, args.jobs, args.groups, peer))
+    rows = asyncio.run(measure(args.dsn, args.jobs, args.groups, peer, args.repeat))
     plain = rows[0][1]
-    print(f"{args.jobs:,} jobs in {args.groups:,} groups, fetch({BATCH}) + complete, one caller")
+    print(
+        f"{args.jobs:,} jobs in {args.groups:,} groups, fetch({BATCH}) + complete, one caller,"
+        f" median of {args.repeat}"
+    )
     head = f"{'drain':<34} {'qcore jobs/s':>12} {'/ plain':>8}"
     print(head + (f" {'pg-boss jobs/s':>15} {'qcore / pg-boss':>16}" if peer else ""))
     for label, ours, theirs in rows:
