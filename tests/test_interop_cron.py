@@ -12,7 +12,7 @@ from typing import Any
 from qcore import Boss, cron, jobs, queues, schedules
 from qcore.context import Context
 from qcore.services.timekeeper import SEND_IT, cron_pass, forward
-from tests.interop.pgboss import interop_marks
+from tests.interop.pgboss import Stepped, interop_marks
 from tests.test_interop_jobs import in_thread
 
 pytestmark = interop_marks()
@@ -146,3 +146,70 @@ async def test_a_mixed_fleet_sends_one_job_per_occurrence(pg_dsn: str, shared: C
     forwarded = await jobs.find_jobs(ctx, "fleet")
     # one job per occurrence (the last may have been filed just before the stop)
     assert len(rows) - 1 <= len(forwarded) <= len(rows)
+
+
+def _on_the_test_clock(dsn: str) -> str:
+    """``dsn`` for sessions that read pg-boss's TestClock (``pgboss.test_clock = 'on'``)."""
+    separator = "&" if "?" in dsn else "?"
+    return f"{dsn}{separator}options=-c%20pgboss.test_clock%3Don"
+
+
+async def test_three_qcore_instances_and_pgboss_for_a_simulated_day(
+    pg_dsn: str, shared: Context
+) -> None:
+    """One pg-boss instance on its TestClock and three qcore instances reading that same
+    clock, stepped a minute at a time through a simulated day: pg-boss's timekeeper
+    runs its passes (every 45 s, so that its passes and qcore's, every 30 s, take
+    turns) and its send-it worker within each step, then each qcore instance tries a
+    pass and one of them forwards. Every schedule gets exactly one job per occurrence,
+    in every minute of the day."""
+    ctx = shared
+    await queues.create_queue(ctx, SEND_IT)
+    for name in ("minutely", "five"):
+        await queues.create_queue(ctx, name)
+    await schedules.schedule(ctx, "minutely", "* * * * *")
+    await schedules.schedule(ctx, "five", "*/5 * * * *", key="k")
+    tomorrow = dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=1)
+    start = dt.datetime.combine(tomorrow, dt.time(0, 0, 30), dt.timezone.utc)
+    spec = {
+        "connectionString": pg_dsn,
+        "schema": ctx.schema_spec,
+        "start": start.isoformat(),
+        "options": {"cronMonitorIntervalSeconds": 45, "cronWorkerIntervalSeconds": 30},
+    }
+    node = await asyncio.to_thread(Stepped, spec)
+    clocked = _on_the_test_clock(pg_dsn)
+    fleet = [Boss(clocked, schema=ctx.schema_spec, supervise=False, schedule=False, max=2)]
+    fleet += [Boss(clocked, schema=ctx.schema_spec, supervise=False, schedule=False, max=2)]
+    fleet += [Boss(clocked, schema=ctx.schema_spec, supervise=False, schedule=False, max=2)]
+    claimed = 0
+    try:
+        for boss in fleet:
+            await boss.start()
+        warned: list[set[Any]] = [set() for _ in fleet]
+        for step in range(24 * 60):
+            await asyncio.to_thread(node.tick, 60_000)
+            for boss, seen in zip(fleet, warned, strict=True):
+                done = await cron_pass(boss.context(), None, interval_seconds=30, warned=seen)
+                claimed += bool(done.claimed)
+            sender = fleet[step % 3].context()
+            await forward(sender, None, await jobs.fetch(sender, SEND_IT, batch_size=50))
+        ours = fleet[0].context()
+        while batch := await jobs.fetch(ours, SEND_IT, batch_size=50):
+            await forward(ours, None, batch)
+    finally:
+        for boss in fleet:
+            await boss.stop()
+        errors = await asyncio.to_thread(node.stop)
+    assert errors == []
+    assert 0 < claimed < 24 * 60  # qcore took some of the passes, pg-boss the others
+    rows = await _send_it_rows(ctx)
+    minutes = [r["slot"] for r in rows if r["singleton_key"] == "minutely__"]
+    fives = [r["slot"] for r in rows if r["singleton_key"] == "five__k"]
+    times = [dt.datetime.strptime(s, "%Y-%m-%d %H:%M:%S") for s in minutes]
+    assert len(minutes) >= 24 * 60 - 1 and len(set(minutes)) == len(minutes)
+    assert all(b - a == dt.timedelta(minutes=1) for a, b in itertools.pairwise(times))
+    assert fives == [m for m in minutes if int(m[14:16]) % 5 == 0]
+    # one job sent per occurrence, whichever runtime filed or forwarded it
+    assert len(await jobs.find_jobs(ctx, "minutely")) == len(minutes)
+    assert len(await jobs.find_jobs(ctx, "five")) == len(fives)

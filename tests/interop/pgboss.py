@@ -36,6 +36,7 @@ T = TypeVar("T")
 __all__ = [
     "PACKAGE_FILES",
     "PgBossError",
+    "Stepped",
     "cache_dir",
     "ensure_installed",
     "interop",
@@ -163,6 +164,51 @@ def run_ok(command: Mapping[str, Any], *, timeout: float = 120.0) -> list[dict[s
         detail = failed[-1]["error"] if failed else result.get("errors")
         raise PgBossError(f"pg-boss failed: {json.dumps(detail)[:3000]}", result)
     return list(result["results"])
+
+
+STEPPED_SCRIPT = "pgboss_stepped.mjs"
+
+
+class Stepped:
+    """A pg-boss instance on a TestClock attached to the schema, stepped from here
+    (``pgboss_stepped.mjs``): ``tick(ms)`` moves the shared clock and returns once
+    pg-boss has run what came due; ``stop()`` ends it, returning the errors it emitted.
+    Sessions that set ``pgboss.test_clock = 'on'`` read the same ``job_now()``."""
+
+    def __init__(self, spec: Mapping[str, Any], *, timeout: float = 60.0) -> None:
+        target = ensure_installed()
+        shutil.copyfile(HERE / STEPPED_SCRIPT, target / STEPPED_SCRIPT)
+        self.timeout = timeout
+        self._proc = subprocess.Popen(
+            ["node", str(target / STEPPED_SCRIPT)],
+            cwd=target,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self._say(json.dumps(spec), "ready")
+
+    def _say(self, line: str, answer: str | None) -> str:
+        """Send ``line``; the next line printed (which must be ``answer`` when given)."""
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write(line + "\n")
+        self._proc.stdin.flush()
+        got = self._proc.stdout.readline().strip()
+        if answer is not None and got != answer:
+            self._proc.kill()
+            _, err = self._proc.communicate(timeout=self.timeout)
+            raise PgBossError(f"pg-boss answered {got!r} to {line[:80]!r}: {err.strip()[-2000:]}")
+        return got
+
+    def tick(self, ms: int) -> None:
+        self._say(f"tick {ms}", "ticked")
+
+    def stop(self) -> list[str]:
+        got = self._say("stop", None)
+        self._proc.wait(self.timeout)
+        errors: list[str] = json.loads(got)["errors"]
+        return errors
 
 
 def interop(test: T) -> T:
