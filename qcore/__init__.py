@@ -15,7 +15,16 @@ from qcore.errors import (
     UniqueViolation,
     ValidationError,
 )
-from qcore.job import CommandResult, EditResult, Job, JobResult, JobState, Policy, Queue
+from qcore.job import (
+    CommandResult,
+    EditResult,
+    Instance,
+    Job,
+    JobResult,
+    JobState,
+    Policy,
+    Queue,
+)
 from qcore.options import GroupConcurrency
 from qcore.sync import SyncBoss
 
@@ -28,6 +37,7 @@ __all__ = [
     "DatabaseError",
     "EditResult",
     "GroupConcurrency",
+    "Instance",
     "Job",
     "JobResult",
     "JobState",

@@ -10,6 +10,7 @@ transaction.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -23,6 +24,7 @@ from qcore.backend import Backend, EngineIdentity, Server
 from qcore.context import Context
 from qcore.db import (
     ADDRESS_OPTIONS,
+    DEFAULT_MAX,
     ConnectionOptions,
     Database,
     adapt,
@@ -57,6 +59,7 @@ from qcore.options import (
 from qcore.schema import install_or_migrate, is_installed, schema_version
 from qcore.services import Service
 from qcore.services.flows import FlowResolver
+from qcore.services.instances import InstanceRegistry, RegistrySettings, recorded_config
 from qcore.services.maintenance import DAY_SECONDS, Maintenance
 from qcore.services.monitor import Supervisor
 from qcore.services.notifier import Notifier
@@ -127,6 +130,9 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
         cron_worker_interval_seconds: float = 5.0,
         clock_monitor_interval_seconds: float = 600.0,
         flow_interval_seconds: float = 5.0,
+        register_instance: bool = True,
+        instance_name: str | None = None,
+        instance_heartbeat_seconds: int = 30,
         **connection: Unpack[ConnectionOptions],
     ) -> None:
         self._auto = backend == self.AUTO
@@ -157,6 +163,49 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
             )
         if data_dir is not None and not embedded:
             raise ConfigError(f"data_dir is for an embedded backend; {self.backend.name} is not")
+        if instance_name is not None and (not isinstance(instance_name, str) or not instance_name):
+            raise ConfigError(f"instance_name must be a non-empty string, got {instance_name!r}")
+        check_number(
+            "instance_heartbeat_seconds", instance_heartbeat_seconds, 1, 3600, integer=True
+        )
+        #: this object's id in the instance registry, kept across stop() and start()
+        self.instance_id = uuid.uuid4()
+        self.register_instance = register_instance
+        self.instance_name = instance_name
+        self.instance_heartbeat_seconds = int(instance_heartbeat_seconds)
+        if register_instance and connection.get("application_name") is None:
+            # its connections name it, so pg_stat_activity joins its row
+            connection = {**connection, "application_name": f"qcore:{str(self.instance_id)[:8]}"}
+        self._recorded_config = recorded_config(
+            {
+                "adapter": "custom" if db is not None else "qcore",
+                "backend": self.backend.name if not self._auto else self.AUTO,
+                "max": connection.get("max", DEFAULT_MAX),
+                "use_listen_notify": use_listen_notify,
+                "instance_heartbeat_seconds": instance_heartbeat_seconds,
+                "supervise": supervise,
+                "schedule": schedule,
+                "migrate": migrate,
+                "create_schema": create_schema,
+                "supervise_interval_seconds": supervise_interval_seconds,
+                "maintenance_interval_seconds": maintenance_interval_seconds,
+                "monitor_interval_seconds": monitor_interval_seconds,
+                "queue_cache_interval_seconds": queue_cache_interval_seconds,
+                "flow_interval_seconds": flow_interval_seconds,
+                "reindex": reindex,
+                "reindex_interval_seconds": reindex_interval_seconds,
+                "monitor_vacuum": monitor_vacuum,
+                "clock_monitor_interval_seconds": clock_monitor_interval_seconds,
+                "cron_monitor_interval_seconds": cron_monitor_interval_seconds,
+                "cron_worker_interval_seconds": cron_worker_interval_seconds,
+                "persist_warnings": persist_warnings,
+                "warning_retention_days": warning_retention_days,
+                "persist_queue_stats": persist_queue_stats,
+                "queue_stat_retention_days": queue_stat_retention_days,
+                "warning_slow_query_seconds": warning_slow_query_seconds,
+                "warning_queue_size": warning_queue_size,
+            }
+        )
         for option, value in (
             ("supervise_interval_seconds", supervise_interval_seconds),
             ("monitor_interval_seconds", monitor_interval_seconds),
@@ -289,10 +338,33 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
                 self.context, self.events, self.timekeeping, worker=self._worker
             )
             services += [self._clock_skew, self._timekeeper]
+        if self.register_instance:
+            services.append(self._registry())
         for service in services:  # stopped in the same order by stop()
             await service.start()
         self._services = services
         return self
+
+    def _registry(self) -> InstanceRegistry:
+        import qcore
+
+        settings = RegistrySettings(
+            id=self.instance_id,
+            name=self.instance_name,
+            heartbeat_seconds=self.instance_heartbeat_seconds,
+            version=qcore.__version__,
+            supervise=self.supervise_enabled,
+            schedule=self.timekeeping.schedule,
+            migrate=self.migrate,
+            persist_queue_stats=self.maintenance.persist_queue_stats,
+            persist_warnings=self.maintenance.persist_warnings,
+            config=self._recorded_config,
+        )
+        db = self._db
+        pool = (lambda: None) if self._given_db is not None or db is None else db.pool_counts
+        return InstanceRegistry(
+            self.context, self.events, settings, workers=self.worker_statuses, pool=pool
+        )
 
     async def _open_and_install(self) -> None:
         if self._ctx is not None:

@@ -246,6 +246,55 @@ _QUEUE_FIELD = {
 _QUEUE_FIELDS = frozenset(Queue.__dataclass_fields__)
 
 
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """A row of the instance registry: one ``Boss`` (or pg-boss) object sharing the
+    database, as it last reported itself. ``node_version`` holds the runtime's version
+    (``Python 3.11.7`` for qcore, Node's for pg-boss); ``workers``, ``metrics`` and
+    ``config`` are pg-boss's JSON shapes (camelCase keys). ``live``: not stopped, and
+    heard from within three heartbeats."""
+
+    id: uuid.UUID
+    name: str | None
+    host: str
+    pid: int
+    version: str
+    node_version: str
+    application_name: str | None
+    heartbeat_seconds: int
+    supervise: bool
+    schedule: bool
+    migrate: bool
+    persist_queue_stats: bool
+    persist_warnings: bool
+    pool_max: int | None
+    pool_total: int | None
+    pool_idle: int | None
+    pool_waiting: int | None
+    workers: list[dict[str, Any]]
+    metrics: dict[str, Any] | None
+    config: dict[str, Any]
+    crash_restarts: int
+    crash_restarts_since: dt.datetime | None
+    started_on: dt.datetime
+    heartbeat_on: dt.datetime
+    stopped_on: dt.datetime | None
+    live: bool
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Instance:
+        values = {k: row[k] for k in _INSTANCE_FIELDS}
+        for number in ("pid", "heartbeat_seconds", "crash_restarts"):
+            values[number] = int(values[number])
+        for key in ("workers", "metrics", "config"):
+            if isinstance(values[key], str):  # engines that return JSON as text
+                values[key] = json.loads(values[key])
+        return cls(**values)
+
+
+_INSTANCE_FIELDS = tuple(Instance.__dataclass_fields__)
+
+
 #: the outcomes a per-job results handler may give a job
 JOB_RESULT_STATUSES = ("completed", "failed", "dead_letter")
 

@@ -588,6 +588,12 @@ class GroupLimits:
     def largest(self) -> int:
         return max([self.default, *(n for _, n in self.tiers)])
 
+    def as_option(self) -> int | dict[str, Any]:
+        """The limits as the option is written: the integer, or ``{default, tiers}``."""
+        if not self.tiers:
+            return self.default
+        return {"default": self.default, "tiers": dict(self.tiers)}
+
     def tiers_json(self) -> str:
         """The tiers as the JSON object the claim reads (tier -> limit)."""
         return json.dumps(dict(self.tiers))

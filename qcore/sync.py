@@ -255,6 +255,7 @@ class SyncBoss:
     off_work = _blocking(Boss.off_work)
     supervise = _blocking(Boss.supervise)
     get_queue_stats = _blocking(Boss.get_queue_stats)
+    get_instances = _blocking(Boss.get_instances)
     get_reindex_commands = _blocking(Boss.get_reindex_commands)
     schedule = _blocking(Boss.schedule)
     unschedule = _blocking(Boss.unschedule)

@@ -21,6 +21,7 @@ from typing import Any
 from typing_extensions import Unpack
 
 from qcore import flows as flow_ops
+from qcore import instances as instance_ops
 from qcore import jobs as job_ops
 from qcore import pubsub
 from qcore import queues as queue_ops
@@ -29,7 +30,7 @@ from qcore.arguments import verb
 from qcore.backend import FetchStrategy
 from qcore.context import Context
 from qcore.errors import ValidationError
-from qcore.job import CommandResult, EditResult, Job, Queue
+from qcore.job import CommandResult, EditResult, Instance, Job, Queue
 from qcore.jobs import Ids
 from qcore.jobs.shared import SharedStatements
 from qcore.ops.reindex import Reindex, reindex_commands
@@ -387,6 +388,15 @@ class MaintenanceVerbs:
     def context(self, db: Any = None) -> Context:
         """The operation context (``Boss`` gives it)."""
         raise NotImplementedError
+
+    @verb()
+    async def get_instances(
+        self, *, limit: int = 1000, after: uuid.UUID | str | None = None, db: Any = None
+    ) -> list[Instance]:
+        """The ``Boss`` and pg-boss objects registered in this database, oldest start
+        first (at most ``limit``, 1 to 100,000; ``after``: the last id of the previous
+        page), each with ``live``."""
+        return await instance_ops.get_instances(self.context(db), limit=limit, after=after)
 
     def is_maintaining(self) -> bool:
         """Whether a supervise pass (background or :meth:`supervise`) is in flight."""

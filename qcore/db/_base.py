@@ -53,6 +53,11 @@ class Database(abc.ABC):
             f"qcore_transaction_{id(self)}", default=None
         )
 
+    def pool_counts(self) -> dict[str, int] | None:
+        """The pool's ``max``, ``total``, ``idle`` and ``waiting`` connections now, where
+        the adapter has a pool of its own (None otherwise)."""
+        return None
+
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> Rows:
         """Run one statement with ``$1..$n`` parameters; its rows as dicts."""
         tx = self._active.get()

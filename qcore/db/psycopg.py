@@ -152,6 +152,17 @@ class PsycopgDatabase(Database):
         self._connect_kwargs = connect_kwargs or {}
         self.can_listen = self._conninfo is not None
 
+    def pool_counts(self) -> dict[str, int] | None:
+        if self._pool is None:
+            return None
+        stats = self._pool.get_stats()
+        return {
+            "max": self._pool.max_size,
+            "total": stats.get("pool_size", 0),
+            "idle": stats.get("pool_available", 0),
+            "waiting": stats.get("requests_waiting", 0),
+        }
+
     @classmethod
     async def connect(
         cls,

@@ -33,6 +33,7 @@ from qcore.context import Context
 from qcore.db import Database
 from qcore.errors import ConfigError
 from qcore.ops.reindex import Reindex, check_number
+from qcore.sql import instances as instance_sql
 from qcore.sql import maintenance as sql
 
 __all__ = [
@@ -189,8 +190,12 @@ async def _walk(
 
 
 async def prune(ctx: Context, settings: Maintenance, *, stopping: Callable[[], bool]) -> int:
-    """Delete warnings and queue-stat snapshots past their retention; the number of
-    snapshot rows deleted (a partition dropped counts as none: its rows are not read)."""
+    """Delete instance rows quiet for the retention (and dead ones past the bound),
+    warnings and queue-stat snapshots past their retention; the number of snapshot rows
+    deleted (a partition dropped counts as none: its rows are not read)."""
+    await retry.run(ctx, instance_sql.delete_old_instances(ctx.q))
+    skip_locked = ctx.backend.fetch is FetchStrategy.SKIP_LOCKED
+    await retry.run(ctx, instance_sql.trim_dead_instances(ctx.q, skip_locked=skip_locked))
     if settings.persist_warnings and settings.warning_retention_days:
         await retry.run(ctx, sql.prune_warnings(ctx.q), days=settings.warning_retention_days)
     if not settings.persist_queue_stats:

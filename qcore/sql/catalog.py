@@ -414,3 +414,8 @@ _RECORDSET_TYPES = {"{S}.job_state": "text", "timestamp without time zone": "tim
 JOB_COLUMN_TYPES: Mapping[str, str] = MappingProxyType(
     {name: _RECORDSET_TYPES.get(kind, kind) for name, kind, _, _ in _JOB}
 )
+
+#: the instance table's columns in table order, with their types
+INSTANCE_COLUMN_TYPES: Mapping[str, str] = MappingProxyType(
+    {name: kind for name, kind, _, _ in _INSTANCE}
+)

@@ -1,0 +1,241 @@
+"""The instance registry: each ``Boss`` writes its row at start(), on each heartbeat and
+at stop(), as pg-boss 12.38 writes its own; ``get_instances`` pages through them with a
+``live`` flag; crash restarts are counted from the rows of earlier lives; maintenance
+deletes rows quiet for seven days and bounds the dead ones. Time is the schema's clock
+(``set_clock``), not sleeps, wherever a row must look old."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any
+
+import pytest
+
+from qcore import Boss
+from qcore.conformance.helpers import running, set_clock, until
+from qcore.context import Context
+from qcore.errors import ConfigError, ValidationError
+from qcore.instances import get_instances
+from qcore.job import Instance, Job
+from qcore.sql import instances as sql
+
+pytestmark = pytest.mark.feature("instances")
+
+
+def _boss(db: Any, backend: Any, schema: str, **options: Any) -> Boss:
+    return Boss(db=db, backend=backend, schema=schema, supervise=False, **options)
+
+
+async def _mine(boss: Boss) -> Instance:
+    [row] = [i for i in await boss.get_instances(limit=100_000) if i.id == boss.instance_id]
+    return row
+
+
+async def _insert_dead(ctx: Context, n: int, *, name: str | None, days_ago: float = 0) -> None:
+    """``n`` stopped rows of lives named ``name``, started one after another."""
+    for k in range(n):
+        await ctx.db.execute(
+            f"INSERT INTO {ctx.q}.instance (id, name, host, pid, version, node_version,"
+            " heartbeat_seconds, supervise, schedule, migrate, persist_queue_stats,"
+            " persist_warnings, started_on, heartbeat_on, stopped_on)"
+            " VALUES ($1, $2, 'elsewhere', 1, 'x', 'x', 30, false, false, false, false, false,"
+            f" {ctx.q}.job_now() - ($3 || ' seconds')::interval,"
+            f" {ctx.q}.job_now() - ($3 || ' seconds')::interval,"
+            f" {ctx.q}.job_now() - ($3 || ' seconds')::interval)",
+            [uuid.uuid4(), name, str(days_ago * 86400 + 1000 - k)],
+        )
+
+
+async def test_a_started_boss_registers_its_row(db: Any, backend: Any, schema: str) -> None:
+    boss = _boss(db, backend, schema, instance_name="api-1", persist_warnings=True)
+    async with running(boss) as b:
+
+        async def handler(batch: list[Job]) -> None:
+            return None
+
+        await b.create_queue("emails")
+        worker = await b.work("emails", handler, local_concurrency=2, batch_size=5)
+        row = await _mine(b)
+        assert row.name == "api-1" and row.live and row.stopped_on is None
+        assert row.version and row.node_version.startswith("Python ")
+        assert row.heartbeat_seconds == 30 and row.persist_warnings and not row.supervise
+        assert row.pool_max is None  # a db= adapter: its pool is the caller's
+        assert row.config["adapter"] == "custom" and row.config["persistWarnings"] is True
+        assert row.crash_restarts == 0 and row.crash_restarts_since is None
+        assert row.metrics is not None and row.metrics["cpu"] is None  # no rate yet
+        assert row.metrics["rss"] > 0 and row.metrics["cpuLimit"] > 0
+        # the next heartbeat (asked for now) carries the worker and a CPU rate
+        registry = next(s for s in b._services if s.name == "instances")
+        await registry.exclusive(registry.run_pass)  # type: ignore[attr-defined]
+        row = await _mine(b)
+        [entry] = row.workers
+        assert entry["id"] == worker and entry["queue"] == "emails"
+        assert entry["localConcurrency"] == 2 and entry["batchSize"] == 5
+        assert row.metrics is not None and row.metrics["cpu"] is not None
+        started = row.started_on
+        ctx = b.context()
+    [row] = [i for i in await get_instances(ctx) if i.id == boss.instance_id]
+    assert not row.live and row.stopped_on is not None
+    # the same object started again: the same id, a new life
+    async with running(boss) as b:
+        again = await _mine(b)
+        assert again.id == row.id and again.live and again.started_on > started
+
+
+async def test_the_seed_queries_work_on_qcore_rows(db: Any, backend: Any, schema: str) -> None:
+    async with running(_boss(db, backend, schema, instance_name="w")) as b:
+
+        async def handler(batch: list[Job]) -> None:
+            return None
+
+        await b.create_queue("emails")
+        await b.work("emails", handler, local_concurrency=3)
+        registry = next(s for s in b._services if s.name == "instances")
+        await registry.exclusive(registry.run_pass)  # type: ignore[attr-defined]
+        q = b.context().q
+        live = await db.execute(
+            f"SELECT name, host, pid, version FROM {q}.instance WHERE stopped_on IS NULL"
+            " AND heartbeat_on >= now() - heartbeat_seconds * 3 * interval '1 second'"
+        )
+        assert [r["name"] for r in live] == ["w"]
+        working = await db.execute(
+            f"SELECT i.name, i.host, w->>'localConcurrency' AS concurrency FROM {q}.instance i,"
+            " jsonb_array_elements(i.workers) w WHERE w->>'queue' = 'emails'"
+        )
+        assert [(r["name"], r["concurrency"]) for r in working] == [("w", "3")]
+
+
+async def test_get_instances_pages_and_refuses_bad_input(
+    db: Any, backend: Any, schema: str
+) -> None:
+    async with running(_boss(db, backend, schema)) as b:
+        ctx = b.context()
+        await _insert_dead(ctx, 3, name="old")
+        every = await b.get_instances()
+        assert len(every) == 4 and [i.live for i in every] == [False, False, False, True]
+        first = await b.get_instances(limit=2)
+        rest = await b.get_instances(limit=10, after=first[-1].id)
+        assert [i.id for i in first + rest] == [i.id for i in every]
+        assert await b.get_instances(after=every[-1].id) == []
+        for bad in (0, 100_001, "10"):
+            with pytest.raises(ValidationError, match="limit must be an integer from 1"):
+                await b.get_instances(limit=bad)  # type: ignore[arg-type]
+        with pytest.raises(ValidationError, match="after must be an instance id"):
+            await b.get_instances(after="nope")
+        with pytest.raises(ValidationError, match="no longer exists"):
+            await b.get_instances(after=uuid.uuid4())
+
+
+def test_instance_options_are_checked_at_construction() -> None:
+    for options, message in (
+        ({"instance_name": ""}, "instance_name must be a non-empty string"),
+        ({"instance_heartbeat_seconds": 0}, "instance_heartbeat_seconds must be an integer"),
+        ({"instance_heartbeat_seconds": 1.5}, "instance_heartbeat_seconds must be an integer"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            Boss("postgresql://localhost/x", **options)
+
+
+async def test_register_instance_false_writes_no_row(db: Any, backend: Any, schema: str) -> None:
+    async with running(_boss(db, backend, schema, register_instance=False)) as b:
+        assert await b.get_instances() == []
+
+
+async def test_crash_restarts_count_the_lives_that_ended_without_stop(
+    db: Any, backend: Any, schema: str
+) -> None:
+    """Two earlier lives of this name on this host went quiet without stop(); one before
+    them stopped (the streak starts after it)."""
+    async with running(_boss(db, backend, schema)) as setup:
+        ctx = setup.context()
+    host = __import__("socket").gethostname()
+    for k, stopped in enumerate((True, False, False)):
+        await ctx.db.execute(
+            f"INSERT INTO {ctx.q}.instance (id, name, host, pid, version, node_version,"
+            " heartbeat_seconds, supervise, schedule, migrate, persist_queue_stats,"
+            " persist_warnings, started_on, heartbeat_on, stopped_on)"
+            " VALUES ($1, 'crashy', $2, $3, 'x', 'x', 30, false, false, false, false, false,"
+            f" {ctx.q}.job_now() - ($4 || ' seconds')::interval,"
+            f" {ctx.q}.job_now() - ($4 || ' seconds')::interval + interval '10 seconds',"
+            f" CASE WHEN $5 THEN {ctx.q}.job_now() END)",
+            [uuid.uuid4(), host, 100_000 + k, str(3600 - k * 600), stopped],
+        )
+    async with running(_boss(db, backend, schema, instance_name="crashy")) as b:
+        row = await _mine(b)
+        assert row.crash_restarts == 2 and row.crash_restarts_since is not None
+    # another name on the host is not counted with them
+    async with running(_boss(db, backend, schema, instance_name="other")) as b:
+        assert (await _mine(b)).crash_restarts == 0
+
+
+async def test_a_predecessor_still_reading_live_is_counted_once_it_goes_quiet(
+    db: Any, backend: Any, schema: str
+) -> None:
+    async with running(_boss(db, backend, schema)) as setup:
+        ctx = setup.context()
+    host = __import__("socket").gethostname()
+    await ctx.db.execute(
+        f"INSERT INTO {ctx.q}.instance (id, name, host, pid, version, node_version,"
+        " heartbeat_seconds, supervise, schedule, migrate, persist_queue_stats,"
+        " persist_warnings, started_on, heartbeat_on)"
+        " VALUES ($1, 'late', $2, 99999, 'x', 'x', 30, false, false, false, false, false,"
+        f" {ctx.q}.job_now() - interval '20 seconds', {ctx.q}.job_now() - interval '5 seconds')",
+        [uuid.uuid4(), host],
+    )
+    async with running(_boss(db, backend, schema, instance_name="late")) as b:
+        assert (await _mine(b)).crash_restarts == 0  # it might be a live sibling
+        await set_clock(ctx, 120)  # four of its heartbeats later: quiet
+        registry = next(s for s in b._services if s.name == "instances")
+        await registry.exclusive(registry.run_pass)  # type: ignore[attr-defined]
+        assert (await _mine(b)).crash_restarts == 1
+        await set_clock(ctx, 0)
+
+
+async def test_maintenance_deletes_old_rows_and_bounds_the_dead(
+    db: Any, backend: Any, schema: str
+) -> None:
+    async with running(_boss(db, backend, schema, instance_name="keep")) as b:
+        ctx = b.context()
+        await _insert_dead(ctx, 2, name="gone", days_ago=8)
+        await _insert_dead(ctx, 25, name="loop")
+        await b.supervise()
+        names = [i.name for i in await b.get_instances()]
+        assert "gone" not in names and names.count("loop") == 25 and "keep" in names
+        # a new life named "loop" keeps its name's 20 newest dead rows
+        async with running(_boss(db, backend, schema, instance_name="loop")):
+            pass
+        rows = await db.execute(
+            f"SELECT count(*)::int AS n FROM {ctx.q}.instance WHERE name = 'loop'"
+            " AND stopped_on IS NOT NULL"
+        )
+        assert rows[0]["n"] == 21  # 20 kept, and the life that just stopped
+
+
+async def test_trim_keeps_the_newest_dead_rows_in_all(db: Any, backend: Any, schema: str) -> None:
+    async with running(_boss(db, backend, schema)) as b:
+        ctx = b.context()
+        await ctx.db.execute(
+            f"INSERT INTO {ctx.q}.instance (id, name, host, pid, version, node_version,"
+            " heartbeat_seconds, supervise, schedule, migrate, persist_queue_stats,"
+            " persist_warnings, started_on, heartbeat_on, stopped_on)"
+            " SELECT gen_random_uuid(), 'n' || i, 'h', 1, 'x', 'x', 30, false, false, false,"
+            " false, false, now() - i * interval '1 second', now() - i * interval '1 second',"
+            f" now() FROM generate_series(1, {sql.INSTANCE_DEAD_KEPT + 5}) AS i"
+        )
+        await b.supervise()
+        left = await db.execute(f"SELECT name FROM {ctx.q}.instance WHERE stopped_on IS NOT NULL")
+        assert len(left) == sql.INSTANCE_DEAD_KEPT
+        assert {r["name"] for r in left} == {f"n{i}" for i in range(1, sql.INSTANCE_DEAD_KEPT + 1)}
+        assert (await _mine(b)).live  # the live row is never trimmed
+
+
+async def test_heartbeats_move_the_row(db: Any, backend: Any, schema: str) -> None:
+    async with running(_boss(db, backend, schema, instance_heartbeat_seconds=1)) as b:
+        first = (await _mine(b)).heartbeat_on
+
+        async def moved() -> bool:
+            return (await _mine(b)).heartbeat_on > first
+
+        await until(moved, timeout=30, what="a heartbeat")
+        assert (await _mine(b)).started_on <= first < dt.datetime.now(dt.timezone.utc)

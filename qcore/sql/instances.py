@@ -1,0 +1,265 @@
+"""SQL for the instance registry: pg-boss's ``instance`` table, one row per ``Boss``
+object, written by the object itself at start(), on each heartbeat and at stop().
+
+The rows mean what pg-boss's mean, so a fleet of both lists together: live while not
+stopped and heard from within ``INSTANCE_QUIET_BEATS`` heartbeats; deleted once the
+heartbeat has not moved for ``INSTANCE_RETENTION_DAYS``; dead rows (stopped or quiet)
+bounded per name at registration and overall in maintenance. Every statement is the
+same on every backend but the prunes, which lock with ``SKIP LOCKED`` where the engine
+has it.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from qcore.sql._statement import Params, Statement
+from qcore.sql.catalog import INSTANCE_COLUMN_TYPES
+
+__all__ = [
+    "INSTANCE_DEAD_KEPT",
+    "INSTANCE_DEAD_KEPT_PER_NAME",
+    "INSTANCE_QUIET_BEATS",
+    "INSTANCE_RETENTION_DAYS",
+    "count_crash_restarts",
+    "crash_recount_at",
+    "delete_old_instances",
+    "get_instances",
+    "heartbeat_instance",
+    "instance_exists",
+    "prune_instance_lives",
+    "register_instance",
+    "stop_instance",
+    "trim_dead_instances",
+]
+
+#: heartbeats an instance may miss and still be live (pg-boss's)
+INSTANCE_QUIET_BEATS = 3
+#: days a row is kept after its heartbeat last moved
+INSTANCE_RETENTION_DAYS = 7
+#: dead rows kept per name (per host, unnamed) when an instance registers
+INSTANCE_DEAD_KEPT_PER_NAME = 20
+#: dead rows kept in all by maintenance
+INSTANCE_DEAD_KEPT = 1000
+
+#: the columns a registration or a heartbeat writes, in the order of their parameters
+_WRITTEN = (
+    "id",
+    "name",
+    "host",
+    "pid",
+    "version",
+    "node_version",
+    "heartbeat_seconds",
+    "supervise",
+    "schedule",
+    "migrate",
+    "persist_queue_stats",
+    "persist_warnings",
+    "pool_max",
+    "pool_total",
+    "pool_idle",
+    "pool_waiting",
+    "workers",
+    "metrics",
+    "config",
+)
+#: what a heartbeat refreshes of a row that is there
+_BEAT = (
+    "pool_max",
+    "pool_total",
+    "pool_idle",
+    "pool_waiting",
+    "workers",
+    "metrics",
+    "heartbeat_on",
+)
+
+
+def _now(q: str) -> str:
+    return f"{q}.job_now()"
+
+
+def _quiet(q: str, alias: str = "") -> str:
+    """The row's heartbeat is older than its ``INSTANCE_QUIET_BEATS`` heartbeats."""
+    a = f"{alias}." if alias else ""
+    return (
+        f"{a}heartbeat_on < {_now(q)} - {a}heartbeat_seconds * {INSTANCE_QUIET_BEATS}"
+        " * interval '1 second'"
+    )
+
+
+def _dead(q: str) -> str:
+    """Stopped, or quiet: the complement of ``live``."""
+    return f"(stopped_on IS NOT NULL OR {_quiet(q)})"
+
+
+def _upsert(q: str, p: Params, started_on: str, on_conflict: str) -> str:
+    values = [f"{p(column)}::{INSTANCE_COLUMN_TYPES[column]}" for column in _WRITTEN]
+    columns = ", ".join([*_WRITTEN, "application_name", "started_on", "heartbeat_on"])
+    return (
+        f"INSERT INTO {q}.instance ({columns})"
+        f" VALUES ({', '.join(values)}, current_setting('application_name'), {started_on},"
+        f" {_now(q)}) ON CONFLICT (id) DO UPDATE SET {on_conflict}"
+    )
+
+
+@lru_cache(maxsize=16)
+def register_instance(q: str) -> Statement:
+    """Write this instance's row as new (a restart after stop() reads as a new life: a
+    new ``started_on``, not stopped, no crash restarts yet). Row: ``started_on``."""
+    p = Params()
+    replaced = [c for c in _WRITTEN if c != "id"] + ["application_name", "started_on"]
+    sets = [f"{c} = EXCLUDED.{c}" for c in replaced if c not in _BEAT]
+    sets += ["stopped_on = NULL", "crash_restarts = 0", "crash_restarts_since = NULL"]
+    sets += [f"{c} = EXCLUDED.{c}" for c in _BEAT]
+    sql = _upsert(q, p, _now(q), ", ".join(sets)) + " RETURNING started_on"
+    return p.statement(sql)
+
+
+@lru_cache(maxsize=16)
+def heartbeat_instance(q: str) -> Statement:
+    """Refresh the row's pool, workers, metrics and heartbeat; a row pruned meanwhile
+    (a process asleep past the retention) comes back with the ``started_on`` it had."""
+    p = Params()
+    sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in _BEAT)
+    return p.statement(_upsert(q, p, f"{p('started_on')}::timestamptz", sets))
+
+
+@lru_cache(maxsize=16)
+def stop_instance(q: str) -> Statement:
+    """Mark the row stopped (a graceful stop; a crash leaves it to go quiet)."""
+    p = Params()
+    return p.statement(f"UPDATE {q}.instance SET stopped_on = {_now(q)} WHERE id = {p('id')}::uuid")
+
+
+def _prune_dead(q: str, where: str, keep: int, skip_locked: bool) -> str:
+    """Delete the dead rows ``where`` selects past the ``keep`` newest (by start), ranked
+    before they are locked; with ``skip_locked`` (where the engine has it) locked with
+    SKIP LOCKED, so two prunes at once neither deadlock nor delete a row the other's
+    ranking kept (without it, the second prune waits and finds the rows gone)."""
+    lock = " FOR UPDATE SKIP LOCKED" if skip_locked else ""
+    return (
+        f"DELETE FROM {q}.instance WHERE id IN (SELECT id FROM {q}.instance WHERE id IN"
+        " (SELECT id FROM (SELECT id, row_number() OVER (ORDER BY started_on DESC, id DESC)"
+        f" AS n FROM {q}.instance WHERE {where} AND {_dead(q)}) ranked WHERE n > {keep})"
+        f"{lock})"
+    )
+
+
+@lru_cache(maxsize=16)
+def prune_instance_lives(q: str, *, skip_locked: bool) -> Statement:
+    """After a registration: the dead rows of the same name (same host, unnamed) past the
+    ``INSTANCE_DEAD_KEPT_PER_NAME`` newest."""
+    p = Params()
+    mine = (
+        f"id <> {p('id')}::uuid AND (CASE WHEN {p('name')}::text IS NULL"
+        f" THEN name IS NULL AND host = {p('host')}::text ELSE name = {p('name')}::text END)"
+    )
+    return p.statement(_prune_dead(q, mine, INSTANCE_DEAD_KEPT_PER_NAME, skip_locked))
+
+
+@lru_cache(maxsize=16)
+def trim_dead_instances(q: str, *, skip_locked: bool) -> Statement:
+    """Maintenance: the dead rows past the ``INSTANCE_DEAD_KEPT`` newest."""
+    return Params().statement(_prune_dead(q, "true", INSTANCE_DEAD_KEPT, skip_locked))
+
+
+@lru_cache(maxsize=16)
+def delete_old_instances(q: str) -> Statement:
+    """Maintenance: rows whose heartbeat has not moved for ``INSTANCE_RETENTION_DAYS``
+    (a live row never qualifies: its heartbeat keeps moving)."""
+    return Params().statement(
+        f"DELETE FROM {q}.instance"
+        f" WHERE heartbeat_on < {_now(q)} - interval '{INSTANCE_RETENTION_DAYS} days'"
+    )
+
+
+def _crash_streak(q: str, p: Params) -> str:
+    """The CTEs of this instance's name and host: ``slot``, the lives before this one
+    that were not heard from after it started (neither siblings still beating nor
+    another ``Boss`` of this process); ``streak``, those after the last one stopped."""
+    return (
+        f"me AS (SELECT id, started_on FROM {q}.instance WHERE id = {p('id')}::uuid),"
+        f" slot AS (SELECT i.* FROM {q}.instance i, me WHERE i.id <> me.id"
+        f" AND i.host = {p('host')}::text"
+        f" AND (i.name = {p('name')}::text OR (i.name IS NULL AND {p('name')}::text IS NULL))"
+        " AND i.started_on < me.started_on AND i.heartbeat_on <= me.started_on"
+        f" AND NOT (i.pid = {p('pid')}::int"
+        f" AND i.started_on >= {p('process_start')}::timestamptz)),"
+        " boundary AS (SELECT max(started_on) AS at FROM slot WHERE stopped_on IS NOT NULL),"
+        " streak AS (SELECT s.* FROM slot s, boundary b WHERE s.stopped_on IS NULL"
+        " AND (b.at IS NULL OR s.started_on > b.at))"
+    )
+
+
+def _crashed(q: str, p: Params) -> str:
+    """A life of the streak that ended: quiet, or of this pid from before this process
+    started (a container restart reuses pid 1)."""
+    return (
+        f"({_quiet(q)} OR (pid = {p('pid')}::int"
+        f" AND heartbeat_on < {p('process_start')}::timestamptz))"
+    )
+
+
+@lru_cache(maxsize=16)
+def count_crash_restarts(q: str) -> Statement:
+    """Number the crashed lives of the streak from the earliest kept (whose count stands
+    for any pruned before it) and write each later life's count and this instance's,
+    so the counts stay exact as the pruning moves past the earliest rows."""
+    p = Params()
+    sql = (
+        f"WITH {_crash_streak(q, p)},"
+        " crashed AS (SELECT id, crash_restarts, crash_restarts_since, heartbeat_on,"
+        " row_number() OVER (ORDER BY started_on, id) AS n, count(*) OVER () AS k"
+        f" FROM streak WHERE {_crashed(q, p)}),"
+        " head AS (SELECT crash_restarts AS base,"
+        " COALESCE(crash_restarts_since, heartbeat_on) AS since, k FROM crashed WHERE n = 1),"
+        " counts AS (SELECT c.id, h.base + c.n - 1 AS restarts, h.since"
+        " FROM crashed c, head h WHERE c.n > 1"
+        " UNION ALL SELECT me.id, COALESCE(h.base + h.k, 0), h.since FROM me"
+        " LEFT JOIN head h ON true)"
+        f" UPDATE {q}.instance i SET crash_restarts = counts.restarts::int,"
+        " crash_restarts_since = counts.since FROM counts WHERE i.id = counts.id"
+    )
+    return p.statement(sql)
+
+
+@lru_cache(maxsize=16)
+def crash_recount_at(q: str) -> Statement:
+    """When the lives this count could not judge yet (still reading live) go quiet: the
+    registry counts again then. Row ``recount_at``, NULL when there are none."""
+    p = Params()
+    sql = (
+        f"WITH {_crash_streak(q, p)} SELECT max(heartbeat_on + heartbeat_seconds"
+        f" * {INSTANCE_QUIET_BEATS} * interval '1 second') AS recount_at"
+        f" FROM streak WHERE NOT {_crashed(q, p)}"
+    )
+    return p.statement(sql)
+
+
+@lru_cache(maxsize=16)
+def get_instances(q: str, *, after: bool = False) -> Statement:
+    """The rows, oldest start first, at most ``limit``, each with ``live``; with
+    ``after``, those past the row of the instance id ``after``."""
+    p = Params()
+    where = ""
+    if after:
+        where = (
+            f" WHERE (started_on, id) > ((SELECT started_on FROM {q}.instance"
+            f" WHERE id = {p('after')}::uuid), {p('after')}::uuid)"
+        )
+    sql = (
+        f"SELECT *, stopped_on IS NULL AND NOT ({_quiet(q)}) AS live FROM {q}.instance"
+        f"{where} ORDER BY started_on, id LIMIT {p('limit')}::int"
+    )
+    return p.statement(sql)
+
+
+@lru_cache(maxsize=16)
+def instance_exists(q: str) -> Statement:
+    """Row ``present`` for the instance id ``id``."""
+    p = Params()
+    return p.statement(
+        f"SELECT EXISTS (SELECT 1 FROM {q}.instance WHERE id = {p('id')}::uuid) AS present"
+    )
