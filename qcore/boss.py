@@ -10,6 +10,7 @@ transaction.
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import Any
 from typing_extensions import Unpack
 
 from qcore import backends
+from qcore import instances as instance_ops
 from qcore.arguments import constructor, verb
 from qcore.backend import Backend, EngineIdentity, Server
 from qcore.context import Context
@@ -133,6 +135,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
         register_instance: bool = True,
         instance_name: str | None = None,
         instance_heartbeat_seconds: int = 30,
+        instance_key: str | None = None,
         **connection: Unpack[ConnectionOptions],
     ) -> None:
         self._auto = backend == self.AUTO
@@ -173,6 +176,20 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
         self.register_instance = register_instance
         self.instance_name = instance_name
         self.instance_heartbeat_seconds = int(instance_heartbeat_seconds)
+        key = (
+            instance_key
+            if instance_key is not None
+            else os.environ.get(instance_ops.INSTANCE_KEY_ENV)
+        )
+        try:
+            #: this server's stable key (``$QCORE_INSTANCE_KEY`` unless given), or None
+            self.instance_key = None if key is None else instance_ops.instance_key(key)
+        except ValidationError as exc:
+            raise ConfigError(str(exc)) from None
+        if self.instance_key is not None and not register_instance:
+            raise ConfigError("instance_key needs register_instance=True (a keyed server beats)")
+        #: whether an operator paused this server (its workers claim nothing meanwhile)
+        self.paused = False
         if register_instance and connection.get("application_name") is None:
             # its connections name it, so pg_stat_activity joins its row
             connection = {**connection, "application_name": f"qcore:{str(self.instance_id)[:8]}"}
@@ -183,6 +200,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
                 "max": connection.get("max", DEFAULT_MAX),
                 "use_listen_notify": use_listen_notify,
                 "instance_heartbeat_seconds": instance_heartbeat_seconds,
+                "instance_key": self.instance_key,
                 "supervise": supervise,
                 "schedule": schedule,
                 "migrate": migrate,
@@ -351,6 +369,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
         settings = RegistrySettings(
             id=self.instance_id,
             name=self.instance_name,
+            instance_key=self.instance_key,
             heartbeat_seconds=self.instance_heartbeat_seconds,
             version=qcore.__version__,
             supervise=self.supervise_enabled,
@@ -363,8 +382,25 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
         db = self._db
         pool = (lambda: None) if self._given_db is not None or db is None else db.pool_counts
         return InstanceRegistry(
-            self.context, self.events, settings, workers=self.worker_statuses, pool=pool
+            self.context,
+            self.events,
+            settings,
+            workers=self.worker_statuses,
+            pool=pool,
+            on_paused=self._set_paused,
         )
+
+    def _set_paused(self, paused: bool) -> None:
+        """The registry read this server's pause state: workers follow it."""
+        if paused == self.paused:
+            return
+        self.paused = paused
+        self.events.emit(
+            "instance_paused" if paused else "instance_resumed",
+            {"instance_key": self.instance_key, "instance_id": str(self.instance_id)},
+        )
+        if not paused:
+            self._wake_all()
 
     async def _open_and_install(self) -> None:
         if self._ctx is not None:
@@ -488,7 +524,8 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
         return self._started
 
     def on(self, event: str, callback: Callable[..., Any]) -> Callable[[], None]:
-        """Subscribe to ``error``, ``warning``, ``wip``, ``stopped`` or ``flow``; returns an
+        """Subscribe to an event (``error``, ``warning``, ``wip``, ``stopped``, ``flow``,
+        ``instance_paused``, ``instance_resumed``, ``instance_removed``); returns an
         unsubscribe."""
         return self.events.on(event, callback)
 
@@ -583,6 +620,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
             context=self.context,
             events=self.events,
             listening=self._listening,
+            paused=lambda: self.paused,
             on_change=self._wip.changed,
         )
 

@@ -20,7 +20,16 @@ __all__ = ["EVENTS", "Events", "WarningEvent"]
 
 log = logging.getLogger("qcore")
 
-EVENTS = ("error", "warning", "wip", "stopped", "flow")
+EVENTS = (
+    "error",
+    "warning",
+    "wip",
+    "stopped",
+    "flow",
+    "instance_paused",
+    "instance_resumed",
+    "instance_removed",
+)
 
 
 @dataclass(frozen=True)

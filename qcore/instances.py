@@ -1,5 +1,6 @@
-"""The instance registry's reads: the ``Boss`` and pg-boss objects sharing the database
-(their rows are written by each object's own registry service)."""
+"""The instance registry's verbs: the ``Boss`` and pg-boss objects sharing the database
+(their rows are written by each object's own registry service), and the operator's
+pause, resume and removal of a keyed server (qcore's own ``qcore_instance_key`` table)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,44 @@ from qcore.errors import ValidationError
 from qcore.job import Instance
 from qcore.options import check_count
 from qcore.sql import instances as sql
+from qcore.sql.probes import table_in_schema
 
-__all__ = ["MAX_INSTANCES_PAGE", "get_instances"]
+__all__ = [
+    "INSTANCE_KEY_ENV",
+    "MAX_INSTANCES_PAGE",
+    "REMOVE_AFTER_MINUTES",
+    "get_instances",
+    "instance_key",
+    "pause_instance",
+    "remove_instance",
+    "resume_instance",
+]
 
 #: the most rows one page of ``get_instances`` returns (pg-boss's bound)
 MAX_INSTANCES_PAGE = 100_000
+#: a key can be removed once no server with it has been seen for this long
+REMOVE_AFTER_MINUTES = 30
+#: where a server's instance key comes from when ``Boss(instance_key=...)`` is not given
+INSTANCE_KEY_ENV = "QCORE_INSTANCE_KEY"
+#: the longest instance key
+MAX_INSTANCE_KEY_LENGTH = 200
+
+
+def instance_key(value: object) -> str:
+    """An instance key: a non-empty string of at most 200 characters, no NUL."""
+    if not isinstance(value, str) or not value:
+        raise ValidationError(f"instance_key must be a non-empty string, got {value!r}")
+    if len(value) > MAX_INSTANCE_KEY_LENGTH or "\x00" in value:
+        raise ValidationError(
+            f"instance_key must be at most {MAX_INSTANCE_KEY_LENGTH} characters, without"
+            f" NUL, got {value[:40]!r}..."
+        )
+    return value
+
+
+async def _has_key_table(ctx: Context) -> bool:
+    [row] = await retry.run(ctx, table_in_schema, schema=ctx.schema, name=sql.INSTANCE_KEY_TABLE)
+    return bool(row["present"])
 
 
 async def get_instances(
@@ -30,9 +64,8 @@ async def get_instances(
             after = after if isinstance(after, uuid.UUID) else uuid.UUID(str(after))
         except ValueError:
             raise ValidationError(f"after must be an instance id (a UUID), got {after!r}") from None
-    rows = await retry.run(
-        ctx, sql.get_instances(ctx.q, after=after is not None), limit=limit, after=after
-    )
+    statement = sql.get_instances(ctx.q, after=after is not None, keys=await _has_key_table(ctx))
+    rows = await retry.run(ctx, statement, limit=limit, after=after)
     if after is not None and not rows:
         [found] = await retry.run(ctx, sql.instance_exists(ctx.q), id=after)
         if not found["present"]:
@@ -41,3 +74,39 @@ async def get_instances(
                 " the previous page): start again from the first page"
             )
     return [Instance.from_row(r) for r in rows]
+
+
+async def pause_instance(ctx: Context, key: str) -> None:
+    """Pause the server with ``key``: it keeps heartbeating and claims nothing (from its
+    next heartbeat) until resumed; persisted, so a restart stays paused. A key no server
+    has used yet is paused ahead of it."""
+    await retry.run(
+        ctx, sql.set_instance_paused(ctx.q, create=True), key=instance_key(key), paused=True
+    )
+
+
+async def resume_instance(ctx: Context, key: str) -> None:
+    """Let the server with ``key`` claim again (from its next heartbeat); ``ValidationError``
+    for a key no server has used or paused."""
+    rows = await retry.run(
+        ctx, sql.set_instance_paused(ctx.q, create=False), key=instance_key(key), paused=False
+    )
+    if not rows:
+        raise ValidationError(f"no server has instance key {key!r}: nothing to resume")
+
+
+async def remove_instance(ctx: Context, key: str) -> None:
+    """Forget ``key`` (its pause state with it); refused with ``ValidationError`` while a
+    server with it was seen within the last 30 minutes, or for an unknown key. Jobs are
+    never touched."""
+    [row] = await retry.run(
+        ctx, sql.remove_instance_key(ctx.q), key=instance_key(key), minutes=REMOVE_AFTER_MINUTES
+    )
+    if not row["found"]:
+        raise ValidationError(f"no server has instance key {key!r}: nothing to remove")
+    if not row["removed"]:
+        raise ValidationError(
+            f"the server with instance key {key!r} was seen {row['seen_minutes_ago']:.0f}"
+            f" minutes ago; it can be removed once it has been gone {REMOVE_AFTER_MINUTES}"
+            " minutes (stop it first)"
+        )

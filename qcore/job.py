@@ -280,10 +280,14 @@ class Instance:
     heartbeat_on: dt.datetime
     stopped_on: dt.datetime | None
     live: bool
+    #: a keyed server's ``instance_key`` (qcore's; None for pg-boss and anonymous ones)
+    instance_key: str | None = None
+    #: whether that key is paused (claims nothing until resumed)
+    paused: bool = False
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Instance:
-        values = {k: row[k] for k in _INSTANCE_FIELDS}
+        values = {k: row[k] for k in _INSTANCE_FIELDS if k in row}
         for number in ("pid", "heartbeat_seconds", "crash_restarts"):
             values[number] = int(values[number])
         for key in ("workers", "metrics", "config"):

@@ -32,6 +32,7 @@ from qcore.context import Context
 from qcore.errors import ConfigError, DatabaseError, NotInstalledError, SchemaVersionError
 from qcore.identifiers import quote
 from qcore.migrations import MIGRATIONS, Migration, apply, plan
+from qcore.sql import instances as instance_sql
 from qcore.sql import locks as lock_sql
 from qcore.sql import schema as sql
 from qcore.sql.schema import SCHEMA_VERSION
@@ -113,6 +114,8 @@ async def install_or_migrate(
     if version is not None:
         if version > target:
             raise _newer_error(ctx, version, target)
+        if migrate:  # qcore's own tables on an install pg-boss (or an older qcore) made
+            await _apply(ctx, instance_sql.create_instance_key_table(ctx.schema))
         if version == target:
             return
         if not migrate:
@@ -134,7 +137,7 @@ async def install_or_migrate(
             plan(SCHEMA_VERSION, target, migrations)
 
     if ctx.backend.lock is not LockStrategy.ADVISORY:
-        await _ensure_lock_table(ctx, create_schema)
+        await _ensure_qcore_tables(ctx, create_schema)
     transactional = _atomic(ctx)
     while True:
         async with locks.locked(ctx, locks.INSTALL, transaction=transactional) as db:
@@ -185,11 +188,13 @@ async def _check_before_install(
         )
 
 
-async def _ensure_lock_table(ctx: Context, create_schema: bool) -> None:
-    """The schema and qcore's lock table, before the first lease (idempotent statements)."""
+async def _ensure_qcore_tables(ctx: Context, create_schema: bool) -> None:
+    """The schema and qcore's own tables (the lock table, before the first lease; the
+    instance keys), idempotent statements, on an install of any age."""
     if create_schema:
         await _apply(ctx, sql.create_schema_if_missing(ctx.schema))
     await _apply(ctx, lock_sql.create_lock_table(ctx.schema))
+    await _apply(ctx, instance_sql.create_instance_key_table(ctx.schema))
 
 
 async def _apply(ctx: Context, step: sql.DDL) -> None:

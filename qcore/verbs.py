@@ -30,6 +30,7 @@ from qcore.arguments import verb
 from qcore.backend import FetchStrategy
 from qcore.context import Context
 from qcore.errors import ValidationError
+from qcore.events import Events
 from qcore.job import CommandResult, EditResult, Instance, Job, Queue
 from qcore.jobs import Ids
 from qcore.jobs.shared import SharedStatements
@@ -381,6 +382,7 @@ class MaintenanceVerbs:
 
     #: the supervise pass's settings (``Boss`` sets them from its options)
     maintenance: Maintenance
+    events: Events
     supervise_interval_seconds: float
     monitor_interval_seconds: float
     _supervisor: Supervisor | None
@@ -397,6 +399,28 @@ class MaintenanceVerbs:
         first (at most ``limit``, 1 to 100,000; ``after``: the last id of the previous
         page), each with ``live``."""
         return await instance_ops.get_instances(self.context(db), limit=limit, after=after)
+
+    @verb()
+    async def pause_instance(self, instance_key: str, *, db: Any = None) -> None:
+        """Pause the server with ``instance_key`` (from any process): it keeps
+        heartbeating and its workers claim nothing, from its next heartbeat, until
+        resumed; persisted across its restarts. Emits ``instance_paused`` here."""
+        await instance_ops.pause_instance(self.context(db), instance_key)
+        self.events.emit("instance_paused", {"instance_key": instance_key})
+
+    @verb()
+    async def resume_instance(self, instance_key: str, *, db: Any = None) -> None:
+        """Let a paused server claim again (from its next heartbeat). Emits
+        ``instance_resumed`` here."""
+        await instance_ops.resume_instance(self.context(db), instance_key)
+        self.events.emit("instance_resumed", {"instance_key": instance_key})
+
+    @verb()
+    async def remove_instance(self, instance_key: str, *, db: Any = None) -> None:
+        """Forget a server's key and pause state once it has been gone 30 minutes
+        (``ValidationError`` before); jobs are never touched. Emits ``instance_removed``."""
+        await instance_ops.remove_instance(self.context(db), instance_key)
+        self.events.emit("instance_removed", {"instance_key": instance_key})
 
     def is_maintaining(self) -> bool:
         """Whether a supervise pass (background or :meth:`supervise`) is in flight."""

@@ -49,6 +49,7 @@ class RegistrySettings:
 
     id: uuid.UUID
     name: str | None
+    instance_key: str | None
     heartbeat_seconds: int
     version: str
     supervise: bool
@@ -126,12 +127,14 @@ class InstanceRegistry(Periodic):
         *,
         workers: Callable[[], Sequence[Any]],
         pool: Callable[[], dict[str, int] | None],
+        on_paused: Callable[[bool], None] | None = None,
     ) -> None:
         super().__init__(events, float(settings.heartbeat_seconds), detached=True)
         self._context = context
         self.settings = settings
         self._workers = workers
         self._pool = pool
+        self._on_paused = on_paused
         self._lag = LoopLag()
         self._usage: ProcessUsage | None = None
         self._started_on: dt.datetime | None = None
@@ -152,6 +155,7 @@ class InstanceRegistry(Periodic):
             skip_locked = ctx.backend.fetch is FetchStrategy.SKIP_LOCKED
             prune = sql.prune_instance_lives(ctx.q, skip_locked=skip_locked)
             await retry.run(ctx, prune, **self._slot())
+            await self._beat_key(ctx)
         except Exception as exc:
             assert self.events is not None
             self.events.emit("error", exc)
@@ -162,8 +166,18 @@ class InstanceRegistry(Periodic):
         ctx = self._context()
         started = self._started_on or dt.datetime.now(dt.timezone.utc)
         await retry.run(ctx, sql.heartbeat_instance(ctx.q), **self._values(), started_on=started)
+        await self._beat_key(ctx)
         if self._recount:
             await self._count_crash_restarts(ctx)
+
+    async def _beat_key(self, ctx: Context) -> None:
+        """A keyed server: its key seen now, and whether it is paused (told on change)."""
+        key = self.settings.instance_key
+        if key is None:
+            return
+        [row] = await retry.run(ctx, sql.beat_instance_key(ctx.q), key=key, id=self.settings.id)
+        if self._on_paused is not None:
+            self._on_paused(bool(row["paused"]))
 
     async def stop(self) -> None:
         await super().stop()

@@ -13,22 +13,29 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from qcore.sql._statement import Params, Statement
+from qcore.identifiers import quote
+from qcore.sql._statement import DDL, Params, Statement
 from qcore.sql.catalog import INSTANCE_COLUMN_TYPES
+from qcore.sql.probes import table_in_schema
 
 __all__ = [
     "INSTANCE_DEAD_KEPT",
     "INSTANCE_DEAD_KEPT_PER_NAME",
+    "INSTANCE_KEY_TABLE",
     "INSTANCE_QUIET_BEATS",
     "INSTANCE_RETENTION_DAYS",
+    "beat_instance_key",
     "count_crash_restarts",
     "crash_recount_at",
+    "create_instance_key_table",
     "delete_old_instances",
     "get_instances",
     "heartbeat_instance",
     "instance_exists",
     "prune_instance_lives",
     "register_instance",
+    "remove_instance_key",
+    "set_instance_paused",
     "stop_instance",
     "trim_dead_instances",
 ]
@@ -239,19 +246,26 @@ def crash_recount_at(q: str) -> Statement:
 
 
 @lru_cache(maxsize=16)
-def get_instances(q: str, *, after: bool = False) -> Statement:
-    """The rows, oldest start first, at most ``limit``, each with ``live``; with
-    ``after``, those past the row of the instance id ``after``."""
+def get_instances(q: str, *, after: bool = False, keys: bool = True) -> Statement:
+    """The rows, oldest start first, at most ``limit``, each with ``live`` and, for a
+    keyed server, its ``instance_key`` and ``paused`` (``keys=False``: the schema has no
+    key table, an install pg-boss made that qcore never migrated); with ``after``,
+    those past the row of the instance id ``after``."""
     p = Params()
     where = ""
     if after:
         where = (
-            f" WHERE (started_on, id) > ((SELECT started_on FROM {q}.instance"
+            f" WHERE (i.started_on, i.id) > ((SELECT started_on FROM {q}.instance"
             f" WHERE id = {p('after')}::uuid), {p('after')}::uuid)"
         )
+    key_columns, joined = "NULL::text AS instance_key, false AS paused", ""
+    if keys:
+        key_columns = "k.instance_key, COALESCE(k.paused, false) AS paused"
+        joined = f" LEFT JOIN {_keys(q)} k ON k.instance_id = i.id"
     sql = (
-        f"SELECT *, stopped_on IS NULL AND NOT ({_quiet(q)}) AS live FROM {q}.instance"
-        f"{where} ORDER BY started_on, id LIMIT {p('limit')}::int"
+        f"SELECT i.*, i.stopped_on IS NULL AND NOT ({_quiet(q, 'i')}) AS live, {key_columns}"
+        f" FROM {q}.instance i{joined}{where} ORDER BY i.started_on, i.id"
+        f" LIMIT {p('limit')}::int"
     )
     return p.statement(sql)
 
@@ -262,4 +276,77 @@ def instance_exists(q: str) -> Statement:
     p = Params()
     return p.statement(
         f"SELECT EXISTS (SELECT 1 FROM {q}.instance WHERE id = {p('id')}::uuid) AS present"
+    )
+
+
+#: qcore's table of instance keys (pg-boss has no such thing and ignores it)
+INSTANCE_KEY_TABLE = "qcore_instance_key"
+
+
+def _keys(q: str) -> str:
+    return f"{q}.{quote(INSTANCE_KEY_TABLE)}"
+
+
+def create_instance_key_table(schema: str) -> DDL:
+    """qcore's instance keys: whether each is paused (and since when), and when a server
+    with it was last seen (its instance's id). Idempotent (skipped where it exists), on
+    every backend."""
+    return DDL(
+        f"CREATE TABLE IF NOT EXISTS {quote(schema)}.{quote(INSTANCE_KEY_TABLE)} ("
+        " instance_key text PRIMARY KEY,"
+        " paused boolean NOT NULL DEFAULT false,"
+        " changed_on timestamptz,"
+        " seen_on timestamptz,"
+        " instance_id uuid"
+        ")",
+        skip_if=(table_in_schema, {"schema": schema, "name": INSTANCE_KEY_TABLE}),
+    )
+
+
+@lru_cache(maxsize=16)
+def beat_instance_key(q: str) -> Statement:
+    """A keyed server's heartbeat: its key seen now by instance ``id``. Row ``paused``."""
+    p = Params()
+    return p.statement(
+        f"INSERT INTO {_keys(q)} AS k (instance_key, seen_on, instance_id)"
+        f" VALUES ({p('key')}::text, {_now(q)}, {p('id')}::uuid) ON CONFLICT (instance_key)"
+        " DO UPDATE SET seen_on = EXCLUDED.seen_on, instance_id = EXCLUDED.instance_id"
+        " RETURNING k.paused"
+    )
+
+
+@lru_cache(maxsize=16)
+def set_instance_paused(q: str, *, create: bool) -> Statement:
+    """Pause (``paused`` true) or resume the server with ``key``; with ``create``, a key
+    never seen is paused ahead of its server. Rows: the key changed (none: unknown)."""
+    p = Params()
+    if create:
+        sql = (
+            f"INSERT INTO {_keys(q)} AS k (instance_key, paused, changed_on)"
+            f" VALUES ({p('key')}::text, {p('paused')}::boolean, {_now(q)})"
+            " ON CONFLICT (instance_key) DO UPDATE SET paused = EXCLUDED.paused,"
+            " changed_on = EXCLUDED.changed_on RETURNING k.instance_key"
+        )
+    else:
+        sql = (
+            f"UPDATE {_keys(q)} SET paused = {p('paused')}::boolean, changed_on = {_now(q)}"
+            f" WHERE instance_key = {p('key')}::text RETURNING instance_key"
+        )
+    return p.statement(sql)
+
+
+@lru_cache(maxsize=16)
+def remove_instance_key(q: str) -> Statement:
+    """Forget ``key`` unless a server with it was seen within ``minutes``. Row:
+    ``found`` (the key exists), ``seen_minutes_ago``, ``removed``."""
+    p = Params()
+    return p.statement(
+        f"WITH k AS (SELECT instance_key, seen_on FROM {_keys(q)}"
+        f" WHERE instance_key = {p('key')}::text),"
+        f" gone AS (DELETE FROM {_keys(q)} WHERE instance_key = {p('key')}::text"
+        f" AND (seen_on IS NULL OR seen_on < {_now(q)} - {p('minutes')}::int"
+        " * interval '1 minute') RETURNING instance_key)"
+        " SELECT EXISTS (SELECT 1 FROM k) AS found,"
+        f" (SELECT EXTRACT(EPOCH FROM ({_now(q)} - seen_on)) / 60 FROM k)::float8"
+        " AS seen_minutes_ago, EXISTS (SELECT 1 FROM gone) AS removed"
     )

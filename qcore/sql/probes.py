@@ -42,6 +42,15 @@ version_table_exists = Statement(
 )
 
 
+# Whether ``schema`` holds table ``name`` (pg_class, as above); every backend.
+table_in_schema = Statement(
+    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c"
+    " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')) AS present",
+    ("schema", "name"),
+)
+
+
 @lru_cache(maxsize=16)
 def select_version(schema: str) -> Statement:
     """The installed version (NULL when the table is empty); every backend."""

@@ -70,6 +70,7 @@ from qcore.sql.functions import (
     _job_table_run_async,
     _partition_commands,
 )
+from qcore.sql.instances import create_instance_key_table
 from qcore.sql.locks import create_lock_table
 from qcore.sql.probes import (
     _constraint_exists,
@@ -153,6 +154,7 @@ def install(
     if create_schema:
         steps.insert(0, create_schema_if_missing(schema))
     steps.append(create_lock_table(schema))
+    steps.append(create_instance_key_table(schema))
     steps.append(DDL(_install_version(schema)))
     return steps
 

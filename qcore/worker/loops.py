@@ -94,7 +94,8 @@ class Worker:
     """``local_concurrency`` loops fetching from queue ``name`` and running ``handler``.
 
     ``listening(queue)`` says whether a NOTIFY for the queue would reach this worker
-    (the Boss's notifier is up); ``on_change()`` is called when its status changes.
+    (the Boss's notifier is up); ``on_change()`` is called when its status changes;
+    while ``paused()`` the loops claim nothing (an operator paused the server).
     """
 
     def __init__(
@@ -107,6 +108,7 @@ class Worker:
         events: Events,
         listening: Callable[[str], bool] | None = None,
         on_change: Callable[[], None] | None = None,
+        paused: Callable[[], bool] | None = None,
     ) -> None:
         queue_name(name)
         if not callable(handler):
@@ -119,6 +121,7 @@ class Worker:
         self._events = events
         self._listening = listening
         self._on_change = on_change
+        self._paused = paused
         self._async = _is_async(handler)
         self._fetch_options = options.fetch
         limits = options.local_group_concurrency
@@ -258,6 +261,11 @@ class Worker:
                     await self._gate.idle(self._poll_delay)
                     if self._stopping:
                         break
+                if self._paused is not None and self._paused():
+                    # an operator paused this server: no claim, ask again next poll
+                    self._last_fetch = asyncio.get_running_loop().time()
+                    burst = False
+                    continue
                 burst = await self._fetch_and_process(slot) and await self._bursting()
             except Exception as exc:  # never let a loop die: report and go on polling
                 self._report(exc)

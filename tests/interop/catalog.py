@@ -19,7 +19,7 @@ import psycopg
 __all__ = ["QCORE_ONLY_TABLES", "diff", "snapshot"]
 
 #: qcore's own tables, which pg-boss does not have (and does not need to)
-QCORE_ONLY_TABLES = frozenset({"qcore_lock"})
+QCORE_ONLY_TABLES = frozenset({"qcore_lock", "qcore_instance_key"})
 
 _QUERIES: dict[str, str] = {
     "tables": """

@@ -6,6 +6,7 @@ deletes rows quiet for seven days and bounds the dead ones. Time is the schema's
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import uuid
 from typing import Any
@@ -239,3 +240,98 @@ async def test_heartbeats_move_the_row(db: Any, backend: Any, schema: str) -> No
 
         await until(moved, timeout=30, what="a heartbeat")
         assert (await _mine(b)).started_on <= first < dt.datetime.now(dt.timezone.utc)
+
+
+# -- instance keys: pause, resume, remove --------------------------------------------------
+
+
+async def _beat(boss: Boss) -> None:
+    """The server's next heartbeat, now."""
+    registry = next(s for s in boss._services if s.name == "instances")
+    await registry.exclusive(registry.run_pass)  # type: ignore[attr-defined]
+
+
+async def test_a_paused_server_claims_nothing_until_resumed(
+    db: Any, backend: Any, schema: str
+) -> None:
+    server = _boss(db, backend, schema, instance_key="b:ram-2gb:cpu-1cor")
+    admin = _boss(db, backend, schema, register_instance=False)
+    seen: list[tuple[str, Any]] = []
+    server.on("instance_paused", lambda e: seen.append(("paused", e)))
+    server.on("instance_resumed", lambda e: seen.append(("resumed", e)))
+    async with running(server) as b, running(admin) as a:
+        await b.create_queue("q")
+        handled: list[uuid.UUID] = []
+
+        async def handler(batch: list[Job]) -> None:
+            handled.extend(j.id for j in batch)
+
+        await b.work("q", handler, polling_interval_seconds=0.5)
+        await a.pause_instance("b:ram-2gb:cpu-1cor")
+        await _beat(b)
+        assert b.paused and seen[-1][0] == "paused"
+        [me] = [i for i in await a.get_instances() if i.id == b.instance_id]
+        assert me.instance_key == "b:ram-2gb:cpu-1cor" and me.paused
+        sent = await a.send("q")
+        assert sent is not None
+        await asyncio.sleep(2)  # four polls of a worker that is not claiming
+        assert handled == [] and (await a.get_job_by_id("q", sent)).state.value == "created"  # type: ignore[union-attr]
+        await a.resume_instance("b:ram-2gb:cpu-1cor")
+        await _beat(b)
+        assert not b.paused and seen[-1][0] == "resumed"
+        await until(lambda: handled == [sent], timeout=30, what="the job, once resumed")
+
+
+async def test_a_pause_survives_the_servers_restart(db: Any, backend: Any, schema: str) -> None:
+    admin = _boss(db, backend, schema, register_instance=False)
+    async with running(admin) as a:
+        await a.pause_instance("c:ram-8gb")  # ahead of any server with the key
+        async with running(_boss(db, backend, schema, instance_key="c:ram-8gb")) as b:
+            assert b.paused
+        async with running(_boss(db, backend, schema, instance_key="c:ram-8gb")) as b:
+            assert b.paused  # a new process with the key: still paused
+        await a.resume_instance("c:ram-8gb")
+        async with running(_boss(db, backend, schema, instance_key="c:ram-8gb")) as b:
+            assert not b.paused
+
+
+async def test_remove_is_refused_until_the_server_has_been_gone_30_minutes(
+    db: Any, backend: Any, schema: str
+) -> None:
+    admin = _boss(db, backend, schema, register_instance=False)
+    async with running(admin) as a:
+        ctx = a.context()
+        async with running(_boss(db, backend, schema, instance_key="gone")):
+            pass
+        removed: list[Any] = []
+        a.on("instance_removed", removed.append)
+        try:
+            await set_clock(ctx, 29 * 60)
+            with pytest.raises(ValidationError, match="seen 29 minutes ago"):
+                await a.remove_instance("gone")
+            await set_clock(ctx, 31 * 60)
+            await a.remove_instance("gone")
+        finally:
+            await set_clock(ctx, 0)
+        assert removed == [{"instance_key": "gone"}]
+        with pytest.raises(ValidationError, match="nothing to remove"):
+            await a.remove_instance("gone")
+        with pytest.raises(ValidationError, match="nothing to resume"):
+            await a.resume_instance("gone")
+
+
+async def test_bad_instance_keys_are_refused(
+    db: Any, backend: Any, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running(_boss(db, backend, schema, register_instance=False)) as a:
+        for bad in ("", "x" * 201, 7):
+            for verb in (a.pause_instance, a.resume_instance, a.remove_instance):
+                with pytest.raises(ValidationError, match="instance_key must be"):
+                    await verb(bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="instance_key must be a non-empty string"):
+        Boss("postgresql://localhost/x", instance_key="")
+    with pytest.raises(ConfigError, match="needs register_instance=True"):
+        Boss("postgresql://localhost/x", instance_key="k", register_instance=False)
+    monkeypatch.setenv("QCORE_INSTANCE_KEY", "from-env")
+    assert Boss("postgresql://localhost/x").instance_key == "from-env"
+    assert Boss("postgresql://localhost/x", instance_key="given").instance_key == "given"

@@ -226,6 +226,13 @@ TABLE_COLUMNS: dict[str, list[tuple[str, str, bool]]] = {
         ("stopped_on", TS, False),
     ],
     "qcore_lock": [("name", "text", True), ("holder", "text", True), ("expires_on", TS, True)],
+    "qcore_instance_key": [
+        ("instance_key", "text", True),
+        ("paused", "boolean", True),
+        ("changed_on", TS, False),
+        ("seen_on", TS, False),
+        ("instance_id", "uuid", False),
+    ],
 }
 
 # job index number -> (unique, number of key columns, has a predicate, INCLUDE column)
@@ -278,6 +285,7 @@ def expected_indexes(
         ("job_dependency", "job_dep_parent_idx"): (False, 2, False, None),
         ("instance", "instance_pkey"): (True, 1, False, None),
         ("qcore_lock", "qcore_lock_pkey"): (True, 1, False, None),
+        ("qcore_instance_key", "qcore_instance_key_pkey"): (True, 1, False, None),
     }
     for n, (unique, keys, partial, include) in JOB_INDEXES.items():
         found[(job_table, f"{job_table}_i{n}")] = (
@@ -333,6 +341,7 @@ def expected_constraints(
         ("job_dependency", "job_dependency_pkey"): ("p", False),
         ("instance", "instance_pkey"): ("p", False),
         ("qcore_lock", "qcore_lock_pkey"): ("p", False),
+        ("qcore_instance_key", "qcore_instance_key_pkey"): ("p", False),
     }
     if backend.schema.partitioned:
         found[("job_common", "job_common_pkey")] = ("p", False)
