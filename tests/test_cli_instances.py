@@ -35,9 +35,32 @@ async def test_it_lists_a_live_fleet(pg_dsn: str, capsys: pytest.CaptureFixture[
         lines = capsys.readouterr().out.splitlines()
         assert tuple(lines[0].split()) == COLUMNS
         rows = {line.split()[1]: line.split() for line in lines[1:]}
-        assert rows["api-1"][0] == "yes" and rows["api-1"][6] == "3"
-        assert rows["api-2"][0] == "yes" and rows["api-2"][6] == "0"
+        workers = COLUMNS.index("workers")
+        assert rows["api-1"][0] == "yes" and rows["api-1"][workers] == "3"
+        assert rows["api-2"][0] == "yes" and rows["api-2"][workers] == "0"
         assert len(lines) == 3  # the command itself registers no row
+    finally:
+        admin_execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE", pg_dsn)
+
+
+async def test_pause_resume_and_remove_from_the_shell(
+    pg_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["--url", pg_dsn, "--schema", SCHEMA]
+    try:
+        async with Boss(pg_dsn, schema=SCHEMA, supervise=False, instance_key="b:ram-2gb") as b:
+            assert await asyncio.to_thread(main, ["pause-instance", "b:ram-2gb", *base]) == 0
+            assert "paused: b:ram-2gb" in capsys.readouterr().out
+            [me] = [i for i in await b.get_instances() if i.id == b.instance_id]
+            assert me.paused
+            assert await asyncio.to_thread(main, ["instances", *base]) == 0
+            line = next(x for x in capsys.readouterr().out.splitlines() if "b:ram-2gb" in x)
+            assert line.split()[COLUMNS.index("paused")] == "yes"
+            assert await asyncio.to_thread(main, ["resume-instance", "b:ram-2gb", *base]) == 0
+            argv = ["remove-instance", "--instance-key", "b:ram-2gb", *base]
+            assert await asyncio.to_thread(main, argv) == 1  # seen just now
+            assert "minutes ago" in capsys.readouterr().err
+        assert await asyncio.to_thread(main, ["resume-instance", "nobody", *base]) == 1
     finally:
         admin_execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE", pg_dsn)
 

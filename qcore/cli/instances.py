@@ -1,10 +1,14 @@
-"""``qcore instances``: the instances registered in a database, as a table.
+"""``qcore instances``: the instances registered in a database, as a table; and
+``qcore pause-instance KEY``, ``qcore resume-instance KEY``, ``qcore remove-instance
+--instance-key KEY`` for the servers with an instance key.
 
-One line per row of the registry, oldest start first: whether it is live, its name,
-host and pid, the CPU cores it used and its memory against its container's limit at
-its last heartbeat, its workers, its crash restarts and how long ago it was heard from.
-The database is ``--url`` or ``$DATABASE_URL``; nothing is written (no row of its own,
-no migration). Exit status 0; 1 when the database cannot be read; 2 for a usage error.
+The table has one line per row of the registry, oldest start first: whether it is
+live, its name, instance key and whether it is paused, host and pid, the CPU cores it
+used and its memory against its container's limit at its last heartbeat, its worker
+loops, its crash restarts and how long ago it was heard from. The database is
+``--url`` or ``$DATABASE_URL``; the table writes nothing (no row of its own, no
+migration). Exit status 0; 1 when the database cannot be read or the change is refused
+(a server seen too recently to remove, an unknown key); 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -22,20 +26,50 @@ from qcore.job import Instance
 
 __all__ = ["add_parser", "format_table", "run"]
 
-COLUMNS = ("live", "name", "host", "pid", "cpu", "memory", "workers", "crashes", "heard")
+COLUMNS = (
+    "live",
+    "name",
+    "key",
+    "paused",
+    "host",
+    "pid",
+    "cpu",
+    "memory",
+    "workers",
+    "crashes",
+    "heard",
+)
+
+
+def _database_arguments(parser: Any) -> None:
+    parser.add_argument("--url", help="the database (default: $DATABASE_URL)")
+    parser.add_argument("--schema", default="pgboss", help="the schema (default pgboss)")
 
 
 def add_parser(commands: Any) -> None:
-    """``qcore instances``'s arguments."""
+    """The arguments of ``qcore instances`` and of the pause, resume and remove commands."""
     instances = commands.add_parser(
         "instances",
         help="list the instances registered in a database",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    instances.add_argument("--url", help="the database (default: $DATABASE_URL)")
-    instances.add_argument("--schema", default="pgboss", help="the schema (default pgboss)")
+    _database_arguments(instances)
     instances.add_argument("--live", action="store_true", help="only the live instances")
     instances.set_defaults(run=run)
+    for verb, what in (("pause", "stop claiming"), ("resume", "claim again")):
+        command = commands.add_parser(
+            f"{verb}-instance", help=f"make the server with an instance key {what}"
+        )
+        command.add_argument("instance_key", metavar="KEY", help="the server's instance key")
+        _database_arguments(command)
+        command.set_defaults(run=_change, verb=f"{verb}_instance")
+    remove = commands.add_parser(
+        "remove-instance",
+        help="forget a server's key and pause state (once it has been gone 30 minutes)",
+    )
+    remove.add_argument("--instance-key", required=True, metavar="KEY")
+    _database_arguments(remove)
+    remove.set_defaults(run=_change, verb="remove_instance")
 
 
 def _megabytes(value: Any) -> str:
@@ -53,6 +87,8 @@ def _row(instance: Instance, now: dt.datetime) -> tuple[str, ...]:
     return (
         "yes" if instance.live else ("stopped" if instance.stopped_on else "quiet"),
         instance.name or "-",
+        instance.instance_key or "-",
+        "yes" if instance.paused else "no",
         instance.host,
         str(instance.pid),
         "-" if cpu is None else f"{cpu:.2f}/{limit:g}" if limit else f"{cpu:.2f}",
@@ -72,8 +108,9 @@ def format_table(instances: list[Instance], now: dt.datetime) -> str:
     )
 
 
-async def _read(url: str, schema: str) -> tuple[list[Instance], dt.datetime]:
-    boss = Boss(
+def _observer(url: str, schema: str) -> Boss:
+    """A ``Boss`` that reads and changes the registry, and registers nothing itself."""
+    return Boss(
         url,
         schema=schema,
         migrate=False,
@@ -82,16 +119,44 @@ async def _read(url: str, schema: str) -> tuple[list[Instance], dt.datetime]:
         register_instance=False,
         max=1,
     )
-    async with boss:
+
+
+async def _read(url: str, schema: str) -> tuple[list[Instance], dt.datetime]:
+    async with _observer(url, schema) as boss:
         instances = await boss.get_instances(limit=100_000)
         [row] = await boss.db.execute(f"SELECT {boss.context().q}.job_now() AS now")
     return instances, row["now"]
 
 
-def run(args: argparse.Namespace) -> int:
-    url = args.url or os.environ.get("DATABASE_URL")
+def _url(args: argparse.Namespace) -> str | None:
+    url: str | None = args.url or os.environ.get("DATABASE_URL")
     if not url:
-        print("qcore instances: give --url or set DATABASE_URL", file=sys.stderr)
+        print(f"qcore {args.command}: give --url or set DATABASE_URL", file=sys.stderr)
+    return url
+
+
+async def _apply(url: str, schema: str, verb: str, key: str) -> None:
+    async with _observer(url, schema) as boss:
+        await getattr(boss, verb)(key)
+
+
+def _change(args: argparse.Namespace) -> int:
+    """``pause-instance``, ``resume-instance``, ``remove-instance``."""
+    url = _url(args)
+    if url is None:
+        return 2
+    try:
+        asyncio.run(_apply(url, args.schema, args.verb, args.instance_key))
+    except QcoreError as exc:
+        print(f"qcore {args.command}: {exc}", file=sys.stderr)
+        return 1
+    print(f"{args.verb.removesuffix('_instance')}d: {args.instance_key}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    url = _url(args)
+    if url is None:
         return 2
     try:
         instances, now = asyncio.run(_read(url, args.schema))
