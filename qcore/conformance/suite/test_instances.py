@@ -33,6 +33,12 @@ async def _mine(boss: Boss) -> Instance:
     return row
 
 
+async def _beat(boss: Boss) -> None:
+    """The server's next heartbeat, now."""
+    registry = next(s for s in boss._services if s.name == "instances")
+    await registry.exclusive(registry.run_pass)  # type: ignore[attr-defined]
+
+
 async def _insert_dead(ctx: Context, n: int, *, name: str | None, days_ago: float = 0) -> None:
     """``n`` stopped rows of lives named ``name``, started one after another."""
     for k in range(n):
@@ -67,8 +73,7 @@ async def test_a_started_boss_registers_its_row(db: Any, backend: Any, schema: s
         assert row.metrics is not None and row.metrics["cpu"] is None  # no rate yet
         assert row.metrics["rss"] > 0 and row.metrics["cpuLimit"] > 0
         # the next heartbeat (asked for now) carries the worker and a CPU rate
-        registry = next(s for s in b._services if s.name == "instances")
-        await registry.exclusive(registry.run_pass)  # type: ignore[attr-defined]
+        await _beat(b)
         row = await _mine(b)
         [entry] = row.workers
         assert entry["id"] == worker and entry["queue"] == "emails"
@@ -92,8 +97,7 @@ async def test_the_seed_queries_work_on_qcore_rows(db: Any, backend: Any, schema
 
         await b.create_queue("emails")
         await b.work("emails", handler, local_concurrency=3)
-        registry = next(s for s in b._services if s.name == "instances")
-        await registry.exclusive(registry.run_pass)  # type: ignore[attr-defined]
+        await _beat(b)
         q = b.context().q
         live = await db.execute(
             f"SELECT name, host, pid, version FROM {q}.instance WHERE stopped_on IS NULL"
@@ -187,8 +191,7 @@ async def test_a_predecessor_still_reading_live_is_counted_once_it_goes_quiet(
     async with running(_boss(db, backend, schema, instance_name="late")) as b:
         assert (await _mine(b)).crash_restarts == 0  # it might be a live sibling
         await set_clock(ctx, 120)  # four of its heartbeats later: quiet
-        registry = next(s for s in b._services if s.name == "instances")
-        await registry.exclusive(registry.run_pass)  # type: ignore[attr-defined]
+        await _beat(b)
         assert (await _mine(b)).crash_restarts == 1
         await set_clock(ctx, 0)
 
@@ -243,12 +246,6 @@ async def test_heartbeats_move_the_row(db: Any, backend: Any, schema: str) -> No
 
 
 # -- instance keys: pause, resume, remove --------------------------------------------------
-
-
-async def _beat(boss: Boss) -> None:
-    """The server's next heartbeat, now."""
-    registry = next(s for s in boss._services if s.name == "instances")
-    await registry.exclusive(registry.run_pass)  # type: ignore[attr-defined]
 
 
 async def test_a_paused_server_claims_nothing_until_resumed(
