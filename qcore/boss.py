@@ -356,8 +356,8 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
                 self.context, self.events, self.timekeeping, worker=self._worker
             )
             services += [self._clock_skew, self._timekeeper]
-        if self.register_instance:
-            services.append(self._registry())
+        if self.register_instance:  # first: a paused server knows it before anything claims
+            services.insert(0, self._registry())
         for service in services:  # stopped in the same order by stop()
             await service.start()
         self._services = services
