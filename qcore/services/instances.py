@@ -27,6 +27,7 @@ from qcore.backend import FetchStrategy
 from qcore.context import Context
 from qcore.db import Json
 from qcore.events import Events
+from qcore.options import GroupLimits
 from qcore.services.base import Periodic
 from qcore.services.process_usage import LoopLag, ProcessUsage
 from qcore.sql import instances as sql
@@ -96,20 +97,16 @@ def _camel(name: str) -> str:
 
 
 def _jsonable(value: Any) -> Any:
-    """A recorded option as JSON: plain values as they are, anything else (a limits
-    object) through its fields."""
+    """A recorded option as JSON: plain values as they are, group limits as the option
+    is written, anything else as its text."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
+    if isinstance(value, GroupLimits):
+        return value.as_option()
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in value.items()}
-    as_option = getattr(value, "as_option", None)  # group limits: as the option is written
-    if callable(as_option):
-        return _jsonable(as_option())
-    fields = getattr(value, "__dataclass_fields__", None)
-    if fields is not None:
-        return {_camel(k): _jsonable(getattr(value, k)) for k in fields}
     return str(value)
 
 

@@ -24,7 +24,7 @@ from qcore.errors import (
     ValidationError,
 )
 from qcore.events import Events
-from qcore.job import Job
+from qcore.job import Job, Queue
 from qcore.options import GroupLimits, normalize_output, queue_name
 from qcore.worker.gate import _Gate
 from qcore.worker.groups import LocalGroups
@@ -148,8 +148,7 @@ class Worker:
         self._deadline = math.inf  # loop time after which held jobs are failed
         self._stop_signal: asyncio.Future[None] | None = None
         self._last_fetch = -math.inf  # loop time of the last fetch by any loop
-        self._queue_notifies: tuple[float, bool] | None = None  # (checked at, notify flag)
-        self._queue_ready: tuple[float, int] | None = None  # (checked at, ready count)
+        self._queue_row: tuple[float, Queue | None] | None = None  # (read at, the row)
         # status
         self._held = 0
         self._completed = 0
@@ -281,13 +280,8 @@ class Worker:
         threshold = self.options.burst_when_ready_exceeds
         if threshold is None:
             return False
-        now = asyncio.get_running_loop().time()
-        checked = self._queue_ready
-        if checked is None or now - checked[0] >= self.options.polling_interval_seconds:
-            queue = await queue_ops.get_queue(self._context(), self.name)
-            checked = (now, queue.ready_count if queue is not None else 0)
-            self._queue_ready = checked
-        return checked[1] > threshold
+        queue = await self._queue(self.options.polling_interval_seconds)
+        return (queue.ready_count if queue is not None else 0) > threshold
 
     async def _fetch_and_process(self, slot: _Slot) -> bool:
         """One fetch and its batches; whether the last was full (fetch again at once).
@@ -394,16 +388,21 @@ class Worker:
         ``notify`` set (looked up once per relaxed interval)."""
         if self._listening is None or not self._listening(self.name):
             return False
+        try:
+            queue = await self._queue(self.options.relaxed_polling_interval_seconds)
+        except Exception:
+            return False  # the fetch that follows reports what is wrong
+        return queue is not None and queue.notify
+
+    async def _queue(self, max_age: float) -> Queue | None:
+        """The queue's row (its settings and cached counts), read again once the copy is
+        older than ``max_age`` seconds; the relaxed poll and the burst check share it."""
         now = asyncio.get_running_loop().time()
-        checked = self._queue_notifies
-        if checked is None or now - checked[0] >= self.options.relaxed_polling_interval_seconds:
-            try:
-                queue = await queue_ops.get_queue(self._context(), self.name)
-            except Exception:
-                return False  # the fetch that follows reports what is wrong
-            checked = (now, queue is not None and queue.notify)
-            self._queue_notifies = checked
-        return checked[1]
+        read = self._queue_row
+        if read is None or now - read[0] >= max_age:
+            read = (now, await queue_ops.get_queue(self._context(), self.name))
+            self._queue_row = read
+        return read[1]
 
     async def _process(
         self, ctx: Context, jobs: list[Job], slot: _Slot, *, claim_next: bool = False
