@@ -25,6 +25,7 @@ from qcore.job import (
     Policy,
     Queue,
 )
+from qcore.jobs.locked import LockedBatch
 from qcore.options import GroupConcurrency
 from qcore.sync import SyncBoss
 
@@ -41,6 +42,7 @@ __all__ = [
     "Job",
     "JobResult",
     "JobState",
+    "LockedBatch",
     "NotInstalledError",
     "Policy",
     "PublishError",

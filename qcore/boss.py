@@ -46,6 +46,7 @@ from qcore.errors import (
 from qcore.events import Events
 from qcore.identifiers import schema_name
 from qcore.job import Job
+from qcore.jobs.locked import check_locked_claims
 from qcore.jobs.shared import SharedStatements
 from qcore.ops.reindex import Reindex, check_number
 from qcore.options import (
@@ -588,9 +589,9 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
         full batch fetches again at once, idle loops share one poll every
         ``polling_interval_seconds`` (``notify_polling_interval_seconds``, default
         max(30, polling interval), while a NOTIFY would wake them). A loop holds a
-        connection only for one statement at a time, so any concurrency works with
-        any pool size ``max``. A worker registered before ``start()`` succeeds emits
-        ``error`` on each poll and takes jobs once it does.
+        connection only for one statement at a time (but with ``locked_fetch``), so any
+        concurrency works with any pool size ``max``. A worker registered before
+        ``start()`` succeeds emits ``error`` on each poll and takes jobs once it does.
 
         ``burst_when_batch_full=False`` makes a loop that got a full batch wait out the
         polling interval like any other (pg-boss's default), unless the queue's ready
@@ -602,8 +603,16 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
         handler returns one :class:`~qcore.JobResult` (or ``{"id", "status",
         "output"}``) per job and each job is settled as its result says; a job it
         leaves out is failed (retried while retries are left).
+
+        ``locked_fetch=True`` claims each batch in a transaction its loop holds while
+        the handler runs and settles it there (see :meth:`locked_fetch`): one write per
+        job instead of two, no heartbeats (the transaction holds the jobs), a pooled
+        connection per loop while it runs a batch; not with group limits, nor on
+        singleton or stately queues.
         """
         worker = self._worker(name, handler, **options)
+        if worker.options.locked_fetch and self._ctx is not None:
+            check_locked_claims(self._ctx)  # the backend and adapter: refused now
         self._workers[worker.id] = worker
         worker.start()
         return worker.id

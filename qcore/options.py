@@ -409,6 +409,7 @@ class WorkArguments(FetchOptions, total=False):
     per_job_results: bool
     burst_when_ready_exceeds: int | None
     burst_when_batch_full: bool
+    locked_fetch: bool
 
 
 #: every option of a job (``send``'s), in their declaration order

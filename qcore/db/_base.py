@@ -14,7 +14,7 @@ import abc
 import contextvars
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from qcore.errors import ConfigError
@@ -89,6 +89,13 @@ class Database(abc.ABC):
             finally:
                 self._active.reset(token)
 
+    def separate_transaction(self) -> AbstractAsyncContextManager[Database]:
+        """A transaction on a connection of its own, which this task's other statements
+        do not join (those of :meth:`transaction` do): what a locked claim holds while
+        its jobs run, so the code running them uses the pool as always."""
+        tx: AbstractAsyncContextManager[Database] = self._transaction()
+        return tx
+
     @property
     def in_transaction(self) -> bool:
         """Whether statements run inside a transaction someone else ends: one opened with
@@ -101,6 +108,9 @@ class Database(abc.ABC):
     #: whether ``transaction()`` makes its statements one unit that commits or rolls
     #: back whole (not so for an ``execute_sql`` object, whose transactions are its own)
     atomic_transactions: bool = True
+    #: every statement goes through one connection: a transaction held open stops
+    #: all others until it ends
+    single_connection: bool = False
 
     async def listen(
         self, channel: str, on_message: OnMessage, on_reconnect: OnReconnect | None = None

@@ -26,6 +26,8 @@ _SAVEPOINT = "qcore_transaction"
 class BlockingDatabase(Database):
     """A caller's sync connection (anything with an ``autocommit`` attribute)."""
 
+    single_connection = True
+
     def __init__(self, conn: Any) -> None:
         super().__init__()
         self.conn = conn

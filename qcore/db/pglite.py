@@ -52,6 +52,7 @@ class PGliteDatabase(Database):
 
     driver = "pglite"
     can_listen = True
+    single_connection = True
 
     def __init__(self, conninfo: str, *, connect_kwargs: dict[str, Any] | None = None) -> None:
         """Connects lazily, on the first statement; :meth:`connect` connects at once."""

@@ -47,6 +47,7 @@ from qcore.jobs.failing import (
     expire,
     fail,
 )
+from qcore.jobs.locked import LockedBatch, locked_fetch
 from qcore.jobs.reads import find_jobs, get_job_by_id
 from qcore.jobs.routes import Ids
 
@@ -57,6 +58,7 @@ __all__ = [
     "TIMED_OUT",
     "ExpiryBatch",
     "Ids",
+    "LockedBatch",
     "cancel",
     "complete",
     "complete_and_fetch",
@@ -68,6 +70,7 @@ __all__ = [
     "find_jobs",
     "get_job_by_id",
     "insert",
+    "locked_fetch",
     "redrive",
     "restore",
     "resume",

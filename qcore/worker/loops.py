@@ -25,6 +25,7 @@ from qcore.errors import (
 )
 from qcore.events import Events
 from qcore.job import Job, Queue
+from qcore.jobs import LockedBatch
 from qcore.options import GroupLimits, normalize_output, queue_name
 from qcore.worker.gate import _Gate
 from qcore.worker.groups import LocalGroups
@@ -289,6 +290,8 @@ class Worker:
         (settle-and-claim), which this loop runs in turn."""
         try:
             ctx = self._context()
+            if self.options.locked_fetch:
+                return await self._process_locked(ctx, slot)
             self._fetch.lanes, self._settle_and_claim.lanes = _claim_lanes(ctx, self.options)
             jobs: list[Job] | None = await self._fetch(ctx)
         except Exception as exc:
@@ -311,6 +314,65 @@ class Worker:
             if jobs is None:  # settled alone: the caller fetches (at once when full)
                 return full
         return False
+
+    async def _process_locked(self, ctx: Context, slot: _Slot) -> bool:
+        """One locked claim (``locked_fetch``): the batch claimed, run and settled in one
+        transaction of this loop's own; whether it was full. A database error on the
+        way rolls it back (the jobs come back, no attempt spent) and is reported."""
+        size = self.options.batch_size
+        async with job_ops.locked_fetch(
+            ctx, self.name, batch_size=size, **self._fetch_options
+        ) as batch:
+            jobs = self._deal(batch.jobs, 1)[0]
+            if not jobs:
+                return False
+            self._held += len(jobs)
+            self._started_on = time.time()
+            self._changed()
+            try:
+                if asyncio.get_running_loop().time() >= self._deadline:
+                    settlement = _Settlement("fail", SHUTDOWN_MESSAGE)
+                else:  # no heartbeats to touch: the open transaction holds the jobs
+                    running = self._start_handler(jobs, slot)
+                    settlement = await self._watch(ctx, jobs, slot, running, touching=False)
+                await self._settle_locked(batch, settlement)
+            finally:
+                self._held -= len(jobs)
+                self._ended_on = time.time()
+                self._changed()
+        return len(jobs) >= size
+
+    async def _settle_locked(self, batch: LockedBatch, settlement: _Settlement) -> None:
+        """Settle a locked batch in its transaction as :meth:`_settle` settles a fetched
+        one; an output that cannot be stored fails the batch with why."""
+        verb, data = settlement.verb, settlement.data
+        try:
+            if verb == "complete":
+                await batch.complete(data=data)
+            elif verb == "each":
+                await self._settle_each_locked(batch, data)
+        except ValidationError as exc:  # checked before anything was written
+            verb, data = "fail", exc
+        if verb == "fail":
+            await batch.fail(batch.unsettled, data)
+            self._failed += 1
+        elif verb is not None:
+            self._completed += 1
+
+    async def _settle_each_locked(
+        self, batch: LockedBatch, outcomes: list[tuple[Job, str, Any]]
+    ) -> None:
+        """A per-job results batch, locked: one statement per distinct (status, output)."""
+        groups: dict[tuple[str, str], tuple[Any, list[Job]]] = {}
+        for job, status, out in outcomes:
+            stored = normalize_output(out)
+            key = (status, json.dumps(stored, sort_keys=True, default=str))
+            groups.setdefault(key, (stored, []))[1].append(job)
+        for (status, _), (stored, jobs) in groups.items():
+            if status == "completed":
+                await batch.complete(jobs, stored)
+            else:
+                await batch.fail(jobs, stored, terminal=status == "dead_letter")
 
     async def _admit(self, ctx: Context, jobs: list[Job]) -> list[Job]:
         """The jobs ``local_group_concurrency`` lets run now; the surplus (of groups at
@@ -469,12 +531,20 @@ class Worker:
         return await self._watch(ctx, jobs, slot, running)
 
     async def _watch(
-        self, ctx: Context, jobs: list[Job], slot: _Slot, running: asyncio.Future[Any]
+        self,
+        ctx: Context,
+        jobs: list[Job],
+        slot: _Slot,
+        running: asyncio.Future[Any],
+        *,
+        touching: bool = True,
     ) -> _Settlement:
         loop = asyncio.get_running_loop()
         limit = max(j.expire_in_seconds for j in jobs)
         expires = loop.time() + limit
-        refresh = _refresh_seconds(jobs, self.options.heartbeat_refresh_seconds)
+        refresh = (
+            _refresh_seconds(jobs, self.options.heartbeat_refresh_seconds) if touching else None
+        )
         beat = loop.time() + refresh if refresh is not None else math.inf
         beating = [j for j in jobs if j.heartbeat_seconds is not None]
         while not running.done():

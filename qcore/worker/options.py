@@ -48,6 +48,7 @@ class WorkOptions:
     per_job_results: bool = False
     burst_when_ready_exceeds: int | None = None
     burst_when_batch_full: bool = True
+    locked_fetch: bool = False
 
     def __post_init__(self) -> None:
         checked = fetch_options({name: getattr(self, name) for name in FETCH_OPTIONS})
@@ -72,6 +73,9 @@ class WorkOptions:
             self._check_local_groups()
         check_flag("per_job_results", self.per_job_results)
         check_flag("burst_when_batch_full", self.burst_when_batch_full)
+        check_flag("locked_fetch", self.locked_fetch)
+        if self.locked_fetch:
+            self._check_locked()
         if self.burst_when_ready_exceeds is not None:
             check_int("burst_when_ready_exceeds", self.burst_when_ready_exceeds)
 
@@ -90,6 +94,16 @@ class WorkOptions:
                 f"local_group_concurrency allows {limits.largest} jobs of a group at once,"
                 f" more than local_concurrency ({self.local_concurrency}) can run"
             )
+
+    def _check_locked(self) -> None:
+        """``locked_fetch``: the group limits count active jobs (a locked claim's stay
+        queued) or hand jobs back (nothing to hand back: the transaction holds them)."""
+        for name in ("group_concurrency", "local_group_concurrency"):
+            if getattr(self, name) is not None:
+                raise ValidationError(
+                    f"locked_fetch cannot be combined with {name}: a locked claim's jobs"
+                    " stay queued while they run, and group limits count active jobs"
+                )
 
     @property
     def fetch(self) -> dict[str, Any]:

@@ -51,6 +51,7 @@ class GuardedDatabase(Database):
         self.driver = inner.driver
         self.can_listen = inner.can_listen and "listen_notify" not in self.forbidden
         self.atomic_transactions = inner.atomic_transactions
+        self.single_connection = inner.single_connection
         #: how many serialization failures have been injected so far
         self.injected = 0
         self._tx_nth = 0
@@ -140,7 +141,7 @@ class GuardedDatabase(Database):
     async def _transaction(self) -> AsyncIterator[Database]:
         armed = self._tx_times > 0
         with contextlib.suppress(_RollbackOnly):
-            async with self.inner.transaction() as inner_tx:
+            async with self.inner.separate_transaction() as inner_tx:
                 bound = _GuardedBound(self, inner_tx, armed)
                 yield bound
                 if bound.aborted:

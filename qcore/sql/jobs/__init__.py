@@ -40,6 +40,7 @@ from qcore.sql.jobs.fail import (
     fail_remove,
 )
 from qcore.sql.jobs.fetch import fetch_jobs
+from qcore.sql.jobs.held import complete_held, fail_held
 from qcore.sql.jobs.insert import insert_jobs, send_job
 from qcore.sql.jobs.reads import find_jobs, get_job
 from qcore.sql.jobs.settle import (
@@ -60,10 +61,12 @@ __all__ = [
     "REINSERT_COLUMNS",
     "cancel_jobs",
     "complete_each",
+    "complete_held",
     "complete_jobs",
     "delete_jobs",
     "expire_jobs",
     "expire_remove",
+    "fail_held",
     "fail_jobs",
     "fail_not_redriven",
     "fail_reinsert_failed",

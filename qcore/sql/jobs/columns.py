@@ -84,20 +84,54 @@ def _now(q: str) -> str:
     return f"{q}.job_now()"
 
 
+def _ended(q: str) -> str:
+    """The schema's clock at this statement, for a job settled in the transaction that
+    claimed it (``job_now()`` is the transaction's start, when the job started)."""
+    return f"({_now(q)} + (statement_timestamp() - now()))"
+
+
+#: a claim's retry_count (of row ``j``): an attempt counted when the job ran before
+ATTEMPT_COUNT = "CASE WHEN j.started_on IS NULL THEN j.retry_count ELSE j.retry_count + 1 END"
+
+
+def held_as_running(q: str) -> dict[str, str]:
+    """How a locked claim's row ``j`` (still queued) reads as the job running: the
+    columns a claim would set, with their values."""
+    now = _now(q)
+    return {
+        "state": f"'active'::{q}.job_state",
+        "retry_count": ATTEMPT_COUNT,
+        "started_on": now,
+        "heartbeat_on": now,
+    }
+
+
 def _recordset(p: Params, param: str, columns: Mapping[str, str], alias: str = "r") -> str:
     """``jsonb_to_recordset($n) AS alias(col type, ...)``: a JSON array parameter as rows."""
     spec = ", ".join(f"{name} {kind}" for name, kind in columns.items())
     return f"jsonb_to_recordset({p(param)}::jsonb) AS {alias}({spec})"
 
 
-def _returning(columns: tuple[str, ...], alias: str, *, lazy_data: bool = False) -> str:
+def _returning(
+    columns: tuple[str, ...],
+    alias: str,
+    *,
+    lazy_data: bool = False,
+    values: Mapping[str, str] | None = None,
+) -> str:
     """``alias.col, ...``; with ``lazy_data`` the payload comes as its JSON text
-    (``data_text``), which :class:`qcore.job.Job` decodes only when ``data`` is read."""
-    out = (
-        f"{alias}.data::text AS {LAZY_DATA_COLUMN}" if lazy_data and c == "data" else f"{alias}.{c}"
-        for c in columns
-    )
-    return ", ".join(out)
+    (``data_text``), which :class:`qcore.job.Job` decodes only when ``data`` is read;
+    ``values`` gives some columns as expressions instead."""
+    values = values or {}
+
+    def one(c: str) -> str:
+        if c in values:
+            return f"{values[c]} AS {c}"
+        if lazy_data and c == "data":
+            return f"{alias}.data::text AS {LAZY_DATA_COLUMN}"
+        return f"{alias}.{c}"
+
+    return ", ".join(one(c) for c in columns)
 
 
 def _targets(p: Params, alias: str, fenced: bool) -> str:

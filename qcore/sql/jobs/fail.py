@@ -34,23 +34,26 @@ def _retry_delay(alias: str) -> str:
     )
 
 
-def _failed_copy(q: str, src: str, output: str) -> dict[str, str]:
-    """A deleted job inserted again as failed: completed now, everything else kept."""
+def _failed_copy(q: str, src: str, output: str, now: str | None = None) -> dict[str, str]:
+    """A deleted job inserted again as failed: completed now (``now``: the clock, by
+    default ``job_now()``), everything else kept."""
     values = {c: f"{src}.{c}" for c in REINSERT_COLUMNS}
     values.update(
         state=f"'failed'::{q}.job_state",
-        completed_on=_now(q),
+        completed_on=now or _now(q),
         output=output,
         heartbeat_on="NULL::timestamptz",
     )
     return values
 
 
-def _dead_letter_copy(q: str, src: str, dlq: str, output: str) -> dict[str, str]:
+def _dead_letter_copy(
+    q: str, src: str, dlq: str, output: str, now: str | None = None
+) -> dict[str, str]:
     """A new job in the dead letter queue ``dlq`` for the failed job ``src``: its payload,
     the dead letter queue's settings, and ``source_*`` saying where it came from. Columns
     pg-boss leaves at their defaults are given those defaults."""
-    now = _now(q)
+    now = now or _now(q)
     return {
         "id": "gen_random_uuid()",
         "name": f"{dlq}.name",
@@ -95,14 +98,17 @@ def _insert(q: str, values: Mapping[str, str]) -> str:
     return f"INSERT INTO {q}.job ({', '.join(values)}) SELECT {', '.join(values.values())}"
 
 
-def _fail_removed(q: str, p: Params, output: str, terminal: bool = False) -> str:
+def _fail_removed(
+    q: str, p: Params, output: str, terminal: bool = False, now: str | None = None
+) -> str:
     """The CTEs that fail the jobs a preceding ``removed`` CTE deleted (``RETURNING j.*``):
     each is inserted again with the same id as retry (after its delay) or, out of retries,
     as failed; a re-insert a policy index refuses becomes failed too; every failed job
     with an existing dead letter queue gets a copy there. Ends with ``settled``: the ids
     inserted again. Shared by :func:`fail_jobs` and :func:`expire_jobs`. ``terminal``:
-    no job is retried, whatever its retries left (each is failed and dead-lettered)."""
-    now = _now(q)
+    no job is retried, whatever its retries left (each is failed and dead-lettered).
+    ``now``: the clock the failure is stamped with (by default ``job_now()``)."""
+    now = now or _now(q)
     left = "false" if terminal else "x.retry_count < x.retry_limit"
     spent = "true" if terminal else "x.retry_count = x.retry_limit"
     retried = {c: f"x.{c}" for c in REINSERT_COLUMNS}
@@ -123,7 +129,7 @@ def _fail_removed(q: str, p: Params, output: str, terminal: bool = False) -> str
   RETURNING {keep}
 ),
 refused AS (
-  {_insert(q, _failed_copy(q, "x", output))} FROM removed x
+  {_insert(q, _failed_copy(q, "x", output, now))} FROM removed x
   WHERE x.id NOT IN (SELECT id FROM again)
   RETURNING {keep}
 ),
@@ -131,7 +137,7 @@ ended AS (
   SELECT * FROM again WHERE state = 'failed' UNION ALL SELECT * FROM refused
 ),
 lettered AS (
-  {_insert(q, _dead_letter_copy(q, "e", "dq", output))}
+  {_insert(q, _dead_letter_copy(q, "e", "dq", output, now))}
   FROM ended e JOIN {q}.queue dq ON dq.name = e.dead_letter
   RETURNING id
 ),

@@ -6,12 +6,14 @@ from functools import lru_cache
 
 from qcore.sql._statement import Params, Statement
 from qcore.sql.jobs.columns import (
+    ATTEMPT_COUNT,
     FETCH_COLUMNS,
     JOB_COLUMNS,
     _job_table,
     _now,
     _queue_cte,
     _returning,
+    held_as_running,
 )
 from qcore.sql.jobs.settle import complete_update
 
@@ -33,6 +35,7 @@ def fetch_jobs(
     group_limit: bool = False,
     group_tiers: bool = False,
     ignore_groups: bool = False,
+    hold: bool = False,
 ) -> Statement:
     """Claim up to ``limit`` ready jobs of a queue with ``policy`` (in ``table``, see
     :func:`_job_table`): mark them active and return them.
@@ -78,6 +81,15 @@ def fetch_jobs(
     claim can return fewer than asked while more would fit. ``ignore_groups``: jobs of
     the groups in the ``ignore_groups`` text array are not claimed (what a worker with
     ``local_group_concurrency`` leaves to others). Both the same on every backend.
+
+    ``hold`` (a locked claim, SKIP LOCKED engines only): the candidates are locked and
+    returned, not updated; they stay queued, held by the claiming transaction until
+    :func:`qcore.sql.jobs.held.complete_held` or :func:`qcore.sql.jobs.held.fail_held`
+    settles them in it (one write per job instead of two) or its end releases them.
+    The rows read as the job will be when it runs (``retry_count`` with this attempt
+    counted; with ``include_metadata`` also active and started now). The statement
+    also bounds the transaction's idle time (``hold_grace`` seconds past the batch's
+    longest expiry), so the server releases the jobs of a client that froze.
     """
     p = Params()
     now = _now(q)
@@ -121,6 +133,8 @@ def fetch_jobs(
     lock = " FOR UPDATE OF j SKIP LOCKED" if skip_locked else ""
     recheck = "" if skip_locked else " AND j.state < 'active'"
     columns = JOB_COLUMNS if include_metadata else FETCH_COLUMNS
+    if hold and (not skip_locked or group_limit or policy in ("singleton", "stately")):
+        raise ValueError("a locked claim needs SKIP LOCKED and no active-job limits")
     ctes = [
         _queue_cte(q, p, table=table, policy=True),
         *([f"done AS ({complete_update(q, p, fenced=True, table=table)})"] if settle else []),
@@ -137,9 +151,12 @@ def fetch_jobs(
 )"""
         )
         group_columns = f", j.group_id, {room} AS group_room"
+    picked = f"j.id, j.singleton_key, j.priority, j.created_on{group_columns}"
+    if hold:  # the rows themselves, as the job will run: nothing else to do
+        picked = _returning(columns, "j", lazy_data=True, values=held_as_running(q))
     ctes += [
         f"""candidates AS (
-  SELECT j.id, j.singleton_key, j.priority, j.created_on{group_columns}
+  SELECT {picked}
   FROM {jobs} j
   WHERE EXISTS (SELECT 1 FROM q) AND j.name = {p("queue")}::text AND j.state < 'active'
     AND NOT j.blocked{due}{bounds}{shape}
@@ -167,14 +184,27 @@ def fetch_jobs(
 )"""
         )
         chosen = "grouped"
-    ctes.append(
-        f"""claimed AS (
+    if hold:
+        ctes.append("claimed AS (SELECT * FROM candidates)")
+    else:
+        ctes.append(
+            f"""claimed AS (
   UPDATE {jobs} j SET state = 'active', started_on = {now}, heartbeat_on = {now},
-    retry_count = CASE WHEN j.started_on IS NULL THEN j.retry_count ELSE j.retry_count + 1 END
+    retry_count = {ATTEMPT_COUNT}
   FROM {chosen} c
   WHERE j.name = {p("queue")}::text AND j.id = c.id{recheck}
   RETURNING {_returning(columns, "j", lazy_data=True)}
 )"""
-    )
-    select = f"SELECT claimed.* FROM q LEFT JOIN claimed ON true ORDER BY {returned}"
+        )
+    held = ""
+    if hold:
+        # the server ends the transaction (and frees its jobs) once it has been idle
+        # ``hold_grace`` seconds past the batch's longest expiry: a frozen client's jobs
+        # come back without anyone watching (``held_for``: the milliseconds set)
+        limit = f"(max(h.expire_seconds) + {p('hold_grace')}::int) * 1000"
+        held = (
+            ", (SELECT set_config('idle_in_transaction_session_timeout',"
+            f" COALESCE(({limit})::text, '0'), true) FROM claimed h) AS held_for"
+        )
+    select = f"SELECT claimed.*{held} FROM q LEFT JOIN claimed ON true ORDER BY {returned}"
     return p.statement(f"WITH {', '.join(ctes)}\n{select}")

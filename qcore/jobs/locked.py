@@ -1,0 +1,213 @@
+"""Locked claims: jobs claimed and settled inside one transaction, one write each.
+
+A plain claim marks jobs active (one write) and the settle ends them (another). A
+locked claim only locks them (``FOR UPDATE SKIP LOCKED``) and settles them, before
+commit, straight from queued to how they ended: about half the server's work per
+job. What it trades (see the user guide): the jobs read as queued while they run,
+a connection is held per batch, and a batch that dies with its connection (crash,
+kill, lost network) simply comes back, with no attempt counted.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from typing_extensions import Unpack
+
+from qcore import retry as retrying
+from qcore.backend import FetchStrategy, MutationStrategy
+from qcore.context import Context, QueueRoute
+from qcore.errors import ConfigError, DatabaseError, ValidationError
+from qcore.job import CommandResult, Job
+from qcore.jobs.routes import _jsonb, _result, _routed
+from qcore.options import FetchOptions, fetch_options, normalize_output, queue_name
+from qcore.queues import missing_queue
+from qcore.sql import jobs as sql
+from qcore.sql._statement import Statement
+
+#: how long past a batch's longest expiry the server waits on an idle locked claim
+#: before it ends the session (and the jobs come back): the client's own watch fails
+#: a batch at its expiry, so this only catches a client that froze
+HOLD_GRACE_SECONDS = 30
+
+#: the policies whose rules count active jobs, which a locked claim leaves queued
+_COUNTING_POLICIES = ("singleton", "stately")
+
+
+def check_locked_claims(ctx: Context) -> None:
+    """ConfigError unless this backend and adapter can hold a claim in a transaction."""
+    backend, db = ctx.backend, ctx.db
+    if backend.fetch is not FetchStrategy.SKIP_LOCKED or backend.mutation is not (
+        MutationStrategy.CTE
+    ):
+        raise ConfigError(
+            f"locked claims need FOR UPDATE SKIP LOCKED and several mutations in one"
+            f" statement; the {backend.name} backend has not both: use fetch and complete"
+        )
+    if db.in_transaction:
+        raise ConfigError(
+            "a locked claim opens and ends a transaction of its own: call it outside"
+            " a transaction (without db=)"
+        )
+    if not db.atomic_transactions or db.single_connection:
+        raise ConfigError(
+            f"locked claims hold a transaction open while jobs run, which the"
+            f" {db.driver or type(db).__name__} adapter cannot do without stopping every"
+            " other statement (one connection, or transactions it does not own)"
+        )
+
+
+def locked_options(options: FetchOptions) -> dict[str, Any]:
+    """A locked claim's fetch options, checked: those of fetch, without group limits
+    (which count active jobs)."""
+    given = fetch_options(options)
+    if given["group_concurrency"] is not None:
+        raise ValidationError(
+            "group_concurrency counts active jobs, and a locked claim's jobs stay queued:"
+            " use fetch, or limit groups locally"
+        )
+    return given
+
+
+class LockedBatch:
+    """The jobs of a locked claim, settled in the claiming transaction (see
+    :func:`locked_fetch`). ``complete`` and ``fail`` settle some or all of them now;
+    whatever is left when the block ends is completed (or failed with the error that
+    ended it)."""
+
+    def __init__(self, ctx: Context, name: str, jobs: list[Job]) -> None:
+        self._ctx = ctx
+        self.name = name
+        self.jobs = jobs
+        self._open = {j.id: j for j in jobs}
+
+    @property
+    def unsettled(self) -> list[Job]:
+        """The jobs not yet completed or failed."""
+        return list(self._open.values())
+
+    async def complete(self, jobs: Iterable[Job] | None = None, data: Any = None) -> CommandResult:
+        """Complete ``jobs`` (all unsettled ones by default) with the output ``data``."""
+        output = normalize_output(data)
+        ids = self._take(jobs)
+        rows = await self._run(sql.complete_held(self._ctx.q), ids, output=_jsonb(output))
+        return _result(ids, rows)
+
+    async def fail(
+        self, jobs: Iterable[Job] | None = None, data: Any = None, *, terminal: bool = False
+    ) -> CommandResult:
+        """Fail ``jobs`` (all unsettled ones by default) as ``fail`` fails running jobs:
+        retry after the delay while retries are left, else failed and dead-lettered;
+        ``terminal`` at once."""
+        output = normalize_output(data)
+        ids = self._take(jobs)
+        statement = sql.fail_held(self._ctx.q, terminal=terminal)
+        rows = await self._run(statement, ids, output=_jsonb(output))
+        return _result(ids, rows)
+
+    def _take(self, jobs: Iterable[Job] | None) -> list[uuid.UUID]:
+        """The ids of ``jobs``, which must be this batch's and not yet settled (checked
+        before anything is written); they count as settled from now on."""
+        chosen = list(self._open.values()) if jobs is None else list(jobs)
+        ids: list[uuid.UUID] = []
+        for job in chosen:
+            if not isinstance(job, Job) or self._open.get(job.id) is not job:
+                raise ValidationError(
+                    f"{job!r} is not an unsettled job of this locked batch: give jobs it"
+                    " holds, each once"
+                )
+            ids.append(job.id)
+        if len(set(ids)) != len(ids):
+            raise ValidationError("a job was given twice: give each job once")
+        for id_ in ids:
+            del self._open[id_]
+        return ids
+
+    async def _run(self, statement: Statement, ids: list[uuid.UUID], **values: Any) -> list[Any]:
+        if not ids:
+            return []
+        params = statement.bind(queue=self.name, ids=ids, **values)
+        rows = await self._ctx.db.execute(statement.sql, params)
+        if not rows:
+            raise missing_queue(self.name)
+        return [r["id"] for r in rows if r["id"] is not None]
+
+
+@asynccontextmanager
+async def locked_fetch(
+    ctx: Context, name: str, **options: Unpack[FetchOptions]
+) -> AsyncIterator[LockedBatch]:
+    """Claim up to ``batch_size`` ready jobs in a transaction held for the block, with
+    fetch's options and order (no ``group_concurrency``; not on singleton or stately
+    queues, whose rules count active jobs). On a normal exit the jobs not settled are
+    completed; on an exception they are failed with it (then it propagates); either
+    way in the same transaction, then committed. Cancelled, or its connection lost,
+    the transaction rolls back: the jobs are queued again as they were, no attempt
+    counted; so does a database error inside the block (it propagates). An empty
+    batch still opens the block (``batch.jobs == []``)."""
+    queue_name(name)
+    given = locked_options(options)
+    check_locked_claims(ctx)
+    failure: Exception | None = None
+    async with ctx.db.separate_transaction() as tx:
+        held = ctx.with_db(tx)
+        jobs = await _claim(held, name, given)
+        batch = LockedBatch(held, name, jobs)
+        try:
+            yield batch
+        except DatabaseError:
+            raise  # the transaction is lost: it rolls back and the jobs come back
+        except Exception as exc:
+            failure = exc
+            if batch.unsettled:
+                await batch.fail(data=exc)
+        else:
+            if batch.unsettled:
+                await batch.complete()
+    if failure is not None:
+        raise failure
+
+
+async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> list[Job]:
+    low, high = given["min_priority"], given["max_priority"]
+    ignored = given["ignore_groups"]
+
+    async def attempt(route: QueueRoute) -> list[Job] | None:
+        if route.policy in _COUNTING_POLICIES:
+            raise ConfigError(
+                f"queue {name!r} has the {route.policy} policy, whose rule counts active"
+                " jobs, and a locked claim's jobs stay queued: use fetch"
+            )
+        statement = sql.fetch_jobs(
+            ctx.q,
+            skip_locked=True,
+            policy=route.policy,
+            priority=given["priority"],
+            order_by_created_on=given["order_by_created_on"],
+            ignore_start_after=given["ignore_start_after"],
+            min_priority=low is not None,
+            max_priority=high is not None,
+            include_metadata=given["include_metadata"],
+            table=route.table,
+            ignore_groups=bool(ignored),
+            hold=True,
+        )
+        params = statement.bind(
+            queue=name,
+            policy=route.policy,
+            table=route.table,
+            limit=min(given["batch_size"], 2**31 - 1),
+            min_priority=low,
+            max_priority=high,
+            ignore_groups=list(ignored) if ignored else None,
+            hold_grace=HOLD_GRACE_SECONDS,
+        )
+        rows = await retrying.execute(ctx, statement.sql, params)
+        if not rows:
+            return None
+        return [Job.from_row(r) for r in rows if r["id"] is not None]
+
+    return await _routed(ctx, name, attempt)
