@@ -386,6 +386,7 @@ async def test_a_job_state_while_held(pctx: Context) -> None:
     needs_locked_claims(pctx)
     await queues.create_queue(pctx, "q")
     job_id = await jobs.send(pctx, "q", {"n": 1})
+    assert job_id is not None
     async with jobs.locked_fetch(pctx, "q", include_metadata=True) as batch:
         [mine] = batch.jobs
         assert mine.state is JobState.ACTIVE and mine.started_on is not None
