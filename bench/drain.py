@@ -6,7 +6,9 @@ copy of exactly those rows (same ids, same ``created_on``, same payload),
 and analyzes both. :func:`verify` checks every job ended completed, once.
 
 Child side: :func:`batch_drain` (``concurrency`` loops of ``fetch`` then
-``complete(ids)``) and :func:`worker_drain` (``Boss.work``). The clock
+``complete(ids)``), :func:`settled_drain` and :func:`locked_drain` (the same loops
+by settle-and-claim, and by locked claims) and :func:`worker_drain` (``Boss.work``,
+fetching or with locked claims). The clock
 stops when the last job is completed in the database, not when its handler
 was called. The process's peak RSS is the scenario's memory figure.
 """
@@ -30,7 +32,15 @@ from bench.common import (
 )
 from bench.env import Env
 
-__all__ = ["batch_drain", "prepare", "settled_drain", "verify", "worker_drain"]
+__all__ = [
+    "batch_drain",
+    "locked_drain",
+    "locked_worker_drain",
+    "prepare",
+    "settled_drain",
+    "verify",
+    "worker_drain",
+]
 
 
 # --------------------------------------------------------------------------- parent side
@@ -98,6 +108,17 @@ async def settled_drain(spec: dict[str, Any]) -> dict[str, Any]:
     return await _drain_loops(spec, step)
 
 
+async def locked_drain(spec: dict[str, Any]) -> dict[str, Any]:
+    """``concurrency`` loops of ``locked_fetch(batch_size=batch)`` blocks that complete
+    what they claimed on leaving (one transaction and one write per job)."""
+
+    async def step(boss: Any, queue: str, batch: int, held: list[Any]) -> tuple[int, list[Any]]:
+        async with boss.locked_fetch(queue, batch_size=batch) as claimed:
+            return len(claimed.jobs), []
+
+    return await _drain_loops(spec, step)
+
+
 Step = Callable[[Any, str, int, list[Any]], Awaitable[tuple[int, list[Any]]]]
 
 
@@ -132,7 +153,12 @@ async def _drain_loops(spec: dict[str, Any], step: Step) -> dict[str, Any]:
     return {"jobs": counter.count, "empty_polls": empty_polls, **cpu}
 
 
-async def worker_drain(spec: dict[str, Any]) -> dict[str, Any]:
+async def locked_worker_drain(spec: dict[str, Any]) -> dict[str, Any]:
+    """:func:`worker_drain` with ``work(locked_fetch=True)``."""
+    return await worker_drain(spec, locked_fetch=True)
+
+
+async def worker_drain(spec: dict[str, Any], **work_options: Any) -> dict[str, Any]:
     """``work(batch_size=batch, local_concurrency=concurrency)`` with a no-op handler,
     timed from the ``work`` call until the database shows every job completed."""
     jobs, queue = int(spec["jobs"]), spec["queue"]
@@ -153,7 +179,9 @@ async def worker_drain(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         await warm_pool(boss, min(10, concurrency + 2))
         await meter.start()
-        await boss.work(queue, handler, batch_size=batch, local_concurrency=concurrency)
+        await boss.work(
+            queue, handler, batch_size=batch, local_concurrency=concurrency, **work_options
+        )
         try:
             await asyncio.wait_for(counter.done.wait(), timeout)
         except asyncio.TimeoutError:

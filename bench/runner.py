@@ -81,7 +81,9 @@ class Scenario:
     #: (see :data:`INFORMATIONAL`)
     raw_sides: tuple[str, ...] = ("raw",)
     needs_notify: bool = False
-    #: qcore's side needs two mutations of a table in one statement (MutationStrategy.CTE)
+    #: qcore's side needs two mutations of a table in one statement (MutationStrategy.CTE;
+    #: the profile that splits them also claims without SKIP LOCKED, which locked claims
+    #: need)
     needs_one_statement: bool = False
     #: the target ratio to the raw baseline (throughput scenarios), if the issue sets one
     target_ratio: float | None = None
@@ -217,6 +219,40 @@ SCENARIOS: tuple[Scenario, ...] = (
         drain=True,
     ),
     Scenario(
+        name="batch_drain_locked",
+        label="batch drain, locked claims, {jobs} jobs",
+        qcore_label="locked_fetch(batch_size=100) blocks, 4 loops",
+        raw_label="one transaction selects 100 FOR UPDATE SKIP LOCKED and completes them,"
+        " 4 connections",
+        kind="throughput",
+        module="bench.drain",
+        qcore_entry="bench.drain:locked_drain",
+        raw_entry="bench.raw:drain",
+        concurrency=4,
+        batch=100,
+        drain=True,
+        raw_variant="tx",
+        pgboss_peer="batch_drain",
+        needs_one_statement=True,
+    ),
+    Scenario(
+        name="worker_drain_batched_locked",
+        label="worker drain, batched, locked claims, {jobs} jobs",
+        qcore_label="work(batch_size=100, local_concurrency=4, locked_fetch=True), no-op handler",
+        raw_label="one transaction selects 100 FOR UPDATE SKIP LOCKED and completes them,"
+        " 4 connections",
+        kind="throughput",
+        module="bench.drain",
+        qcore_entry="bench.drain:locked_worker_drain",
+        raw_entry="bench.raw:drain",
+        concurrency=4,
+        batch=100,
+        drain=True,
+        raw_variant="tx",
+        pgboss_peer="worker_drain_batched",
+        needs_one_statement=True,
+    ),
+    Scenario(
         name="wakeup_latency",
         label="wake-up latency",
         qcore_label="send → handler start, LISTEN/NOTIFY on, one job in flight",
@@ -238,13 +274,22 @@ SCENARIOS: tuple[Scenario, ...] = (
 )
 
 BY_NAME = {s.name: s for s in SCENARIOS}
+LOCKED = ("batch_drain_locked", "worker_drain_batched_locked")
+DRAINS = ("batch_drain", "batch_drain_settled", "worker_drain", "worker_drain_batched", *LOCKED)
 #: names that stand for several scenarios in ``--scenarios``
 GROUPS: dict[str, tuple[str, ...]] = {
     "all": tuple(BY_NAME),
     "enqueue": ("bulk_enqueue", "single_enqueue"),
-    "drain": ("batch_drain", "batch_drain_settled", "worker_drain", "worker_drain_batched"),
-    "memory": ("batch_drain", "batch_drain_settled", "worker_drain", "worker_drain_batched"),
-    "workers": ("worker_drain", "worker_drain_batched", "wakeup_latency", "idle"),
+    "drain": DRAINS,
+    "memory": DRAINS,
+    "locked": LOCKED,
+    "workers": (
+        "worker_drain",
+        "worker_drain_batched",
+        "worker_drain_batched_locked",
+        "wakeup_latency",
+        "idle",
+    ),
     "latency": ("wakeup_latency",),
     "no-workers": ("bulk_enqueue", "single_enqueue", "batch_drain", "batch_drain_settled"),
 }
@@ -486,7 +531,8 @@ async def run(cfg: Config) -> dict[str, Any]:
                 notes[profile][scenario.name] = f"n/a: the {profile} profile has no LISTEN/NOTIFY"
             if scenario.needs_one_statement and backend.mutation is not MutationStrategy.CTE:
                 notes[profile][scenario.name] = (
-                    f"n/a: the {profile} profile splits mutations (no settle-and-claim)"
+                    f"n/a: the {profile} profile splits mutations and claims without"
+                    " SKIP LOCKED (no settle-and-claim, no locked claims)"
                 )
         for index in range(cfg.repeat):
             for profile in cfg.profiles:

@@ -154,6 +154,7 @@ class AsyncpgDatabase(Database):
             self._pool, self._conn = None, source
         else:
             raise QcoreError(f"expected an asyncpg Pool or Connection, got {type(source).__name__}")
+        self.single_connection = self._conn is not None
         self._owned = owned
         self._connect_options: dict[str, Any] | None = None
         self._acquire_timeout: float | None = None

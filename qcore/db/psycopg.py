@@ -200,6 +200,10 @@ class PsycopgDatabase(Database):
     def joins_caller_transaction(self) -> bool:  # type: ignore[override]
         return self._conn is not None and not self._conn.autocommit
 
+    @property
+    def single_connection(self) -> bool:  # type: ignore[override]
+        return self._conn is not None  # a caller's connection, not a pool
+
     async def _execute(self, sql: str, params: Sequence[Any]) -> Rows:
         if self._conn is not None:
             async with self._lock:

@@ -216,6 +216,7 @@ class SQLAlchemyDatabase(Database):
             )
         self._source = source
         self.joins_caller_transaction = not isinstance(source, (Engine, AsyncEngine))
+        self.single_connection = self.joins_caller_transaction  # a connection or session
         self._style = _Style(dialect)
         self._lock = asyncio.Lock()  # serialises a caller's connection or session
 

@@ -78,8 +78,9 @@ class LockedBatch:
     whatever is left when the block ends is completed (or failed with the error that
     ended it)."""
 
-    def __init__(self, ctx: Context, name: str, jobs: list[Job]) -> None:
+    def __init__(self, ctx: Context, route: QueueRoute, name: str, jobs: list[Job]) -> None:
         self._ctx = ctx
+        self._route = route
         self.name = name
         self.jobs = jobs
         self._open = {j.id: j for j in jobs}
@@ -93,7 +94,8 @@ class LockedBatch:
         """Complete ``jobs`` (all unsettled ones by default) with the output ``data``."""
         output = normalize_output(data)
         ids = self._take(jobs)
-        rows = await self._run(sql.complete_held(self._ctx.q), ids, output=_jsonb(output))
+        statement = sql.complete_held(self._ctx.q, table=self._route.table)
+        rows = await self._run(statement, ids, output=_jsonb(output))
         return _result(ids, rows)
 
     async def fail(
@@ -129,7 +131,7 @@ class LockedBatch:
     async def _run(self, statement: Statement, ids: list[uuid.UUID], **values: Any) -> list[Any]:
         if not ids:
             return []
-        params = statement.bind(queue=self.name, ids=ids, **values)
+        params = statement.bind(queue=self.name, ids=ids, table=self._route.table, **values)
         rows = await self._ctx.db.execute(statement.sql, params)
         if not rows:
             raise missing_queue(self.name)
@@ -154,8 +156,8 @@ async def locked_fetch(
     failure: Exception | None = None
     async with ctx.db.separate_transaction() as tx:
         held = ctx.with_db(tx)
-        jobs = await _claim(held, name, given)
-        batch = LockedBatch(held, name, jobs)
+        route, jobs = await _claim(held, name, given)
+        batch = LockedBatch(held, route, name, jobs)
         try:
             yield batch
         except DatabaseError:
@@ -171,11 +173,12 @@ async def locked_fetch(
         raise failure
 
 
-async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> list[Job]:
+async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> tuple[QueueRoute, list[Job]]:
+    """The claim, and the route it was made on (the settles address the same table)."""
     low, high = given["min_priority"], given["max_priority"]
     ignored = given["ignore_groups"]
 
-    async def attempt(route: QueueRoute) -> list[Job] | None:
+    async def attempt(route: QueueRoute) -> tuple[QueueRoute, list[Job]] | None:
         if route.policy in _COUNTING_POLICIES:
             raise ConfigError(
                 f"queue {name!r} has the {route.policy} policy, whose rule counts active"
@@ -208,6 +211,6 @@ async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> list[Job]:
         rows = await retrying.execute(ctx, statement.sql, params)
         if not rows:
             return None
-        return [Job.from_row(r) for r in rows if r["id"] is not None]
+        return route, [Job.from_row(r) for r in rows if r["id"] is not None]
 
     return await _routed(ctx, name, attempt)

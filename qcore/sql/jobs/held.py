@@ -13,6 +13,7 @@ from qcore.sql.jobs.columns import (
     JOB_COLUMNS,
     _command,
     _ended,
+    _job_table,
     _now,
     _queue_cte,
     held_as_running,
@@ -28,19 +29,19 @@ def _held(p: Params) -> str:
     return _HELD.format(queue=p("queue"), ids=p("ids"))
 
 
-@lru_cache(maxsize=8)
-def complete_held(q: str) -> Statement:
+@lru_cache(maxsize=256)
+def complete_held(q: str, *, table: str | None = None) -> Statement:
     """Complete held jobs with ``output``: started when the transaction began (the
     claim), the attempt counted as a claim counts it, completed at this statement.
-    One UPDATE; rows ``queue, id``."""
+    One UPDATE of the queue's own ``table`` (see ``_job_table``); rows ``queue, id``."""
     p = Params()
     now = _now(q)
     mutation = (
-        f"UPDATE {q}.job j SET state = 'completed', started_on = {now}, heartbeat_on = {now},"
-        f" retry_count = {ATTEMPT_COUNT}, completed_on = {_ended(q)},"
+        f"UPDATE {_job_table(q, table)} j SET state = 'completed', started_on = {now},"
+        f" heartbeat_on = {now}, retry_count = {ATTEMPT_COUNT}, completed_on = {_ended(q)},"
         f" output = {p('output')}::jsonb WHERE {_held(p)} RETURNING j.id"
     )
-    return p.statement(_command(q, p, mutation))
+    return p.statement(_command(q, p, mutation, table=table))
 
 
 @lru_cache(maxsize=8)
