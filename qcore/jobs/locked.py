@@ -173,6 +173,18 @@ async def locked_fetch(
         raise failure
 
 
+def _in_claim_order(claimed: list[Job], given: dict[str, Any]) -> list[Job]:
+    """The jobs sorted as a fetch returns them: by the claim's keys, then id (the lock
+    returns them in index order, ties in any)."""
+    priority, by_age = given["priority"], given["order_by_created_on"]
+
+    def key(job: Job) -> tuple[Any, ...]:
+        rank = -(job.priority or 0) if priority else 0
+        return (rank, job.created_on if by_age else 0, job.id)
+
+    return sorted(claimed, key=key)
+
+
 async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> tuple[QueueRoute, list[Job]]:
     """The claim, and the route it was made on (the settles address the same table)."""
     low, high = given["min_priority"], given["max_priority"]
@@ -184,9 +196,8 @@ async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> tuple[QueueR
                 f"queue {name!r} has the {route.policy} policy, whose rule counts active"
                 " jobs, and a locked claim's jobs stay queued: use fetch"
             )
-        statement = sql.fetch_jobs(
+        statement = sql.claim_held(
             ctx.q,
-            skip_locked=True,
             policy=route.policy,
             priority=given["priority"],
             order_by_created_on=given["order_by_created_on"],
@@ -196,7 +207,6 @@ async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> tuple[QueueR
             include_metadata=given["include_metadata"],
             table=route.table,
             ignore_groups=bool(ignored),
-            hold=True,
         )
         params = statement.bind(
             queue=name,
@@ -211,6 +221,12 @@ async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> tuple[QueueR
         rows = await retrying.execute(ctx, statement.sql, params)
         if not rows:
             return None
-        return route, [Job.from_row(r) for r in rows if r["id"] is not None]
+        claimed = [Job.from_row(r) for r in rows if r["id"] is not None]
+        longest = max((j.expire_in_seconds for j in claimed), default=0)
+        wanted = (longest + HOLD_GRACE_SECONDS) * 1000
+        if wanted > rows[0]["held_for"]:  # a job's own expiry is longer than its queue's
+            longer = sql.hold_longer()
+            await ctx.db.execute(longer.sql, longer.bind(ms=wanted))
+        return route, _in_claim_order(claimed, given)
 
     return await _routed(ctx, name, attempt)

@@ -392,3 +392,22 @@ async def test_a_job_state_while_held(pctx: Context) -> None:
         assert mine.state is JobState.ACTIVE and mine.started_on is not None
         theirs = await jobs.get_job_by_id(pctx, "q", job_id)
         assert theirs is not None and theirs.state is JobState.CREATED
+
+
+async def test_the_idle_limit_covers_the_longest_expiry_in_the_batch(pctx: Context) -> None:
+    needs_locked_claims(pctx)
+    grace = locked_module.HOLD_GRACE_SECONDS
+    await queues.create_queue(pctx, "q", expire_in_seconds=60)
+    await jobs.send(pctx, "q", {"n": 1})
+    await jobs.send(pctx, "q", {"n": 2}, expire_in_seconds=600)
+
+    async def limit(batch: Any) -> str:
+        [shown] = await batch._ctx.db.execute("SHOW idle_in_transaction_session_timeout")
+        return str(shown["idle_in_transaction_session_timeout"])
+
+    async with jobs.locked_fetch(pctx, "q") as batch:  # the queue's expiry
+        assert await limit(batch) == f"{60 + grace}s"
+    async with jobs.locked_fetch(pctx, "q") as batch:  # the job's own, longer
+        assert await limit(batch) == f"{600 + grace}s"
+    [outside] = await pctx.db.execute("SHOW idle_in_transaction_session_timeout")
+    assert outside["idle_in_transaction_session_timeout"] == "0"  # local to the claims

@@ -40,7 +40,7 @@ from qcore.sql.jobs.fail import (
     fail_remove,
 )
 from qcore.sql.jobs.fetch import fetch_jobs
-from qcore.sql.jobs.held import complete_held, fail_held
+from qcore.sql.jobs.held import claim_held, complete_held, fail_held, hold_longer
 from qcore.sql.jobs.insert import insert_jobs, send_job
 from qcore.sql.jobs.reads import find_jobs, get_job
 from qcore.sql.jobs.settle import (
@@ -60,6 +60,7 @@ __all__ = [
     "JOB_COLUMN_TYPES",
     "REINSERT_COLUMNS",
     "cancel_jobs",
+    "claim_held",
     "complete_each",
     "complete_held",
     "complete_jobs",
@@ -75,6 +76,7 @@ __all__ = [
     "fetch_jobs",
     "find_jobs",
     "get_job",
+    "hold_longer",
     "insert_jobs",
     "insert_redriven",
     "redrive_candidates",

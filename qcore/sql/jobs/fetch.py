@@ -13,7 +13,6 @@ from qcore.sql.jobs.columns import (
     _now,
     _queue_cte,
     _returning,
-    held_as_running,
 )
 from qcore.sql.jobs.settle import complete_update
 
@@ -35,7 +34,6 @@ def fetch_jobs(
     group_limit: bool = False,
     group_tiers: bool = False,
     ignore_groups: bool = False,
-    hold: bool = False,
 ) -> Statement:
     """Claim up to ``limit`` ready jobs of a queue with ``policy`` (in ``table``, see
     :func:`_job_table`): mark them active and return them.
@@ -82,46 +80,24 @@ def fetch_jobs(
     the groups in the ``ignore_groups`` text array are not claimed (what a worker with
     ``local_group_concurrency`` leaves to others). Both the same on every backend.
 
-    ``hold`` (a locked claim, SKIP LOCKED engines only): the candidates are locked and
-    returned, not updated; they stay queued, held by the claiming transaction until
-    :func:`qcore.sql.jobs.held.complete_held` or :func:`qcore.sql.jobs.held.fail_held`
-    settles them in it (one write per job instead of two) or its end releases them.
-    The rows read as the job will be when it runs (``retry_count`` with this attempt
-    counted; with ``include_metadata`` also active and started now). The statement
-    also bounds the transaction's idle time (``hold_grace`` seconds past the batch's
-    longest expiry), so the server releases the jobs of a client that froze.
     """
     p = Params()
     now = _now(q)
     jobs = _job_table(q, table)
-    due = "" if ignore_start_after else f" AND j.start_after <= {now}"
-    bounds = ""
-    if min_priority:
-        bounds += f" AND j.priority >= {p('min_priority')}::int"
-    if max_priority:
-        bounds += f" AND j.priority <= {p('max_priority')}::int"
-    keys = (["priority DESC"] if priority else []) + (["created_on"] if order_by_created_on else [])
+    keys = claim_keys(priority, order_by_created_on)
     order = f" ORDER BY {', '.join('j.' + k for k in keys)}" if keys else ""
     returned = ", ".join("claimed." + k for k in [*keys, "id"])
-    if policy == "key_strict_fifo":
-        other_due = "" if ignore_start_after else f" AND o.start_after <= {now}"
-        shape = (
-            f" AND NOT EXISTS (SELECT 1 FROM {jobs} o WHERE o.name = {p('queue')}::text"
-            " AND o.singleton_key = j.singleton_key AND o.id <> j.id"
-            " AND (o.state IN ('retry', 'active', 'failed')"
-            " OR (j.state = 'created' AND o.state = 'created' AND NOT o.blocked"
-            f"{other_due} AND (o.created_on, o.id) < (j.created_on, j.id))))"
-        )
-    elif policy in ("singleton", "stately"):
-        shape = (
-            f" AND NOT EXISTS (SELECT 1 FROM {jobs} a WHERE a.name = {p('queue')}::text"
-            " AND a.state = 'active' AND a.policy = j.policy"
-            " AND COALESCE(a.singleton_key, '') = COALESCE(j.singleton_key, ''))"
-        )
-    else:
-        shape = ""
-    if ignore_groups:
-        shape += f" AND (j.group_id IS NULL OR j.group_id <> ALL({p('ignore_groups')}::text[]))"
+    ready = ready_filter(
+        q,
+        p,
+        jobs,
+        policy=policy,
+        ignore_start_after=ignore_start_after,
+        min_priority=min_priority,
+        max_priority=max_priority,
+        ignore_groups=ignore_groups,
+    )
+    shape = ""
     room = ""
     if group_limit:
         limit = f"{p('group_limit')}::int"
@@ -133,8 +109,6 @@ def fetch_jobs(
     lock = " FOR UPDATE OF j SKIP LOCKED" if skip_locked else ""
     recheck = "" if skip_locked else " AND j.state < 'active'"
     columns = JOB_COLUMNS if include_metadata else FETCH_COLUMNS
-    if hold and (not skip_locked or group_limit or policy in ("singleton", "stately")):
-        raise ValueError("a locked claim needs SKIP LOCKED and no active-job limits")
     ctes = [
         _queue_cte(q, p, table=table, policy=True),
         *([f"done AS ({complete_update(q, p, fenced=True, table=table)})"] if settle else []),
@@ -151,15 +125,12 @@ def fetch_jobs(
 )"""
         )
         group_columns = f", j.group_id, {room} AS group_room"
-    picked = f"j.id, j.singleton_key, j.priority, j.created_on{group_columns}"
-    if hold:  # the rows themselves, as the job will run: nothing else to do
-        picked = _returning(columns, "j", lazy_data=True, values=held_as_running(q))
     ctes += [
         f"""candidates AS (
-  SELECT {picked}
+  SELECT j.id, j.singleton_key, j.priority, j.created_on{group_columns}
   FROM {jobs} j
   WHERE EXISTS (SELECT 1 FROM q) AND j.name = {p("queue")}::text AND j.state < 'active'
-    AND NOT j.blocked{due}{bounds}{shape}
+    AND NOT j.blocked{ready}{shape}
   {order} LIMIT {p("limit")}::int{lock}
 )""",
     ]
@@ -184,27 +155,62 @@ def fetch_jobs(
 )"""
         )
         chosen = "grouped"
-    if hold:
-        ctes.append("claimed AS (SELECT * FROM candidates)")
-    else:
-        ctes.append(
-            f"""claimed AS (
+    ctes.append(
+        f"""claimed AS (
   UPDATE {jobs} j SET state = 'active', started_on = {now}, heartbeat_on = {now},
     retry_count = {ATTEMPT_COUNT}
   FROM {chosen} c
   WHERE j.name = {p("queue")}::text AND j.id = c.id{recheck}
   RETURNING {_returning(columns, "j", lazy_data=True)}
 )"""
-        )
-    held = ""
-    if hold:
-        # the server ends the transaction (and frees its jobs) once it has been idle
-        # ``hold_grace`` seconds past the batch's longest expiry: a frozen client's jobs
-        # come back without anyone watching (``held_for``: the milliseconds set)
-        limit = f"(max(h.expire_seconds) + {p('hold_grace')}::int) * 1000"
-        held = (
-            ", (SELECT set_config('idle_in_transaction_session_timeout',"
-            f" COALESCE(({limit})::text, '0'), true) FROM claimed h) AS held_for"
-        )
-    select = f"SELECT claimed.*{held} FROM q LEFT JOIN claimed ON true ORDER BY {returned}"
+    )
+    select = f"SELECT claimed.* FROM q LEFT JOIN claimed ON true ORDER BY {returned}"
     return p.statement(f"WITH {', '.join(ctes)}\n{select}")
+
+
+def claim_keys(priority: bool, order_by_created_on: bool) -> list[str]:
+    """The claim order's keys (the fetch index's order): ``priority DESC``, ``created_on``."""
+    return (["priority DESC"] if priority else []) + (["created_on"] if order_by_created_on else [])
+
+
+def ready_filter(
+    q: str,
+    p: Params,
+    jobs: str,
+    *,
+    policy: str,
+    ignore_start_after: bool,
+    min_priority: bool,
+    max_priority: bool,
+    ignore_groups: bool,
+) -> str:
+    """The ``AND ...`` conditions a ready job ``j`` of the queue meets beyond being
+    queued and unblocked: due, within the priority bounds, allowed by the policy
+    (see :func:`fetch_jobs`), not of an ignored group."""
+    now = _now(q)
+    due = "" if ignore_start_after else f" AND j.start_after <= {now}"
+    bounds = ""
+    if min_priority:
+        bounds += f" AND j.priority >= {p('min_priority')}::int"
+    if max_priority:
+        bounds += f" AND j.priority <= {p('max_priority')}::int"
+    if policy == "key_strict_fifo":
+        other_due = "" if ignore_start_after else f" AND o.start_after <= {now}"
+        shape = (
+            f" AND NOT EXISTS (SELECT 1 FROM {jobs} o WHERE o.name = {p('queue')}::text"
+            " AND o.singleton_key = j.singleton_key AND o.id <> j.id"
+            " AND (o.state IN ('retry', 'active', 'failed')"
+            " OR (j.state = 'created' AND o.state = 'created' AND NOT o.blocked"
+            f"{other_due} AND (o.created_on, o.id) < (j.created_on, j.id))))"
+        )
+    elif policy in ("singleton", "stately"):
+        shape = (
+            f" AND NOT EXISTS (SELECT 1 FROM {jobs} a WHERE a.name = {p('queue')}::text"
+            " AND a.state = 'active' AND a.policy = j.policy"
+            " AND COALESCE(a.singleton_key, '') = COALESCE(j.singleton_key, ''))"
+        )
+    else:
+        shape = ""
+    if ignore_groups:
+        shape += f" AND (j.group_id IS NULL OR j.group_id <> ALL({p('ignore_groups')}::text[]))"
+    return due + bounds + shape

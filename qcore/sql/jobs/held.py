@@ -1,7 +1,7 @@
-"""Settling a locked claim's jobs in the transaction that claimed them (``fetch_jobs``
-with ``hold``): the rows are still queued and locked by that transaction, so each is
-written once, straight to how it ended. Only on SKIP LOCKED engines that take several
-mutations in one statement (the fail's delete and inserts are one CTE)."""
+"""Locked claims: jobs locked, not marked, by the claiming transaction, and settled in
+it: the rows are still queued, so each is written once, straight to how it ended.
+Only on SKIP LOCKED engines that take several mutations in one statement (the fail's
+delete and inserts are one CTE)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,92 @@ from functools import lru_cache
 from qcore.sql._statement import Params, Statement
 from qcore.sql.jobs.columns import (
     ATTEMPT_COUNT,
+    FETCH_COLUMNS,
     JOB_COLUMNS,
     _command,
     _ended,
     _job_table,
     _now,
     _queue_cte,
+    _returning,
+    _table_check,
     held_as_running,
 )
 from qcore.sql.jobs.fail import _fail_removed
+from qcore.sql.jobs.fetch import claim_keys, ready_filter
+
+
+@lru_cache(maxsize=256)
+def claim_held(
+    q: str,
+    *,
+    policy: str = "standard",
+    priority: bool = True,
+    order_by_created_on: bool = True,
+    ignore_start_after: bool = False,
+    min_priority: bool = False,
+    max_priority: bool = False,
+    include_metadata: bool = False,
+    ignore_groups: bool = False,
+    table: str | None = None,
+) -> Statement:
+    """A locked claim: lock up to ``limit`` ready jobs of the queue, in the fetch
+    index's order, as ``fetch_jobs`` picks them (the same options; no policy that
+    counts active jobs) and return them unchanged but read as running (this attempt
+    counted; with ``include_metadata`` active and started now). They stay queued,
+    held by this transaction until :func:`complete_held` or :func:`fail_held` settles
+    them or its end releases them. The statement also bounds the transaction's idle
+    time to the queue's expiry plus ``hold_grace`` seconds (``held_for``, in ms), so
+    the server frees the jobs of a client that froze. Rows come in index order
+    (ties unordered); no row when the queue is gone, one of NULLs when none is ready."""
+    if policy in ("singleton", "stately"):
+        raise ValueError(f"the {policy} policy counts active jobs: no locked claim")
+    p = Params()
+    jobs = _job_table(q, table)
+    keys = claim_keys(priority, order_by_created_on)
+    order = f" ORDER BY {', '.join('j.' + k for k in keys)}" if keys else ""
+    ready = ready_filter(
+        q,
+        p,
+        jobs,
+        policy=policy,
+        ignore_start_after=ignore_start_after,
+        min_priority=min_priority,
+        max_priority=max_priority,
+        ignore_groups=ignore_groups,
+    )
+    columns = JOB_COLUMNS if include_metadata else FETCH_COLUMNS
+    picked = _returning(columns, "j", lazy_data=True, values=held_as_running(q))
+    ms = f"(expire_seconds + {p('hold_grace')}::int) * 1000"
+    # a materialized CTE computes every column: the setting is made once, with the row
+    held_for = (
+        f"{ms} AS held_for,"
+        f" set_config('idle_in_transaction_session_timeout', ({ms})::text, true) AS setting"
+    )
+    sql = f"""WITH q AS (SELECT name, {held_for} FROM {q}.queue
+  WHERE name = {p("queue")}::text AND policy = {p("policy")}::text{_table_check(p, table)}),
+candidates AS (
+  SELECT {picked}
+  FROM {jobs} j
+  WHERE EXISTS (SELECT 1 FROM q) AND j.name = {p("queue")}::text AND j.state < 'active'
+    AND NOT j.blocked{ready}
+  {order} LIMIT {p("limit")}::int FOR UPDATE OF j SKIP LOCKED
+)
+SELECT c.*, q.held_for FROM q LEFT JOIN candidates c ON true"""
+    return p.statement(sql)
+
+
+@lru_cache(maxsize=1)
+def hold_longer() -> Statement:
+    """Raise the held transaction's idle limit to ``ms`` (a batch holding a job whose own
+    expiry is longer than its queue's)."""
+    p = Params()
+    sql = (
+        "SELECT set_config('idle_in_transaction_session_timeout',"
+        f" {p('ms')}::int::text, true) AS held_for"
+    )
+    return p.statement(sql)
+
 
 #: the jobs a held settle may touch: the queue's, among ``ids``, still queued (the
 #: claiming transaction holds their locks, so nobody else has moved them)
