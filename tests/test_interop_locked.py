@@ -26,7 +26,5 @@ async def test_pgboss_skips_what_qcore_holds_and_sees_it_completed(
             pg_dsn, ctx, {"op": "fetch", "args": ["shared", {"batchSize": 10}]}
         )
         assert sorted(j["id"] for j in theirs) == sorted(str(i) for i in sent[3:])
-    [got] = await in_thread(
-        pg_dsn, ctx, {"op": "getJobById", "args": ["shared", str(sent[0])]}
-    )
+    [got] = await in_thread(pg_dsn, ctx, {"op": "getJobById", "args": ["shared", str(sent[0])]})
     assert got["state"] == "completed" and got["startedOn"] is not None
