@@ -24,17 +24,20 @@ import concurrent.futures
 import functools
 import itertools
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from qcore.boss import Boss
 from qcore.db import Database, adapt
 from qcore.errors import NotStartedError, QcoreError
+from qcore.job import CommandResult, Job
+from qcore.jobs import LockedBatch
 from qcore.tasks import cancel_and_wait
 from qcore.worker import WorkerStatus
 
-__all__ = ["SyncBoss"]
+__all__ = ["SyncBoss", "SyncLockedBatch"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -240,6 +243,23 @@ class SyncBoss:
     fetch = _blocking(Boss.fetch)
     complete = _blocking(Boss.complete)
     complete_and_fetch = _blocking(Boss.complete_and_fetch)
+
+    @contextmanager
+    def locked_fetch(self, name: str, **options: Any) -> Iterator[SyncLockedBatch]:
+        """``with boss.locked_fetch(name, batch_size=...) as batch:`` — the blocking twin
+        of :meth:`Boss.locked_fetch`: the jobs are ``batch.jobs``, ``batch.complete()``
+        and ``batch.fail()`` block; leaving the block completes what is left (fails it
+        with the exception that ends the block) and commits."""
+        held = self._boss.locked_fetch(name, **options)
+        batch = self._call(held.__aenter__())
+        try:
+            yield SyncLockedBatch(self, batch)
+        except BaseException as exc:
+            if not self._call(held.__aexit__(type(exc), exc, exc.__traceback__)):
+                raise
+        else:
+            self._call(held.__aexit__(None, None, None))
+
     fail = _blocking(Boss.fail)
     cancel = _blocking(Boss.cancel)
     restore = _blocking(Boss.restore)
@@ -345,6 +365,30 @@ class _Call(Generic[R]):
                     pass
                 concurrent.futures.wait([self._outcome])
             raise
+
+
+class SyncLockedBatch:
+    """The blocking face of a :class:`~qcore.LockedBatch` (see ``SyncBoss.locked_fetch``)."""
+
+    def __init__(self, boss: SyncBoss, batch: LockedBatch) -> None:
+        self._boss = boss
+        self._batch = batch
+        self.name = batch.name
+        self.jobs = batch.jobs
+
+    @property
+    def unsettled(self) -> list[Job]:
+        return self._batch.unsettled
+
+    def complete(self, jobs: Iterable[Job] | None = None, data: Any = None) -> CommandResult:
+        """Complete ``jobs`` (all unsettled ones by default) with the output ``data``."""
+        return self._boss._call(self._batch.complete(jobs, data))
+
+    def fail(
+        self, jobs: Iterable[Job] | None = None, data: Any = None, *, terminal: bool = False
+    ) -> CommandResult:
+        """Fail ``jobs`` (all unsettled ones by default), as ``LockedBatch.fail`` does."""
+        return self._boss._call(self._batch.fail(jobs, data, terminal=terminal))
 
 
 def _run_loop(loop: asyncio.AbstractEventLoop) -> None:

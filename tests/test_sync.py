@@ -385,3 +385,22 @@ def test_an_interrupted_call_is_undone_before_the_caller_goes_on(
     assert released and returned > released[0]
     psycopg2_conn.commit()  # the caller's connection is usable and in no failed state
     assert boss.find_jobs("mail") == []
+
+
+def test_locked_fetch_blocks_and_settles_on_leaving(boss: SyncBoss) -> None:
+    sent = [boss.send("mail", {"n": n}) for n in range(3)]
+    with boss.locked_fetch("mail", batch_size=2) as batch:
+        assert [j.id for j in batch.jobs] == sent[:2]
+        assert boss.fetch("mail", batch_size=5)[0].id == sent[2]  # the rest, from the pool
+        assert batch.fail(batch.jobs[:1], "no").affected == 1
+        assert [j.id for j in batch.unsettled] == [sent[1]]
+    states = [boss.get_job_by_id("mail", i) for i in sent[:2]]
+    assert [s.state if s else None for s in states] == [JobState.RETRY, JobState.COMPLETED]
+    boss.complete("mail", sent[2])
+    with pytest.raises(RuntimeError, match="broke"), boss.locked_fetch("mail") as batch:
+        [again] = batch.jobs
+        assert again.id == sent[0] and again.retry_count == 1
+        raise RuntimeError("broke")
+    failed = boss.get_job_by_id("mail", sent[0])
+    assert failed is not None and failed.state is JobState.FAILED
+    assert failed.output is not None and failed.output["message"] == "broke"
