@@ -388,7 +388,11 @@ def test_an_interrupted_call_is_undone_before_the_caller_goes_on(
 
 
 def test_locked_fetch_blocks_and_settles_on_leaving(boss: SyncBoss) -> None:
-    sent = [boss.send("mail", {"n": n}) for n in range(3)]
+    sent: list[uuid.UUID] = []
+    for n in range(3):
+        job_id = boss.send("mail", {"n": n})
+        assert job_id is not None
+        sent.append(job_id)
     with boss.locked_fetch("mail", batch_size=2) as batch:
         assert [j.id for j in batch.jobs] == sent[:2]
         assert boss.fetch("mail", batch_size=5)[0].id == sent[2]  # the rest, from the pool
