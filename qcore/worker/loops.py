@@ -10,7 +10,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from qcore import jobs as job_ops
@@ -326,20 +326,9 @@ class Worker:
             jobs = self._deal(batch.jobs, 1)[0]
             if not jobs:
                 return False
-            self._held += len(jobs)
-            self._started_on = time.time()
-            self._changed()
-            try:
-                if asyncio.get_running_loop().time() >= self._deadline:
-                    settlement = _Settlement("fail", SHUTDOWN_MESSAGE)
-                else:  # no heartbeats to touch: the open transaction holds the jobs
-                    running = self._start_handler(jobs, slot)
-                    settlement = await self._watch(ctx, jobs, slot, running, touching=False)
+            with self._holding(jobs):  # no heartbeats: the open transaction holds the jobs
+                settlement = await self._run_handler(ctx, jobs, slot, touching=False)
                 await self._settle_locked(batch, settlement)
-            finally:
-                self._held -= len(jobs)
-                self._ended_on = time.time()
-                self._changed()
         return len(jobs) >= size
 
     async def _settle_locked(self, batch: LockedBatch, settlement: _Settlement) -> None:
@@ -473,16 +462,8 @@ class Worker:
         completes (no output) claims the next batch in the same statement where the
         backend can: those jobs, else None (settled alone). A settle-and-claim that
         fails claims nothing, and the batch is settled alone as always."""
-        loop = asyncio.get_running_loop()
-        self._held += len(jobs)
-        self._started_on = time.time()
-        self._changed()
-        try:
-            if loop.time() >= self._deadline:
-                # claimed as the worker stopped, too late to start: fail without running
-                settlement = _Settlement("fail", SHUTDOWN_MESSAGE)
-            else:
-                settlement = await self._run_handler(ctx, jobs, slot)
+        with self._holding(jobs):
+            settlement = await self._run_handler(ctx, jobs, slot)
             if claim_next and self._chains(ctx, settlement):
                 try:
                     return await self._settle_and_claim((ctx, jobs))
@@ -492,6 +473,15 @@ class Worker:
             if settlement.verb is not None:
                 await self._settle(ctx, jobs, settlement)
             return None
+
+    @contextlib.contextmanager
+    def _holding(self, jobs: list[Job]) -> Iterator[None]:
+        """Count ``jobs`` as held (the status's ``active``) while the block runs them."""
+        self._held += len(jobs)
+        self._started_on = time.time()
+        self._changed()
+        try:
+            yield
         finally:
             self._held -= len(jobs)
             self._ended_on = time.time()
@@ -524,11 +514,16 @@ class Worker:
             failed.set_exception(exc)
             return failed
 
-    async def _run_handler(self, ctx: Context, jobs: list[Job], slot: _Slot) -> _Settlement:
+    async def _run_handler(
+        self, ctx: Context, jobs: list[Job], slot: _Slot, *, touching: bool = True
+    ) -> _Settlement:
         """Run the handler, bounded by the batch's expiry and the stop deadline, touching
-        heartbeats on the way; how the batch ends."""
+        heartbeats on the way (unless not ``touching``); how the batch ends. A batch
+        claimed as the worker stopped, too late to start, fails without running."""
+        if asyncio.get_running_loop().time() >= self._deadline:
+            return _Settlement("fail", SHUTDOWN_MESSAGE)
         running = self._start_handler(jobs, slot)
-        return await self._watch(ctx, jobs, slot, running)
+        return await self._watch(ctx, jobs, slot, running, touching=touching)
 
     async def _watch(
         self,

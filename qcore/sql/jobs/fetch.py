@@ -79,7 +79,6 @@ def fetch_jobs(
     claim can return fewer than asked while more would fit. ``ignore_groups``: jobs of
     the groups in the ``ignore_groups`` text array are not claimed (what a worker with
     ``local_group_concurrency`` leaves to others). Both the same on every backend.
-
     """
     p = Params()
     now = _now(q)

@@ -18,7 +18,6 @@ from qcore.sql.jobs.columns import (
     _now,
     _queue_cte,
     _returning,
-    _table_check,
     held_as_running,
 )
 from qcore.sql.jobs.fail import _fail_removed
@@ -72,8 +71,7 @@ def claim_held(
         f"{ms} AS held_for,"
         f" set_config('idle_in_transaction_session_timeout', ({ms})::text, true) AS setting"
     )
-    sql = f"""WITH q AS (SELECT name, {held_for} FROM {q}.queue
-  WHERE name = {p("queue")}::text AND policy = {p("policy")}::text{_table_check(p, table)}),
+    sql = f"""WITH {_queue_cte(q, p, f"name, {held_for}", table, policy=True)},
 candidates AS (
   SELECT {picked}
   FROM {jobs} j
@@ -97,13 +95,10 @@ def hold_longer() -> Statement:
     return p.statement(sql)
 
 
-#: the jobs a held settle may touch: the queue's, among ``ids``, still queued (the
-#: claiming transaction holds their locks, so nobody else has moved them)
-_HELD = "j.name = {queue}::text AND j.id = ANY({ids}::uuid[]) AND j.state < 'active'"
-
-
 def _held(p: Params) -> str:
-    return _HELD.format(queue=p("queue"), ids=p("ids"))
+    """The jobs a held settle may touch: the queue's, among ``ids``, still queued (the
+    claiming transaction holds their locks, so nobody else has moved them)."""
+    return f"j.name = {p('queue')}::text AND j.id = ANY({p('ids')}::uuid[]) AND j.state < 'active'"
 
 
 @lru_cache(maxsize=256)
@@ -128,8 +123,7 @@ def fail_held(q: str, *, terminal: bool = False) -> Statement:
     no retry), each first read as the claim would have left it. One statement; rows
     ``queue, id``."""
     p = Params()
-    running = held_as_running(q)
-    as_claimed = ", ".join(f"{running.get(c, 'j.' + c)} AS {c}" for c in JOB_COLUMNS)
+    as_claimed = _returning(JOB_COLUMNS, "j", values=held_as_running(q))
     sql = f"""WITH {_queue_cte(q, p)},
 taken AS (DELETE FROM {q}.job j WHERE {_held(p)} RETURNING j.*),
 removed AS (SELECT {as_claimed} FROM taken j),
