@@ -21,6 +21,7 @@ from typing_extensions import Unpack
 
 from qcore import backends
 from qcore import instances as instance_ops
+from qcore.affinity import Affinity
 from qcore.arguments import constructor, verb
 from qcore.backend import Backend, EngineIdentity, Server
 from qcore.context import Context
@@ -59,7 +60,12 @@ from qcore.options import (
     known_only,
     queue_name,
 )
-from qcore.schema import install_or_migrate, is_installed, schema_version
+from qcore.schema import (
+    affinity_tables_present,
+    install_or_migrate,
+    is_installed,
+    schema_version,
+)
 from qcore.services import Service
 from qcore.services.flows import FlowResolver
 from qcore.services.instances import InstanceRegistry, RegistrySettings, recorded_config
@@ -189,6 +195,8 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
             raise ConfigError(str(exc)) from None
         if self.instance_key is not None and not register_instance:
             raise ConfigError("instance_key needs register_instance=True (a keyed server beats)")
+        #: the key's side of job affinity, shared by every context of this Boss
+        self._affinity = Affinity(key=self.instance_key)
         #: whether an operator paused this server (its workers claim nothing meanwhile)
         self.paused = False
         if register_instance and connection.get("application_name") is None:
@@ -437,6 +445,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
             backend=self.backend,
             schema_spec=self.schema,
             watch=slow_query_watch(self.events, self.maintenance.warning_slow_query_seconds),
+            affinity=self._affinity,
         )
         await install_or_migrate(
             ctx,
@@ -444,6 +453,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
             create_schema=self.create_schema,
             allow_schema_case_variant=self.allow_schema_case_variant,
         )
+        self._affinity.installed = await affinity_tables_present(ctx)
         self._ctx = ctx
 
     async def _stop_requested_within(self, seconds: float) -> bool:
@@ -561,7 +571,9 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
             return self._ctx
         if self._db is None:
             raise NotStartedError("this Boss has no connection yet: await boss.start() first")
-        return Context(db=self._db, backend=self.backend, schema_spec=self.schema)
+        return Context(
+            db=self._db, backend=self.backend, schema_spec=self.schema, affinity=self._affinity
+        )
 
     # -- workers ---------------------------------------------------------------------------
 

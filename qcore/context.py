@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from qcore.affinity import Affinity
 from qcore.backend import Backend
 from qcore.db import Database
 from qcore.identifiers import quote, schema_name
@@ -48,6 +49,9 @@ class Context:
     #: told how long each statement (or transaction) run through the retry policy took:
     #: ``watch(seconds, sql, values)``; the ``Boss`` warns ``slow_query`` from it
     watch: Watch | None = field(default=None, compare=False, repr=False)
+    #: this server's instance key and what it has judged of each queue's affinity patterns
+    #: (anonymous by default: claims take only jobs without a pattern)
+    affinity: Affinity = field(default_factory=Affinity, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         stored = schema_name(self.schema_spec)

@@ -9,7 +9,7 @@ import uuid
 from qcore import retry
 from qcore.context import Context
 from qcore.errors import ValidationError
-from qcore.job import Instance
+from qcore.job import Instance, InstancePage
 from qcore.options import check_count
 from qcore.sql import instances as sql
 from qcore.sql.probes import table_in_schema
@@ -53,19 +53,32 @@ async def _has_key_table(ctx: Context) -> bool:
 
 
 async def get_instances(
-    ctx: Context, *, limit: int = 1000, after: uuid.UUID | str | None = None
-) -> list[Instance]:
-    """The registered instances, oldest start first, at most ``limit`` (1 to 100,000);
-    ``after`` (the last id of the previous page) reads the next page, and raises
-    ``ValidationError`` when that instance's row has been deleted since."""
+    ctx: Context,
+    *,
+    limit: int = 1000,
+    after: uuid.UUID | str | None = None,
+    offset: int | None = None,
+) -> InstancePage:
+    """The registered instances, oldest start first, at most ``limit`` (1 to 100,000),
+    with ``total`` (the registry's row count); ``after`` (the last id of the previous
+    page) reads the next page, and raises ``ValidationError`` when that instance's row
+    has been deleted since; ``offset`` (0 or more; not with ``after``) skips that many
+    rows, for a numbered page."""
     check_count("limit", limit, MAX_INSTANCES_PAGE)
+    if offset is not None:
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValidationError(f"offset must be an integer >= 0, got {offset!r}")
+        if after is not None:
+            raise ValidationError("give after or offset, not both")
     if after is not None:
         try:
             after = after if isinstance(after, uuid.UUID) else uuid.UUID(str(after))
         except ValueError:
             raise ValidationError(f"after must be an instance id (a UUID), got {after!r}") from None
-    statement = sql.get_instances(ctx.q, after=after is not None, keys=await _has_key_table(ctx))
-    rows = await retry.run(ctx, statement, limit=limit, after=after)
+    statement = sql.get_instances(
+        ctx.q, after=after is not None, offset=offset is not None, keys=await _has_key_table(ctx)
+    )
+    rows = await retry.run(ctx, statement, limit=limit, after=after, offset=offset)
     if after is not None and not rows:
         [found] = await retry.run(ctx, sql.instance_exists(ctx.q), id=after)
         if not found["present"]:
@@ -73,7 +86,12 @@ async def get_instances(
                 f"after names instance {after}, whose row no longer exists (deleted since"
                 " the previous page): start again from the first page"
             )
-    return [Instance.from_row(r) for r in rows]
+    if rows:
+        total = int(rows[0]["total"])
+    else:
+        [row] = await retry.run(ctx, sql.count_instances(ctx.q))
+        total = int(row["total"])
+    return InstancePage([Instance.from_row(r) for r in rows], total)
 
 
 async def pause_instance(ctx: Context, key: str) -> None:

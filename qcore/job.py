@@ -79,7 +79,8 @@ class Job:
     ``heartbeat_seconds``, ``group_id``, ``group_tier``) and its sort keys
     (``priority``, ``created_on``); the other fields are then None.
     ``get_job_by_id``, ``find_jobs`` and ``fetch(..., include_metadata=True)``
-    fill every field.
+    fill every field. ``processed_on_instance_key`` is the claiming server's key (a
+    claim by a keyed server fills it).
 
     Passing a ``Job`` (rather than its id) to ``complete``, ``fail``,
     ``cancel``, ``delete_job`` or ``touch`` fences the call on its
@@ -132,6 +133,9 @@ class Job:
     source_root_id: uuid.UUID | None = None
     trace_context: Any = None
     upsert_by_key: bool | None = None
+    #: the instance key of the server that claimed the job last (qcore's own table: a
+    #: plain string, never a reference; None for an anonymous server or pg-boss)
+    processed_on_instance_key: str | None = None
     # -- run time (not a column) -----------------------------------------------------
     _cancelled: threading.Event | None = field(default=None, init=False, compare=False, repr=False)
 
@@ -284,11 +288,13 @@ class Instance:
     instance_key: str | None = None
     #: whether that key is paused (claims nothing until resumed)
     paused: bool = False
+    #: jobs claimed by the servers with that key, as of their last heartbeats
+    jobs_processed: int = 0
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Instance:
         values = {k: row[k] for k in _INSTANCE_FIELDS if k in row}
-        for number in ("pid", "heartbeat_seconds", "crash_restarts"):
+        for number in ("pid", "heartbeat_seconds", "crash_restarts", "jobs_processed"):
             values[number] = int(values[number])
         for key in ("workers", "metrics", "config"):
             if isinstance(values[key], str):  # engines that return JSON as text
@@ -297,6 +303,17 @@ class Instance:
 
 
 _INSTANCE_FIELDS = tuple(Instance.__dataclass_fields__)
+
+
+class InstancePage(list[Instance]):
+    """A page of :meth:`~qcore.Boss.get_instances`: the rows, and ``total``, how many
+    rows the registry holds (every page, live or not)."""
+
+    total: int
+
+    def __init__(self, rows: list[Instance], total: int) -> None:
+        super().__init__(rows)
+        self.total = total
 
 
 #: the outcomes a per-job results handler may give a job

@@ -355,6 +355,8 @@ class SendOptions(ScheduledSendOptions, total=False):
     """Options of ``send``; each one left out is inherited from the queue."""
 
     start_after: dt.datetime | dt.timedelta | float | str
+    #: a regular expression: only servers whose instance key it matches claim the job
+    preferred_instance_key_pattern: str
 
 
 class EditOptions(TypedDict, total=False):
@@ -488,6 +490,9 @@ def job_record(data: Any = None, **options: Any) -> JobRecord:
     made by the server).
     """
     known_only("job", options, SEND_OPTIONS)
+    if options.get("preferred_instance_key_pattern") is not None:
+        # send and insert take it off before: elsewhere it would be lost
+        raise ValidationError("preferred_instance_key_pattern is taken by send and insert only")
     given = {k: v for k, v in options.items() if v is not None}
     record: JobRecord = {"data": data}
     if not given:  # a payload alone (the bulk case): nothing more to check

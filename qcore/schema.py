@@ -32,13 +32,14 @@ from qcore.context import Context
 from qcore.errors import ConfigError, DatabaseError, NotInstalledError, SchemaVersionError
 from qcore.identifiers import quote
 from qcore.migrations import MIGRATIONS, Migration, apply, plan
-from qcore.sql import instances as instance_sql
-from qcore.sql import locks as lock_sql
 from qcore.sql import schema as sql
+from qcore.sql.affinity import JOB_PATTERN_TABLE
+from qcore.sql.probes import table_in_schema
 from qcore.sql.schema import SCHEMA_VERSION
 
 __all__ = [
     "SCHEMA_VERSION",
+    "affinity_tables_present",
     "install_or_migrate",
     "is_installed",
     "schema_version",
@@ -115,7 +116,8 @@ async def install_or_migrate(
         if version > target:
             raise _newer_error(ctx, version, target)
         if migrate:  # qcore's own tables on an install pg-boss (or an older qcore) made
-            await _apply(ctx, instance_sql.create_instance_key_table(ctx.schema))
+            for step in sql.qcore_tables(ctx.schema):
+                await _apply(ctx, step)
         if version == target:
             return
         if not migrate:
@@ -189,12 +191,13 @@ async def _check_before_install(
 
 
 async def _ensure_qcore_tables(ctx: Context, create_schema: bool) -> None:
-    """The schema and qcore's own tables (the lock table, before the first lease; the
-    instance keys), idempotent statements, on an install of any age."""
+    """The schema and qcore's own tables (the lock table, before the first lease; see
+    :func:`~qcore.sql.schema.qcore_tables`), idempotent statements, on an install of any
+    age."""
     if create_schema:
         await _apply(ctx, sql.create_schema_if_missing(ctx.schema))
-    await _apply(ctx, lock_sql.create_lock_table(ctx.schema))
-    await _apply(ctx, instance_sql.create_instance_key_table(ctx.schema))
+    for step in sql.qcore_tables(ctx.schema):
+        await _apply(ctx, step)
 
 
 async def _apply(ctx: Context, step: sql.DDL) -> None:
@@ -254,3 +257,10 @@ async def _install(ctx: Context, create_schema: bool) -> None:
         SCHEMA_VERSION,
         extra={"qcore_event": "install", "qcore_version": SCHEMA_VERSION},
     )
+
+
+async def affinity_tables_present(ctx: Context) -> bool:
+    """Whether the schema has qcore's job pattern table (not on an install pg-boss made
+    that qcore never migrated: claims then ignore affinity)."""
+    [row] = await retry.run(ctx, table_in_schema, schema=ctx.schema, name=JOB_PATTERN_TABLE)
+    return bool(row["present"])

@@ -32,7 +32,7 @@ from qcore.backend import FetchStrategy
 from qcore.context import Context
 from qcore.errors import ValidationError
 from qcore.events import Events
-from qcore.job import CommandResult, EditResult, Instance, Job, Queue
+from qcore.job import CommandResult, EditResult, InstancePage, Job, Queue
 from qcore.jobs import Ids, LockedBatch
 from qcore.jobs.shared import SharedStatements
 from qcore.ops.reindex import Reindex, reindex_commands
@@ -407,12 +407,21 @@ class MaintenanceVerbs:
 
     @verb()
     async def get_instances(
-        self, *, limit: int = 1000, after: uuid.UUID | str | None = None, db: Any = None
-    ) -> list[Instance]:
+        self,
+        *,
+        limit: int = 1000,
+        after: uuid.UUID | str | None = None,
+        offset: int | None = None,
+        db: Any = None,
+    ) -> InstancePage:
         """The ``Boss`` and pg-boss objects registered in this database, oldest start
         first (at most ``limit``, 1 to 100,000; ``after``: the last id of the previous
-        page), each with ``live``."""
-        return await instance_ops.get_instances(self.context(db), limit=limit, after=after)
+        page, or ``offset``: rows to skip), each with ``live`` and, for a keyed server,
+        its key, pause state and ``jobs_processed``; the list's ``total`` is the
+        registry's row count."""
+        return await instance_ops.get_instances(
+            self.context(db), limit=limit, after=after, offset=offset
+        )
 
     @verb()
     async def pause_instance(self, instance_key: str, *, db: Any = None) -> None:

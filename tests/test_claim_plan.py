@@ -88,7 +88,7 @@ async def test_the_claim_sorts_nothing_on_a_never_analyzed_backlog(
     empty = ("ids", "plain_ids", "fence_ids", "fence_counts")  # the settling half's arrays
     settled: dict[str, list[Any]] = {k: [] for k in empty}
     params = statement.bind(
-        queue="q", policy="standard", limit=1, table=table, output=None, **settled
+        queue="q", policy="standard", limit=1, table=table, output=None, matching=[], **settled
     )
     tables = {table, "job"}
     (custom,) = await boss.db.execute("EXPLAIN (FORMAT JSON) " + statement.sql, params)

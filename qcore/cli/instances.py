@@ -5,7 +5,8 @@
 The table has one line per row of the registry, oldest start first: whether it is
 live, its name, instance key and whether it is paused, host and pid, the CPU cores it
 used and its memory against its container's limit at its last heartbeat, its worker
-loops, its crash restarts and how long ago it was heard from. The database is
+loops, its crash restarts, the jobs its key's servers have claimed (a keyed server) and
+how long ago it was heard from. The database is
 ``--url`` or ``$DATABASE_URL``; the table writes nothing (no row of its own, no
 migration). Exit status 0; 1 when the database cannot be read or the change is refused
 (a server seen too recently to remove, an unknown key); 2 for a usage error.
@@ -37,6 +38,7 @@ COLUMNS = (
     "memory",
     "workers",
     "crashes",
+    "jobs",
     "heard",
 )
 
@@ -95,6 +97,7 @@ def _row(instance: Instance, now: dt.datetime) -> tuple[str, ...]:
         f"{_megabytes(used)}/{_megabytes(metrics.get('memoryLimit'))}" if metrics else "-",
         str(sum(int(w.get("localConcurrency", 0)) for w in instance.workers)),
         str(instance.crash_restarts),
+        str(instance.jobs_processed) if instance.instance_key else "-",
         f"{max(0, heard)}s ago",
     )
 

@@ -9,8 +9,10 @@ from typing_extensions import Unpack
 from qcore import retry as retrying
 from qcore.backend import FetchStrategy, MutationStrategy
 from qcore.context import Context, QueueRoute
+from qcore.db import Database
 from qcore.errors import ConfigError, UniqueViolation, ValidationError
 from qcore.job import Job
+from qcore.jobs.affinity import claim_matching, in_claim_order
 from qcore.jobs.routes import Targets, _fence_values, _routed
 from qcore.options import (
     FetchOptions,
@@ -19,6 +21,7 @@ from qcore.options import (
     ids_and_fences,
     queue_name,
 )
+from qcore.sql import affinity as affinity_sql
 from qcore.sql import jobs as sql
 
 
@@ -44,6 +47,10 @@ async def fetch(ctx: Context, name: str, **options: Unpack[FetchOptions]) -> lis
     ``group_tier``'s limit where the tiers name it), counting the jobs active when the
     claim starts: two claims at the same instant can each fill a group's last place,
     as with pg-boss. ``ignore_groups`` leaves the jobs of those group ids alone.
+
+    Affinity: a job added with ``preferred_instance_key_pattern`` is claimed only by a
+    server whose instance key the pattern matches (never by an anonymous one); a keyed
+    server records its key on every job it claims (``processed_on_instance_key``).
     """
     return await _claim(ctx, name, options, None)
 
@@ -82,8 +89,14 @@ async def _claim(
     groups: GroupLimits | None = given["group_concurrency"]
     ignored: tuple[str, ...] | None = given["ignore_groups"]
     skip_locked = ctx.backend.fetch is FetchStrategy.SKIP_LOCKED
+    affinity = ctx.affinity
+    keyed = affinity.installed and affinity.key is not None
+    # the attribution in the claim statement, or in the claim's transaction
+    record_inside = ctx.backend.mutation is MutationStrategy.CTE
 
-    async def attempt(route: QueueRoute) -> list[Job] | None:
+    async def attempt(
+        route: QueueRoute, limit: int, settling: Targets | None
+    ) -> tuple[list[Job], bool] | None:
         statement = sql.fetch_jobs(
             ctx.q,
             skip_locked=skip_locked,
@@ -95,34 +108,63 @@ async def _claim(
             max_priority=high is not None,
             include_metadata=include_metadata,
             table=route.table,
-            settle=settles is not None,
+            settle=settling is not None,
             group_limit=groups is not None,
             group_tiers=bool(groups and groups.tiers),
             ignore_groups=bool(ignored),
+            affinity=affinity.installed,
+            keyed=keyed,
+            record=keyed and record_inside,
         )
         params = statement.bind(
             queue=name,
             policy=route.policy,
             table=route.table,
-            limit=min(batch_size, 2**31 - 1),
+            limit=min(limit, 2**31 - 1),
             min_priority=low,
             max_priority=high,
             group_limit=groups.default if groups else None,
             group_tiers=groups.tiers_json() if groups and groups.tiers else None,
             ignore_groups=list(ignored) if ignored else None,
-            **(_settled(settles) if settles is not None else {}),
+            matching=affinity.matching(name),
+            instance_key=affinity.key,
+            **(_settled(settling) if settling is not None else {}),
         )
+
+        async def claim_and_record(tx: Database) -> list[dict[str, Any]]:
+            rows = await tx.execute(statement.sql, params)
+            ids = [str(r["id"]) for r in rows if r["id"] is not None]
+            if ids:
+                record = affinity_sql.record_processed(ctx.q)
+                await tx.execute(
+                    record.sql, record.bind(queue=name, ids=ids, instance_key=affinity.key)
+                )
+            return rows
+
         try:
-            rows = await retrying.execute(ctx, statement.sql, params)
+            if keyed and not record_inside and ctx.db.in_transaction:
+                rows = await claim_and_record(ctx.db)
+            elif keyed and not record_inside:
+                rows = await retrying.transaction(ctx, claim_and_record)
+            else:
+                rows = await retrying.execute(ctx, statement.sql, params)
         except UniqueViolation:
-            if ctx.db.in_transaction or settles is not None:
+            if ctx.db.in_transaction or settling is not None:
                 raise  # the caller's transaction is aborted, or the settle undone with it
-            return []  # another claimer took the key's slot first (singleton/stately index)
+            return [], False  # another claimer took the key's slot first (policy index)
         if not rows:
             return None
-        return [Job.from_row(r) for r in rows if r["id"] is not None]
+        jobs = [Job.from_row(r) for r in rows if r["id"] is not None]
+        return jobs, bool(rows[0].get("patterned"))
 
-    return await _routed(ctx, name, attempt)
+    async def claim(limit: int, first: bool) -> tuple[list[Job], bool]:
+        settling = settles if first else None
+        return await _routed(ctx, name, lambda route: attempt(route, limit, settling))
+
+    def order(jobs: list[Job]) -> list[Job]:
+        return in_claim_order(jobs, priority, order_by_created_on)
+
+    return await claim_matching(ctx, name, batch_size, claim, order)
 
 
 def _settled(targets: Targets) -> dict[str, Any]:

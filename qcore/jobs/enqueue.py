@@ -10,7 +10,7 @@ from typing_extensions import Unpack
 
 from qcore import retry as retrying
 from qcore.context import Context, QueueRoute
-from qcore.db import Json
+from qcore.db import Database, Json
 from qcore.errors import (
     FOREIGN_KEY_VIOLATION,
     DatabaseError,
@@ -18,6 +18,7 @@ from qcore.errors import (
     UniqueViolation,
     ValidationError,
 )
+from qcore.jobs.affinity import take_pattern, write_patterns
 from qcore.jobs.routes import (
     _CHECK_VIOLATION,
     _MAX_BATCH,
@@ -47,15 +48,19 @@ async def send(
     (zone-less means UTC). ``singleton_seconds`` throttles: one job per key per
     slot of that many seconds; with ``singleton_next_slot`` a job that finds
     its slot taken goes into the next slot instead (debounce).
+    ``preferred_instance_key_pattern``: a regular expression (compiled now); only a
+    server whose instance key it matches (``re.search``) will claim the job.
     """
     queue_name(name)
-    record = job_record(data, **options)
+    given, pattern = take_pattern(ctx, options)
+    record = job_record(data, **given)
+    patterns = _with_pattern(record, pattern)
     text = records_json([record], numbered=False)
-    inserted = await _insert(ctx, name, [record], text)
+    inserted = await _add(ctx, name, [record], text, patterns)
     if inserted:
         return inserted[0]
     if options.get("singleton_next_slot"):
-        inserted = await _insert(ctx, name, [record], text, next_slot=True)
+        inserted = await _add(ctx, name, [record], text, patterns, next_slot=True)
         if inserted:
             return inserted[0]
     return None
@@ -112,7 +117,8 @@ async def insert(
     (a job a policy index refused is left out), or None with ``return_id=False``.
 
     Each job is a mapping with ``data`` and any of :func:`send`'s options except
-    ``singleton_next_slot``.
+    ``singleton_next_slot``. Jobs with a ``preferred_instance_key_pattern`` are written
+    with their patterns in one transaction.
     """
     queue_name(name)
     if isinstance(jobs, Mapping) or not isinstance(jobs, Sequence):
@@ -125,6 +131,7 @@ async def insert(
         ids = await _insert(ctx, name, payloads, payloads_json(payloads), payloads=True)
         return ids if return_id else None
     records = []
+    patterns: dict[str, str] = {}
     for i, job in enumerate(jobs):
         if not isinstance(job, Mapping):
             raise ValidationError(f"jobs[{i}] must be a mapping, got {type(job).__name__}")
@@ -132,11 +139,49 @@ async def insert(
             raise ValidationError(f"jobs[{i}]: singleton_next_slot is for send() only")
         options = {k: v for k, v in job.items() if k != "data"}
         try:
-            records.append(job_record(job.get("data"), **options))
+            given, pattern = take_pattern(ctx, options)
+            record = job_record(job.get("data"), **given)
         except ValidationError as exc:
             raise ValidationError(f"jobs[{i}]: {exc}") from None
-    ids = await _insert(ctx, name, records, records_json(records, numbered=True))
+        patterns.update(_with_pattern(record, pattern))
+        records.append(record)
+    ids = await _add(ctx, name, records, records_json(records, numbered=True), patterns)
     return ids if return_id else None
+
+
+def _with_pattern(record: JobRecord, pattern: str | None) -> dict[str, str]:
+    """``{id: pattern}`` for a record with a pattern, given an id of its own if it has
+    none (the pattern is written by id); else empty."""
+    if pattern is None:
+        return {}
+    record.setdefault("id", str(uuid.uuid4()))
+    return {record["id"]: pattern}
+
+
+async def _add(
+    ctx: Context,
+    name: str,
+    records: list[JobRecord],
+    text: str,
+    patterns: dict[str, str],
+    *,
+    next_slot: bool = False,
+) -> list[uuid.UUID]:
+    """:func:`_insert`, and with ``patterns`` (by record id) the patterns of the jobs it
+    added, in one transaction; only patterned jobs: their own wake-ups, not the queue's."""
+    if not patterns:
+        return await _insert(ctx, name, records, text, next_slot=next_slot)
+
+    async def add(tx: Database) -> list[uuid.UUID]:
+        wake = len(patterns) < len(records)
+        ids = await _insert(ctx.with_db(tx), name, records, text, next_slot=next_slot, wake=wake)
+        added = [(i, patterns[str(i)]) for i in ids if str(i) in patterns]
+        await write_patterns(tx, ctx, name, added)
+        return ids
+
+    if ctx.db.in_transaction:
+        return await add(ctx.db)
+    return await retrying.transaction(ctx, add)
 
 
 async def insert_in_slots(
@@ -170,6 +215,7 @@ async def _insert(
     next_slot: bool = False,
     payloads: bool = False,
     upsert_by_key: bool = False,
+    wake: bool = True,
 ) -> list[uuid.UUID]:
     """Run the insert statement for ``records`` (``text``: their JSON array): one
     job through send's plain INSERT ... SELECT, a batch through the recordset.
@@ -177,8 +223,9 @@ async def _insert(
 
     Into a standard queue, without throttling, only a duplicate id can conflict:
     the statement then skips ON CONFLICT (cheaper) and runs again with it if one
-    does (outside a caller's transaction only, which a conflict would abort)."""
-    notify = ctx.backend.capabilities.listen_notify
+    does (outside a caller's transaction only, which a conflict would abort).
+    ``wake=False``: no NOTIFY (the caller sends its own)."""
+    notify = wake and ctx.backend.capabilities.listen_notify
     channel = notify_channel(ctx.schema_spec) if notify else None
     check_dead_letters = not payloads and any("dead_letter" in r for r in records)
     # send's plain INSERT ... SELECT

@@ -22,6 +22,7 @@ from qcore.backend import FetchStrategy, MutationStrategy
 from qcore.context import Context, QueueRoute
 from qcore.errors import ConfigError, DatabaseError, ValidationError
 from qcore.job import CommandResult, Job
+from qcore.jobs.affinity import claim_matching, in_claim_order
 from qcore.jobs.routes import _jsonb, _result, _routed
 from qcore.options import FetchOptions, fetch_options, normalize_output, queue_name
 from qcore.queues import missing_queue
@@ -173,24 +174,18 @@ async def locked_fetch(
         raise failure
 
 
-def _in_claim_order(claimed: list[Job], given: dict[str, Any]) -> list[Job]:
-    """The jobs sorted as a fetch returns them: by the claim's keys, then id (the lock
-    returns them in index order, ties in any)."""
-    priority, by_age = given["priority"], given["order_by_created_on"]
-
-    def key(job: Job) -> tuple[Any, ...]:
-        rank = -(job.priority or 0) if priority else 0
-        return (rank, job.created_on if by_age else 0, job.id)
-
-    return sorted(claimed, key=key)
-
-
 async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> tuple[QueueRoute, list[Job]]:
     """The claim, and the route it was made on (the settles address the same table)."""
     low, high = given["min_priority"], given["max_priority"]
     ignored = given["ignore_groups"]
+    affinity = ctx.affinity
+    claimed_on: list[QueueRoute] = []
 
-    async def attempt(route: QueueRoute) -> tuple[QueueRoute, list[Job]] | None:
+    def order(jobs: list[Job]) -> list[Job]:
+        # the lock returns them in index order, ties in any
+        return in_claim_order(jobs, given["priority"], given["order_by_created_on"])
+
+    async def attempt(route: QueueRoute, limit: int) -> tuple[list[Job], bool] | None:
         if route.policy in _COUNTING_POLICIES:
             raise ConfigError(
                 f"queue {name!r} has the {route.policy} policy, whose rule counts active"
@@ -207,16 +202,20 @@ async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> tuple[QueueR
             include_metadata=given["include_metadata"],
             table=route.table,
             ignore_groups=bool(ignored),
+            affinity=affinity.installed,
+            keyed=affinity.installed and affinity.key is not None,
         )
         params = statement.bind(
             queue=name,
             policy=route.policy,
             table=route.table,
-            limit=min(given["batch_size"], 2**31 - 1),
+            limit=min(limit, 2**31 - 1),
             min_priority=low,
             max_priority=high,
             ignore_groups=list(ignored) if ignored else None,
             hold_grace=HOLD_GRACE_SECONDS,
+            matching=affinity.matching(name),
+            instance_key=affinity.key,
         )
         rows = await retrying.execute(ctx, statement.sql, params)
         if not rows:
@@ -227,6 +226,11 @@ async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> tuple[QueueR
         if wanted > rows[0]["held_for"]:  # a job's own expiry is longer than its queue's
             longer = sql.hold_longer()
             await ctx.db.execute(longer.sql, longer.bind(ms=wanted))
-        return route, _in_claim_order(claimed, given)
+        claimed_on.append(route)
+        return order(claimed), bool(rows[0].get("patterned"))
 
-    return await _routed(ctx, name, attempt)
+    async def claim(limit: int, first: bool) -> tuple[list[Job], bool]:
+        return await _routed(ctx, name, lambda route: attempt(route, limit))
+
+    jobs = await claim_matching(ctx, name, given["batch_size"], claim, order)
+    return claimed_on[-1], jobs

@@ -22,7 +22,7 @@ from qcore.sql import jobs as sql
 async def get_job_by_id(ctx: Context, name: str, id: uuid.UUID | str) -> Job | None:
     """A job with every field; None if the queue holds no job with that id."""
     queue_name(name)
-    statement = sql.get_job(ctx.q)
+    statement = sql.get_job(ctx.q, attributed=ctx.affinity.installed)
     rows = await retrying.run(ctx, statement, queue=name, id=job_id(id))
     if not rows:
         raise missing_queue(name)
@@ -52,6 +52,7 @@ async def find_jobs(
         by_key=key is not None,
         by_data=data is not None,
         queued=queued,
+        attributed=ctx.affinity.installed,
     )
     params = statement.bind(
         queue=name,

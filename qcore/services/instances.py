@@ -168,11 +168,19 @@ class InstanceRegistry(Periodic):
             await self._count_crash_restarts(ctx)
 
     async def _beat_key(self, ctx: Context) -> None:
-        """A keyed server: its key seen now, and whether it is paused (told on change)."""
+        """A keyed server: its key seen now, the jobs it claimed since the last beat added
+        to the key's count, and whether it is paused (told on change)."""
         key = self.settings.instance_key
         if key is None:
             return
-        [row] = await retry.run(ctx, sql.beat_instance_key(ctx.q), key=key, id=self.settings.id)
+        claimed, ctx.affinity.claimed = ctx.affinity.claimed, 0
+        try:
+            [row] = await retry.run(
+                ctx, sql.beat_instance_key(ctx.q), key=key, id=self.settings.id, claimed=claimed
+            )
+        except BaseException:
+            ctx.affinity.claimed += claimed  # counted at the next beat
+            raise
         if self._on_paused is not None:
             self._on_paused(bool(row["paused"]))
 

@@ -33,6 +33,7 @@ from qcore.context import Context
 from qcore.db import Database
 from qcore.errors import ConfigError
 from qcore.ops.reindex import Reindex, check_number
+from qcore.sql import affinity as affinity_sql
 from qcore.sql import instances as instance_sql
 from qcore.sql import maintenance as sql
 
@@ -47,6 +48,8 @@ __all__ = [
 #: how long a retention batch waits for its advisory lock (pg-boss's lock_timeout)
 LOCK_TIMEOUT_SECONDS = 30.0
 DELETION_LOCK = "deletion"
+#: attribution rows a maintenance pass checks for a job that is gone
+PROCESSED_SWEEP_ROWS = 10_000
 #: the share of its time a retention walk may spend in its batches: a pause after each
 #: batch leaves the server to the workers (bench.retention: at 0.25, workers beside a
 #: walk over a million jobs kept 0.90 of their throughput; flat out, 0.52)
@@ -196,6 +199,8 @@ async def prune(ctx: Context, settings: Maintenance, *, stopping: Callable[[], b
     await retry.run(ctx, instance_sql.delete_old_instances(ctx.q))
     skip_locked = ctx.backend.fetch is FetchStrategy.SKIP_LOCKED
     await retry.run(ctx, instance_sql.trim_dead_instances(ctx.q, skip_locked=skip_locked))
+    if ctx.affinity.installed:
+        await prune_affinity(ctx, stopping=stopping)
     if settings.persist_warnings and settings.warning_retention_days:
         await retry.run(ctx, sql.prune_warnings(ctx.q), days=settings.warning_retention_days)
     if not settings.persist_queue_stats:
@@ -213,6 +218,24 @@ async def prune(ctx: Context, settings: Maintenance, *, stopping: Callable[[], b
         if count < sql.RETENTION_BATCH_SIZE:
             break
     return deleted
+
+
+async def prune_affinity(ctx: Context, *, stopping: Callable[[], bool]) -> None:
+    """Forget the patterns of jobs that can no longer be claimed (all of them, in batches),
+    and walk one step (:data:`PROCESSED_SWEEP_ROWS`) further through the attribution
+    table, deleting rows whose job is gone: the whole table is checked every few passes
+    (its rows live as long as their jobs), and a pass costs the same however big it is."""
+    statement = affinity_sql.prune_patterns(ctx.q)
+    while not stopping():
+        [row] = await retry.run(ctx, statement, limit=sql.RETENTION_BATCH_SIZE)
+        if int(row["removed"]) < sql.RETENTION_BATCH_SIZE:
+            break
+    name, id = ctx.affinity.sweep_after or (None, None)
+    [row] = await retry.run(
+        ctx, affinity_sql.sweep_processed(ctx.q), name=name, id=id, limit=PROCESSED_SWEEP_ROWS
+    )
+    ended = int(row["scanned"]) < PROCESSED_SWEEP_ROWS
+    ctx.affinity.sweep_after = None if ended else (row["last_name"], row["last_id"])
 
 
 async def ensure_partitions(ctx: Context, settings: Maintenance) -> None:

@@ -4,7 +4,9 @@ With ``use_listen_notify=True`` a ``Boss`` listens on its schema's channel —
 pg-boss's name, ``pgboss_`` + 24 hex digits of SHA-224 of the schema spelling,
 so a pg-boss producer wakes qcore workers and the other way round. A job insert
 (send, insert, retry) on a queue with ``notify`` sends the queue's name as the
-payload; each one calls ``on_queue(name)``, which wakes that queue's idle workers.
+payload; each one calls ``on_queue(name)``, which wakes that queue's idle workers. A
+job with an affinity pattern notifies JSON instead (see :mod:`qcore.affinity`): a
+server whose key the pattern cannot match skips it.
 
 A notification is only a latency hint: workers keep polling. The adapter owns
 the dedicated connection, its heartbeat (every 10 s, 5 s timeout) and the
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from qcore.affinity import parse_notify_payload
 from qcore.context import Context
 from qcore.db import Listener
 from qcore.events import Events
@@ -97,7 +100,10 @@ class Notifier:
         self._events.warn(UNAVAILABLE, message, channel=self.channel, **data)
 
     def _message(self, _channel: str, payload: str) -> None:
-        self._on_queue(payload)
+        queue, pattern = parse_notify_payload(payload)
+        if pattern is not None and not self._ctx.affinity.matches(pattern):
+            return  # a job only other servers may run: nothing here to wake for
+        self._on_queue(queue)
 
     def _reconnected(self) -> None:
         self._on_reconnect()

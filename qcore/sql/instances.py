@@ -16,7 +16,7 @@ from functools import lru_cache
 from qcore.identifiers import quote
 from qcore.sql._statement import DDL, Params, Statement
 from qcore.sql.catalog import INSTANCE_COLUMN_TYPES
-from qcore.sql.probes import table_in_schema
+from qcore.sql.probes import column_in_table, table_in_schema
 
 __all__ = [
     "INSTANCE_DEAD_KEPT",
@@ -24,8 +24,10 @@ __all__ = [
     "INSTANCE_KEY_TABLE",
     "INSTANCE_QUIET_BEATS",
     "INSTANCE_RETENTION_DAYS",
+    "add_jobs_processed_column",
     "beat_instance_key",
     "count_crash_restarts",
+    "count_instances",
     "crash_recount_at",
     "create_instance_key_table",
     "delete_old_instances",
@@ -246,11 +248,14 @@ def crash_recount_at(q: str) -> Statement:
 
 
 @lru_cache(maxsize=16)
-def get_instances(q: str, *, after: bool = False, keys: bool = True) -> Statement:
-    """The rows, oldest start first, at most ``limit``, each with ``live`` and, for a
-    keyed server, its ``instance_key`` and ``paused`` (``keys=False``: the schema has no
-    key table, an install pg-boss made that qcore never migrated); with ``after``,
-    those past the row of the instance id ``after``."""
+def get_instances(
+    q: str, *, after: bool = False, offset: bool = False, keys: bool = True
+) -> Statement:
+    """The rows, oldest start first, at most ``limit``, each with ``live``, ``total`` (the
+    registry's row count) and, for a keyed server, its ``instance_key``, ``paused`` and
+    ``jobs_processed`` (``keys=False``: the schema has no key table, an install pg-boss
+    made that qcore never migrated); with ``after``, those past the row of the instance
+    id ``after``; with ``offset``, after the first ``offset`` rows."""
     p = Params()
     where = ""
     if after:
@@ -258,16 +263,27 @@ def get_instances(q: str, *, after: bool = False, keys: bool = True) -> Statemen
             f" WHERE (i.started_on, i.id) > ((SELECT started_on FROM {q}.instance"
             f" WHERE id = {p('after')}::uuid), {p('after')}::uuid)"
         )
-    key_columns, joined = "NULL::text AS instance_key, false AS paused", ""
+    key_columns, joined = "NULL::text AS instance_key, false AS paused, 0 AS jobs_processed", ""
     if keys:
-        key_columns = "k.instance_key, COALESCE(k.paused, false) AS paused"
+        key_columns = (
+            "k.instance_key, COALESCE(k.paused, false) AS paused,"
+            " COALESCE(k.jobs_processed, 0) AS jobs_processed"
+        )
         joined = f" LEFT JOIN {_keys(q)} k ON k.instance_id = i.id"
+    skip = f" OFFSET {p('offset')}::int" if offset else ""
     sql = (
-        f"SELECT i.*, i.stopped_on IS NULL AND NOT ({_quiet(q, 'i')}) AS live, {key_columns}"
+        f"SELECT i.*, i.stopped_on IS NULL AND NOT ({_quiet(q, 'i')}) AS live, {key_columns},"
+        f" (SELECT count(*) FROM {q}.instance) AS total"
         f" FROM {q}.instance i{joined}{where} ORDER BY i.started_on, i.id"
-        f" LIMIT {p('limit')}::int"
+        f" LIMIT {p('limit')}::int{skip}"
     )
     return p.statement(sql)
+
+
+@lru_cache(maxsize=16)
+def count_instances(q: str) -> Statement:
+    """Row ``total``: the registry's row count."""
+    return Statement(f"SELECT count(*) AS total FROM {q}.instance")
 
 
 @lru_cache(maxsize=16)
@@ -297,20 +313,36 @@ def create_instance_key_table(schema: str) -> DDL:
         " paused boolean NOT NULL DEFAULT false,"
         " changed_on timestamptz,"
         " seen_on timestamptz,"
-        " instance_id uuid"
+        " instance_id uuid,"
+        " jobs_processed bigint NOT NULL DEFAULT 0"
         ")",
         skip_if=(table_in_schema, {"schema": schema, "name": INSTANCE_KEY_TABLE}),
     )
 
 
+def add_jobs_processed_column(schema: str) -> DDL:
+    """The key table's count of jobs claimed (added after the table first shipped)."""
+    return DDL(
+        f"ALTER TABLE {quote(schema)}.{quote(INSTANCE_KEY_TABLE)}"
+        " ADD COLUMN IF NOT EXISTS jobs_processed bigint NOT NULL DEFAULT 0",
+        skip_if=(
+            column_in_table,
+            {"schema": schema, "table": INSTANCE_KEY_TABLE, "column": "jobs_processed"},
+        ),
+    )
+
+
 @lru_cache(maxsize=16)
 def beat_instance_key(q: str) -> Statement:
-    """A keyed server's heartbeat: its key seen now by instance ``id``. Row ``paused``."""
+    """A keyed server's heartbeat: its key seen now by instance ``id``, which claimed
+    ``claimed`` jobs since its last beat. Row ``paused``."""
     p = Params()
     return p.statement(
-        f"INSERT INTO {_keys(q)} AS k (instance_key, seen_on, instance_id)"
-        f" VALUES ({p('key')}::text, {_now(q)}, {p('id')}::uuid) ON CONFLICT (instance_key)"
-        " DO UPDATE SET seen_on = EXCLUDED.seen_on, instance_id = EXCLUDED.instance_id"
+        f"INSERT INTO {_keys(q)} AS k (instance_key, seen_on, instance_id, jobs_processed)"
+        f" VALUES ({p('key')}::text, {_now(q)}, {p('id')}::uuid, {p('claimed')}::bigint)"
+        " ON CONFLICT (instance_key) DO UPDATE SET seen_on = EXCLUDED.seen_on,"
+        " instance_id = EXCLUDED.instance_id,"
+        " jobs_processed = k.jobs_processed + EXCLUDED.jobs_processed"
         " RETURNING k.paused"
     )
 

@@ -51,6 +51,13 @@ table_in_schema = Statement(
 )
 
 
+column_in_table = Statement(
+    "SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = $1"
+    " AND table_name = $2 AND column_name = $3) AS present",
+    ("schema", "table", "column"),
+)
+
+
 @lru_cache(maxsize=16)
 def select_version(schema: str) -> Statement:
     """The installed version (NULL when the table is empty); every backend."""

@@ -35,6 +35,7 @@ from qcore.backend import Backend
 from qcore.errors import ConfigError
 from qcore.identifiers import quote
 from qcore.sql._statement import DDL
+from qcore.sql.affinity import create_job_pattern_table, create_job_processed_table
 from qcore.sql.catalog import (
     _ALL_INDEXES,
     _BAM,
@@ -70,7 +71,7 @@ from qcore.sql.functions import (
     _job_table_run_async,
     _partition_commands,
 )
-from qcore.sql.instances import create_instance_key_table
+from qcore.sql.instances import add_jobs_processed_column, create_instance_key_table
 from qcore.sql.locks import create_lock_table
 from qcore.sql.probes import (
     _constraint_exists,
@@ -96,6 +97,7 @@ __all__ = [
     "install",
     "job_index",
     "job_table_name",
+    "qcore_tables",
     "queue_stats_partition",
     "queue_stats_partition_name",
     "schema_exists",
@@ -104,6 +106,18 @@ __all__ = [
     "update_version",
     "version_table_exists",
 ]
+
+
+def qcore_tables(schema: str) -> list[DDL]:
+    """qcore's own tables, which pg-boss neither has nor reads: the lock table (first: the
+    first lease needs it), instance keys, job patterns and attribution. Idempotent."""
+    return [
+        create_lock_table(schema),
+        create_instance_key_table(schema),
+        add_jobs_processed_column(schema),
+        create_job_pattern_table(schema),
+        create_job_processed_table(schema),
+    ]
 
 
 def create_schema_if_missing(schema: str) -> DDL:
@@ -153,8 +167,7 @@ def install(
         steps = _install_single(backend, schema)
     if create_schema:
         steps.insert(0, create_schema_if_missing(schema))
-    steps.append(create_lock_table(schema))
-    steps.append(create_instance_key_table(schema))
+    steps += qcore_tables(schema)
     steps.append(DDL(_install_version(schema)))
     return steps
 

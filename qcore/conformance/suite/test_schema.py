@@ -232,6 +232,13 @@ TABLE_COLUMNS: dict[str, list[tuple[str, str, bool]]] = {
         ("changed_on", TS, False),
         ("seen_on", TS, False),
         ("instance_id", "uuid", False),
+        ("jobs_processed", "bigint", True),
+    ],
+    "qcore_job_pattern": [("name", "text", True), ("id", "uuid", True), ("pattern", "text", True)],
+    "qcore_job_processed": [
+        ("name", "text", True),
+        ("id", "uuid", True),
+        ("instance_key", "text", True),
     ],
 }
 
@@ -286,6 +293,9 @@ def expected_indexes(
         ("instance", "instance_pkey"): (True, 1, False, None),
         ("qcore_lock", "qcore_lock_pkey"): (True, 1, False, None),
         ("qcore_instance_key", "qcore_instance_key_pkey"): (True, 1, False, None),
+        ("qcore_job_pattern", "qcore_job_pattern_pkey"): (True, 2, False, None),
+        ("qcore_job_pattern", "qcore_job_pattern_i1"): (False, 2, False, None),
+        ("qcore_job_processed", "qcore_job_processed_pkey"): (True, 2, False, None),
     }
     for n, (unique, keys, partial, include) in JOB_INDEXES.items():
         found[(job_table, f"{job_table}_i{n}")] = (
@@ -342,6 +352,8 @@ def expected_constraints(
         ("instance", "instance_pkey"): ("p", False),
         ("qcore_lock", "qcore_lock_pkey"): ("p", False),
         ("qcore_instance_key", "qcore_instance_key_pkey"): ("p", False),
+        ("qcore_job_pattern", "qcore_job_pattern_pkey"): ("p", False),
+        ("qcore_job_processed", "qcore_job_processed_pkey"): ("p", False),
     }
     if backend.schema.partitioned:
         found[("job_common", "job_common_pkey")] = ("p", False)

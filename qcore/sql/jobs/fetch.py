@@ -5,6 +5,12 @@ from __future__ import annotations
 from functools import lru_cache
 
 from qcore.sql._statement import Params, Statement
+from qcore.sql.affinity import (
+    AFFINITY_MARK,
+    patterned_column,
+    record_processed_cte,
+    split_by_affinity,
+)
 from qcore.sql.jobs.columns import (
     ATTEMPT_COUNT,
     FETCH_COLUMNS,
@@ -34,6 +40,9 @@ def fetch_jobs(
     group_limit: bool = False,
     group_tiers: bool = False,
     ignore_groups: bool = False,
+    affinity: bool = True,
+    keyed: bool = False,
+    record: bool = False,
 ) -> Statement:
     """Claim up to ``limit`` ready jobs of a queue with ``policy`` (in ``table``, see
     :func:`_job_table`): mark them active and return them.
@@ -79,6 +88,13 @@ def fetch_jobs(
     claim can return fewer than asked while more would fit. ``ignore_groups``: jobs of
     the groups in the ``ignore_groups`` text array are not claimed (what a worker with
     ``local_group_concurrency`` leaves to others). Both the same on every backend.
+
+    ``affinity`` (qcore's pattern table exists): jobs with an affinity pattern are
+    claimed only when it is one of ``matching`` (see :func:`ready_filter`); rows carry
+    ``patterned``, whether the queue has patterned jobs. ``keyed``: rows carry
+    ``processed_on_instance_key`` (``instance_key``), and with ``record`` the statement
+    also writes it to qcore's attribution table (engines with MutationStrategy.CTE; the
+    others write it in the claim's transaction).
     """
     p = Params()
     now = _now(q)
@@ -95,6 +111,7 @@ def fetch_jobs(
         min_priority=min_priority,
         max_priority=max_priority,
         ignore_groups=ignore_groups,
+        affinity=affinity,
     )
     shape = ""
     room = ""
@@ -109,7 +126,7 @@ def fetch_jobs(
     recheck = "" if skip_locked else " AND j.state < 'active'"
     columns = JOB_COLUMNS if include_metadata else FETCH_COLUMNS
     ctes = [
-        _queue_cte(q, p, table=table, policy=True),
+        _queue_cte(q, p, claim_queue_columns(q, p, affinity), table=table, policy=True),
         *([f"done AS ({complete_update(q, p, fenced=True, table=table)})"] if settle else []),
     ]
     group_columns = ""
@@ -124,15 +141,14 @@ def fetch_jobs(
 )"""
         )
         group_columns = f", j.group_id, {room} AS group_room"
-    ctes += [
-        f"""candidates AS (
+    query = f"""
   SELECT j.id, j.singleton_key, j.priority, j.created_on{group_columns}
   FROM {jobs} j
   WHERE EXISTS (SELECT 1 FROM q) AND j.name = {p("queue")}::text AND j.state < 'active'
     AND NOT j.blocked{ready}{shape}
   {order} LIMIT {p("limit")}::int{lock}
-)""",
-    ]
+"""
+    ctes += candidates_ctes(q, p, query, affinity)
     chosen = "candidates"
     if policy in ("singleton", "stately"):
         # one job per key per batch: the first of each key in claim order
@@ -163,8 +179,26 @@ def fetch_jobs(
   RETURNING {_returning(columns, "j", lazy_data=True)}
 )"""
     )
-    select = f"SELECT claimed.* FROM q LEFT JOIN claimed ON true ORDER BY {returned}"
+    if record:
+        ctes.append(record_processed_cte(q, p))
+    extra = claim_extra_columns(p, affinity, keyed)
+    select = f"SELECT claimed.*{extra} FROM q LEFT JOIN claimed ON true ORDER BY {returned}"
     return p.statement(f"WITH {', '.join(ctes)}\n{select}")
+
+
+def claim_queue_columns(q: str, p: Params, affinity: bool, columns: str = "name") -> str:
+    """The columns a claim reads of its queue row: ``columns``, and ``patterned`` with
+    ``affinity``."""
+    return f"{columns}, {patterned_column(q, p)}" if affinity else columns
+
+
+def claim_extra_columns(p: Params, affinity: bool, keyed: bool) -> str:
+    """The claim rows' columns beyond the job's: ``patterned`` (with ``affinity``) and
+    the claiming server's key (``keyed``)."""
+    extra = ", q.patterned" if affinity else ""
+    if keyed:
+        extra += f", {p('instance_key')}::text AS processed_on_instance_key"
+    return extra
 
 
 def claim_keys(priority: bool, order_by_created_on: bool) -> list[str]:
@@ -182,10 +216,12 @@ def ready_filter(
     min_priority: bool,
     max_priority: bool,
     ignore_groups: bool,
+    affinity: bool,
 ) -> str:
     """The ``AND ...`` conditions a ready job ``j`` of the queue meets beyond being
     queued and unblocked: due, within the priority bounds, allowed by the policy
-    (see :func:`fetch_jobs`), not of an ignored group."""
+    (see :func:`fetch_jobs`), not of an ignored group, and with ``affinity`` without a
+    pattern or with one of ``matching`` (the claim's queue row ``q`` has ``patterned``)."""
     now = _now(q)
     due = "" if ignore_start_after else f" AND j.start_after <= {now}"
     bounds = ""
@@ -212,4 +248,14 @@ def ready_filter(
         shape = ""
     if ignore_groups:
         shape += f" AND (j.group_id IS NULL OR j.group_id <> ALL({p('ignore_groups')}::text[]))"
+    if affinity:
+        shape += AFFINITY_MARK  # each branch's condition (see candidates_ctes)
     return due + bounds + shape
+
+
+def candidates_ctes(q: str, p: Params, query: str, affinity: bool) -> list[str]:
+    """The CTE ``candidates`` from its SELECT (built with :func:`ready_filter`): as it is,
+    or with ``affinity`` in the two branches of :func:`split_by_affinity`."""
+    if affinity:
+        return split_by_affinity(q, p, "candidates", query)
+    return [f"candidates AS ({query})"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from qcore.sql._statement import Params, Statement
+from qcore.sql.affinity import record_processed_cte
 from qcore.sql.jobs.columns import (
     ATTEMPT_COUNT,
     FETCH_COLUMNS,
@@ -21,7 +22,13 @@ from qcore.sql.jobs.columns import (
     held_as_running,
 )
 from qcore.sql.jobs.fail import _fail_removed
-from qcore.sql.jobs.fetch import claim_keys, ready_filter
+from qcore.sql.jobs.fetch import (
+    candidates_ctes,
+    claim_extra_columns,
+    claim_keys,
+    claim_queue_columns,
+    ready_filter,
+)
 
 
 @lru_cache(maxsize=256)
@@ -37,6 +44,8 @@ def claim_held(
     include_metadata: bool = False,
     ignore_groups: bool = False,
     table: str | None = None,
+    affinity: bool = True,
+    keyed: bool = False,
 ) -> Statement:
     """A locked claim: lock up to ``limit`` ready jobs of the queue, in the fetch
     index's order, as ``fetch_jobs`` picks them (the same options; no policy that
@@ -46,7 +55,9 @@ def claim_held(
     them or its end releases them. The statement also bounds the transaction's idle
     time to the queue's expiry plus ``hold_grace`` seconds (``held_for``, in ms), so
     the server frees the jobs of a client that froze. Rows come in index order
-    (ties unordered); no row when the queue is gone, one of NULLs when none is ready."""
+    (ties unordered); no row when the queue is gone, one of NULLs when none is ready.
+    ``affinity`` and ``keyed`` as in ``fetch_jobs`` (a keyed claim always records its
+    key: the held transaction commits it with the settle, or rolls it back)."""
     if policy in ("singleton", "stately"):
         raise ValueError(f"the {policy} policy counts active jobs: no locked claim")
     p = Params()
@@ -62,6 +73,7 @@ def claim_held(
         min_priority=min_priority,
         max_priority=max_priority,
         ignore_groups=ignore_groups,
+        affinity=affinity,
     )
     columns = JOB_COLUMNS if include_metadata else FETCH_COLUMNS
     picked = _returning(columns, "j", lazy_data=True, values=held_as_running(q))
@@ -71,15 +83,20 @@ def claim_held(
         f"{ms} AS held_for,"
         f" set_config('idle_in_transaction_session_timeout', ({ms})::text, true) AS setting"
     )
-    sql = f"""WITH {_queue_cte(q, p, f"name, {held_for}", table, policy=True)},
-candidates AS (
+    queue_columns = claim_queue_columns(q, p, affinity, f"name, {held_for}")
+    recorded = f",\n{record_processed_cte(q, p, 'candidates')}" if keyed else ""
+    extra = claim_extra_columns(p, affinity, keyed)
+    query = f"""
   SELECT {picked}
   FROM {jobs} j
   WHERE EXISTS (SELECT 1 FROM q) AND j.name = {p("queue")}::text AND j.state < 'active'
     AND NOT j.blocked{ready}
   {order} LIMIT {p("limit")}::int FOR UPDATE OF j SKIP LOCKED
-)
-SELECT c.*, q.held_for FROM q LEFT JOIN candidates c ON true"""
+"""
+    candidates = ",\n".join(candidates_ctes(q, p, query, affinity))
+    sql = f"""WITH {_queue_cte(q, p, queue_columns, table, policy=True)},
+{candidates}{recorded}
+SELECT c.*, q.held_for{extra} FROM q LEFT JOIN candidates c ON true"""
     return p.statement(sql)
 
 

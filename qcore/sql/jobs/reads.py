@@ -4,17 +4,32 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from qcore.identifiers import quote
 from qcore.sql._statement import Params, Statement
+from qcore.sql.affinity import JOB_PROCESSED_TABLE
 from qcore.sql.jobs.columns import JOB_COLUMNS, _queue_cte, _returning
 
 
+def _attribution(q: str, attributed: bool) -> tuple[str, str]:
+    """With ``attributed`` (qcore's attribution table exists): the column
+    ``processed_on_instance_key`` and its join onto ``j``."""
+    if not attributed:
+        return "", ""
+    table = f"{q}.{quote(JOB_PROCESSED_TABLE)}"
+    return (
+        ", r.instance_key AS processed_on_instance_key",
+        f" LEFT JOIN {table} r ON r.name = j.name AND r.id = j.id",
+    )
+
+
 @lru_cache(maxsize=8)
-def get_job(q: str) -> Statement:
-    """One job by id, every column (a plain read on every backend)."""
+def get_job(q: str, *, attributed: bool = True) -> Statement:
+    """One job by id, every column, and who claimed it (a plain read on every backend)."""
     p = Params()
+    column, joined = _attribution(q, attributed)
     sql = (
-        f"WITH {_queue_cte(q, p)} SELECT q.name AS queue, {_returning(JOB_COLUMNS, 'j')}"
-        f" FROM q LEFT JOIN {q}.job j ON j.name = q.name AND j.id = {p('id')}::uuid"
+        f"WITH {_queue_cte(q, p)} SELECT q.name AS queue, {_returning(JOB_COLUMNS, 'j')}{column}"
+        f" FROM q LEFT JOIN {q}.job j ON j.name = q.name AND j.id = {p('id')}::uuid{joined}"
     )
     return p.statement(sql)
 
@@ -27,10 +42,13 @@ def find_jobs(
     by_key: bool = False,
     by_data: bool = False,
     queued: bool = False,
+    attributed: bool = True,
 ) -> Statement:
     """A queue's jobs matching an id, a singleton key, data containing a JSON value
-    (``@>``), and/or only queued ones; oldest first (a plain read everywhere)."""
+    (``@>``), and/or only queued ones, each with who claimed it; oldest first (a plain
+    read everywhere)."""
     p = Params()
+    column, joined = _attribution(q, attributed)
     conditions = ["j.name = q.name"]
     if by_id:
         conditions.append(f"j.id = {p('id')}::uuid")
@@ -41,8 +59,8 @@ def find_jobs(
     if queued:
         conditions.append("j.state < 'active'")
     sql = (
-        f"WITH {_queue_cte(q, p)} SELECT q.name AS queue, {_returning(JOB_COLUMNS, 'j')}"
-        f" FROM q LEFT JOIN {q}.job j ON {' AND '.join(conditions)}"
+        f"WITH {_queue_cte(q, p)} SELECT q.name AS queue, {_returning(JOB_COLUMNS, 'j')}{column}"
+        f" FROM q LEFT JOIN {q}.job j ON {' AND '.join(conditions)}{joined}"
         " ORDER BY j.created_on, j.id"
     )
     return p.statement(sql)
