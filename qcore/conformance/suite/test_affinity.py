@@ -139,6 +139,7 @@ async def test_a_bad_pattern_is_refused_before_anything_is_written(
         running(_boss(db, backend, schema)) as anonymous,
     ):
         await a.create_queue("q")
+        bad: Any
         for bad in ("ram-(8gb", "[", "", 42, "x" * 1001):
             with pytest.raises(ValidationError, match="preferred_instance_key_pattern"):
                 await a.send("q", 1, preferred_instance_key_pattern=bad)
@@ -244,6 +245,7 @@ async def test_a_locked_claim_honours_affinity(db: Any, backend: Any, schema: st
         await a.create_queue("q")
         await a.send("q", "a", preferred_instance_key_pattern="ram-8gb")
         mine = await a.send("q", "b", preferred_instance_key_pattern="ram-2gb")
+        assert mine is not None
         async with b.locked_fetch("q", batch_size=10) as batch:
             assert [j.id for j in batch.jobs] == [mine]
             assert batch.jobs[0].processed_on_instance_key == B
