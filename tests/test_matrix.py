@@ -651,6 +651,36 @@ def test_runner_writes_results_and_table(pytester: pytest.Pytester, tmp_path: Pa
     assert table["notifications"] == {"postgres": f"{REAL} 1/1", "cockroachdb": UNSUPPORTED}
 
 
+def test_runner_runs_backends_at_once_and_keeps_their_lines_whole(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """With ``jobs=2`` both backends run side by side; every line of the log is one
+    backend's (its prefix at the start, no other backend's inside it)."""
+    pytester.makeini(ASYNC_INI)
+    pytester.makepyfile(test_suite=RUNNER_TESTS)
+    out = tmp_path / "out.txt"
+    with out.open("w") as stream:
+        status = run_matrix(
+            RunOptions(
+                backends=["postgres", "cockroachdb", "example"],
+                tests=[pytester.path],
+                results_dir=tmp_path / "results",
+                table=None,
+                cwd=pytester.path,
+                out=stream,
+                jobs=2,
+            )
+        )
+    log = out.read_text()
+    assert status == 0, log
+    assert set(load_results(tmp_path / "results")) == {"postgres", "cockroachdb", "example"}
+    prefixes = ("[postgres] ", "[cockroachdb] ", "[example] ")
+    for line in log.splitlines():
+        if line.startswith(prefixes):
+            assert sum(line.count(p) for p in prefixes) == 1, line
+    assert all(f"<== {name}: ok" in log for name in ("postgres", "cockroachdb", "example")), log
+
+
 def test_runner_can_leave_the_independent_tests_out(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:

@@ -62,6 +62,13 @@ def parser(
     )
     run.add_argument("--no-table", action="store_true", help="do not regenerate the table")
     run.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N backends at once, each its own pytest process and database (default: 1)",
+    )
+    run.add_argument(
         "--pytest-args",
         nargs=argparse.REMAINDER,
         default=[],
@@ -92,6 +99,8 @@ def main(
         names = resolve_backends(args.backends or ["all"])
     except ConfigError as exc:
         command.error(str(exc))
+    if args.jobs < 1:
+        command.error(f"--jobs must be 1 or more (got {args.jobs})")
     if args.dsn and len(names) != 1:
         command.error(f"--dsn is for one engine: give a single backend (got {', '.join(names)})")
     tests: list[Path] = args.tests or args.default_tests
@@ -106,6 +115,7 @@ def main(
         dsn=args.dsn,
         pytest_args=list(args.pytest_args),
         backend_tests_only=args.backend_tests_only,
+        jobs=args.jobs,
         cwd=_cwd_for(tests[0]),
     )
     try:

@@ -2,8 +2,9 @@
 
 Each backend gets its own pytest process (``--backend NAME --matrix-report
 ...``) with the best provisioner available here; its output is streamed,
-prefixed with the backend's name, so a long run shows where it is. The
-backend-independent tests (those using none of the backend fixtures) run
+prefixed with the backend's name, so a long run shows where it is; with
+``jobs`` above 1 that many backends run at once, their output interleaved a whole line
+at a time. The backend-independent tests (those using none of the backend fixtures) run
 only in the ``postgres`` run, as in the everyday ``pytest``.
 """
 
@@ -15,8 +16,10 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -78,7 +81,11 @@ class RunOptions:
     cwd: Path | None = None
     #: the independent tests are left out of the ``postgres`` run too (they ran elsewhere)
     backend_tests_only: bool = False
+    #: how many backends run at once (each its own pytest process and database)
+    jobs: int = 1
     out: TextIO = sys.stdout
+    #: serialises writes to ``out`` between concurrent backends
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 @dataclass
@@ -98,17 +105,22 @@ class BackendOutcome:
         return self.summary.get("available") is not False
 
 
-def _stream(proc: subprocess.Popen[bytes], prefix: str, out: TextIO) -> None:
-    """Copy the child's output as it comes (pytest -q prints a dot per test), with
-    ``prefix`` at the start of each line."""
+def _stream(proc: subprocess.Popen[bytes], prefix: str, options: RunOptions) -> None:
+    """Copy the child's output with ``prefix`` at the start of each line: as it comes
+    when one backend runs (pytest -q prints a dot per test), a whole line at a time
+    when several do."""
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
+    whole_lines = options.jobs > 1
+    pending = ""
     at_line_start = True
     while True:
         chunk = os.read(fd, 4096)
         if not chunk:
             break
-        text = chunk.decode(errors="replace")
+        pending += chunk.decode(errors="replace")
+        cut = pending.rfind("\n") + 1 if whole_lines else len(pending)
+        text, pending = pending[:cut], pending[cut:]
         pieces = []
         for char in text:
             if at_line_start and char != "\n":
@@ -117,10 +129,18 @@ def _stream(proc: subprocess.Popen[bytes], prefix: str, out: TextIO) -> None:
             pieces.append(char)
             if char == "\n":
                 at_line_start = True
-        out.write("".join(pieces))
-        out.flush()
-    if not at_line_start:
-        out.write("\n")
+        _write(options, "".join(pieces))
+    if pending:
+        _write(options, prefix + pending + "\n")
+    elif not at_line_start:
+        _write(options, "\n")
+
+
+def _write(options: RunOptions, text: str) -> None:
+    if text:
+        with options.lock:
+            options.out.write(text)
+            options.out.flush()
 
 
 def _pytest_command(options: RunOptions, name: str, report: Path) -> list[str]:
@@ -147,7 +167,6 @@ def _pytest_command(options: RunOptions, name: str, report: Path) -> list[str]:
 
 
 def run_backend(options: RunOptions, name: str, index: int, count: int) -> BackendOutcome:
-    out = options.out
     backend = registry.get(name)
     provisioner = best_provisioner(backend, options.dsn)
     fallback = {
@@ -157,8 +176,7 @@ def run_backend(options: RunOptions, name: str, index: int, count: int) -> Backe
         "emulated": provisioner.emulated,
         "features": backend.features(),
     }
-    out.write(f"\n==> [{index}/{count}] {name}: {provisioner.describe()}\n")
-    out.flush()
+    _write(options, f"\n==> [{index}/{count}] {name}: {provisioner.describe()}\n")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="qcore-matrix-") as tmp:
         report_path = Path(tmp) / f"{name}.report.json"
@@ -173,7 +191,7 @@ def run_backend(options: RunOptions, name: str, index: int, count: int) -> Backe
             env=env,
         )
         try:
-            _stream(proc, f"[{name}] ", out)
+            _stream(proc, f"[{name}] ", options)
             status = proc.wait()
         except BaseException:
             proc.terminate()
@@ -194,8 +212,7 @@ def run_backend(options: RunOptions, name: str, index: int, count: int) -> Backe
     write_results(summary, options.results_dir)
     seconds = time.monotonic() - started
     outcome = BackendOutcome(name, summary, status, seconds)
-    out.write(f"<== {name}: {_one_line(outcome)} ({seconds:.1f}s)\n")
-    out.flush()
+    _write(options, f"<== {name}: {_one_line(outcome)} ({seconds:.1f}s)\n")
     return outcome
 
 
@@ -215,11 +232,16 @@ def _one_line(outcome: BackendOutcome) -> str:
 
 
 def run_matrix(options: RunOptions) -> int:
-    """Run every backend, write its results and the table; 1 if any backend failed."""
+    """Run every backend (``jobs`` at a time), write its results and the table; 1 if any
+    backend failed."""
     out = options.out
-    outcomes: list[BackendOutcome] = []
-    for index, name in enumerate(options.backends, 1):
-        outcomes.append(run_backend(options, name, index, len(options.backends)))
+    count = len(options.backends)
+    with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
+        running = [
+            pool.submit(run_backend, options, name, index, count)
+            for index, name in enumerate(options.backends, 1)
+        ]
+        outcomes = [future.result() for future in running]
     if options.table is not None:
         path = write_table(options.results_dir, options.table)
         out.write(f"\nwrote {path}\n")

@@ -18,6 +18,7 @@ __all__ = [
     "AFFINITY_MARK",
     "JOB_PATTERN_TABLE",
     "JOB_PROCESSED_TABLE",
+    "create_job_pattern_index",
     "create_job_pattern_table",
     "create_job_processed_table",
     "insert_patterns",
@@ -46,16 +47,21 @@ def _processed(q: str) -> str:
 
 
 def create_job_pattern_table(schema: str) -> DDL:
-    """The patterns, keyed like the job table (queue, id), with an index on (queue,
-    pattern) for reading a queue's distinct patterns. Idempotent, on every backend."""
-    s = quote(schema)
+    """The patterns, keyed like the job table (queue, id). Idempotent, on every backend."""
     return DDL(
-        f"CREATE TABLE IF NOT EXISTS {s}.{quote(JOB_PATTERN_TABLE)} ("
+        f"CREATE TABLE IF NOT EXISTS {quote(schema)}.{quote(JOB_PATTERN_TABLE)} ("
         " name text NOT NULL, id uuid NOT NULL, pattern text NOT NULL,"
-        " PRIMARY KEY (name, id));"
-        f" CREATE INDEX IF NOT EXISTS qcore_job_pattern_i1 ON {s}.{quote(JOB_PATTERN_TABLE)}"
-        " (name, pattern)",
+        " PRIMARY KEY (name, id))",
         skip_if=(table_in_schema, {"schema": schema, "name": JOB_PATTERN_TABLE}),
+    )
+
+
+def create_job_pattern_index(schema: str) -> DDL:
+    """(queue, pattern), for reading a queue's distinct patterns; on every backend (one
+    statement per step: a caller's ``db=`` may prepare each)."""
+    return DDL(
+        "CREATE INDEX IF NOT EXISTS qcore_job_pattern_i1"
+        f" ON {quote(schema)}.{quote(JOB_PATTERN_TABLE)} (name, pattern)"
     )
 
 

@@ -35,7 +35,13 @@ from qcore.backend import Backend
 from qcore.errors import ConfigError
 from qcore.identifiers import quote
 from qcore.sql._statement import DDL
-from qcore.sql.affinity import create_job_pattern_table, create_job_processed_table
+from qcore.sql.affinity import (
+    JOB_PATTERN_TABLE,
+    JOB_PROCESSED_TABLE,
+    create_job_pattern_index,
+    create_job_pattern_table,
+    create_job_processed_table,
+)
 from qcore.sql.catalog import (
     _ALL_INDEXES,
     _BAM,
@@ -71,8 +77,12 @@ from qcore.sql.functions import (
     _job_table_run_async,
     _partition_commands,
 )
-from qcore.sql.instances import add_jobs_processed_column, create_instance_key_table
-from qcore.sql.locks import create_lock_table
+from qcore.sql.instances import (
+    INSTANCE_KEY_TABLE,
+    add_jobs_processed_column,
+    create_instance_key_table,
+)
+from qcore.sql.locks import LOCK_TABLE, create_lock_table
 from qcore.sql.probes import (
     _constraint_exists,
     _is_partition,
@@ -91,6 +101,7 @@ __all__ = [
     "INDEXES",
     "JOB_STATES",
     "POLICY_INDEXES",
+    "QCORE_TABLES",
     "SCHEMA_VERSION",
     "case_variants",
     "create_schema_if_missing",
@@ -108,6 +119,10 @@ __all__ = [
 ]
 
 
+#: the names of qcore's own tables (:func:`qcore_tables`), beside pg-boss's in a schema
+QCORE_TABLES = (LOCK_TABLE, INSTANCE_KEY_TABLE, JOB_PATTERN_TABLE, JOB_PROCESSED_TABLE)
+
+
 def qcore_tables(schema: str) -> list[DDL]:
     """qcore's own tables, which pg-boss neither has nor reads: the lock table (first: the
     first lease needs it), instance keys, job patterns and attribution. Idempotent."""
@@ -116,6 +131,7 @@ def qcore_tables(schema: str) -> list[DDL]:
         create_instance_key_table(schema),
         add_jobs_processed_column(schema),
         create_job_pattern_table(schema),
+        create_job_pattern_index(schema),
         create_job_processed_table(schema),
     ]
 

@@ -16,10 +16,12 @@ from typing import Any
 
 import psycopg
 
+from qcore.sql.schema import QCORE_TABLES
+
 __all__ = ["QCORE_ONLY_TABLES", "diff", "snapshot"]
 
 #: qcore's own tables, which pg-boss does not have (and does not need to)
-QCORE_ONLY_TABLES = frozenset({"qcore_lock", "qcore_instance_key"})
+QCORE_ONLY_TABLES = frozenset(QCORE_TABLES)
 
 _QUERIES: dict[str, str] = {
     "tables": """
