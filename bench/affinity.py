@@ -1,8 +1,9 @@
 """``python -m bench.affinity``: what job affinity costs a claim.
 
-``plain``: a keyed server's ``fetch`` on a queue where no job has a pattern (batches
-of 1 and of 10, median of ``--claims``), on a fresh queue of ``--backlog`` jobs never
-analyzed. It uses nothing affinity adds, so the same script measures the code before
+``plain``: ``fetch`` on a queue where no job has a pattern (batches of 1 and of 10,
+median of ``--claims``), on a fresh queue of ``--backlog`` jobs never analyzed, by an
+anonymous server and by a keyed one (which also records its key on every job it
+claims). It uses nothing affinity adds, so the same script measures the code before
 affinity existed: run it from a checkout of that commit for the before figure.
 
 ``behind``: ten jobs this server's key matches wait behind ``--backlog`` jobs meant
@@ -55,22 +56,27 @@ async def _timed(boss: Boss, name: str, batch: int, expect: int) -> float:
 
 
 async def plain(dsn: str, backlog: int, claims: int) -> dict[str, float]:
-    """Median milliseconds of ``fetch`` on a queue without patterns, batch 1 and 10."""
+    """Median milliseconds of ``fetch`` on a queue without patterns, batch 1 and 10, by
+    an anonymous server and a keyed one."""
     await _fresh(dsn)
-    async with Boss(dsn, schema=SCHEMA, supervise=False, schedule=False, instance_key=KEY) as b:
-        try:
-            result = {}
-            for batch in (1, 10):
-                name = f"plain{batch}"
-                await _unanalyzed_queue(b, name)
-                for start in range(0, backlog + claims * batch, 5_000):
-                    await b.insert(name, [{"data": {"n": n}} for n in range(start, start + 5_000)])
-                await b.db.execute_script("CHECKPOINT")
-                times = [await _timed(b, name, batch, batch) for _ in range(claims)]
-                result[f"batch {batch}"] = statistics.median(times)
-            return result
-        finally:
-            await b.db.execute_script(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+    result = {}
+    for key in (None, KEY):
+        async with Boss(dsn, schema=SCHEMA, supervise=False, schedule=False, instance_key=key) as b:
+            try:
+                for batch in (1, 10):
+                    name = f"plain{batch}"
+                    await _unanalyzed_queue(b, name)
+                    for start in range(0, backlog + claims * batch, 5_000):
+                        await b.insert(
+                            name, [{"data": {"n": n}} for n in range(start, start + 5_000)]
+                        )
+                    await b.db.execute_script("CHECKPOINT")
+                    times = [await _timed(b, name, batch, batch) for _ in range(claims)]
+                    server = "keyed" if key else "anonymous"
+                    result[f"{server}, batch {batch}"] = statistics.median(times)
+            finally:
+                await b.db.execute_script(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+    return result
 
 
 async def behind(dsn: str, backlog: int, rounds: int, distinct: bool) -> dict[str, float]:

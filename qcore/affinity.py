@@ -35,6 +35,8 @@ MAX_PATTERN_LENGTH = 1000
 #: seconds a server trusts its judgement of a queue's patterns while its claims come back
 #: full (a short claim reads them again at once)
 PATTERNS_MAX_AGE = 5.0
+#: patterns whose verdict a server remembers (forgotten all at once beyond that)
+VERDICTS_KEPT = 100_000
 
 
 def affinity_pattern(value: object, key: str | None) -> str:
@@ -87,8 +89,6 @@ class _Judged:
 
     matching: tuple[str, ...] = ()
     read_at: float = float("-inf")
-    #: whether the queue had patterned jobs at this server's last claim there
-    patterned: bool = True
 
 
 @dataclass
@@ -106,6 +106,8 @@ class Affinity:
     #: where maintenance's walk through the attribution table goes on (queue, job id)
     sweep_after: tuple[str, Any] | None = None
     _queues: dict[str, _Judged] = field(default_factory=dict, repr=False)
+    #: per queue, whether it had patterned jobs at this server's last claim there
+    _patterned: dict[str, bool] = field(default_factory=dict, repr=False)
     _verdicts: dict[str, bool] = field(default_factory=dict, repr=False)
 
     def matches(self, pattern: str) -> bool:
@@ -118,7 +120,7 @@ class Affinity:
                 verdict = re.search(pattern, self.key) is not None
             except re.error:  # written by another client: a pattern that cannot match
                 verdict = False
-            if len(self._verdicts) > 10_000:
+            if len(self._verdicts) >= VERDICTS_KEPT:
                 self._verdicts.clear()
             self._verdicts[pattern] = verdict
         return verdict
@@ -137,14 +139,17 @@ class Affinity:
         judged = self._queues.get(queue)
         if judged is None:
             return True
-        return judged.patterned and time.monotonic() - judged.read_at > PATTERNS_MAX_AGE
+        return self.patterned(queue) and time.monotonic() - judged.read_at > PATTERNS_MAX_AGE
+
+    def patterned(self, queue: str) -> bool:
+        """Whether ``queue`` had patterned jobs at this server's last claim there (the
+        claim's branch; a queue never claimed from is taken to have none)."""
+        return self._patterned.get(queue, False)
 
     def claimed_on(self, queue: str, *, patterned: bool, jobs: int) -> None:
         """A claim on ``queue`` took ``jobs`` and saw patterned jobs waiting or not."""
         self.claimed += jobs
-        judged = self._queues.get(queue)
-        if judged is not None:
-            judged.patterned = patterned
+        self._patterned[queue] = patterned
 
     def judge(self, queue: str, patterns: list[str]) -> bool:
         """Take ``queue``'s waiting patterns as just read; whether the ones this server

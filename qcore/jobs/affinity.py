@@ -17,7 +17,7 @@ from qcore.sql import affinity as sql
 from qcore.sql.locks import notify_channel
 
 __all__ = [
-    "MAX_WAITING_PATTERNS",
+    "PATTERNS_PAGE",
     "PATTERN_OPTION",
     "claim_matching",
     "in_claim_order",
@@ -27,43 +27,63 @@ __all__ = [
 
 #: the send/insert option naming the servers a job may run on
 PATTERN_OPTION = "preferred_instance_key_pattern"
-#: the most distinct patterns of one queue a server judges at once
-MAX_WAITING_PATTERNS = 10_000
+#: distinct patterns read per round trip (a server reads and judges them all)
+PATTERNS_PAGE = 10_000
 
-#: ``claim(limit, first)``: one claim of at most ``limit`` jobs (``first``: the call's
-#: first, which also settles what the call settles), the jobs in claim order and whether
-#: the queue has patterned jobs
-Claim = Callable[[int, bool], Awaitable[tuple[list[Job], bool]]]
+#: ``claim(limit, first, patterned)``: one claim of at most ``limit`` jobs (``first``: the
+#: call's first, which also settles what the call settles; ``patterned``: the claim's
+#: branch, see :func:`~qcore.sql.affinity.affinity_condition`), the jobs in claim order
+#: and whether the queue has patterned jobs
+Claim = Callable[[int, bool, bool], Awaitable[tuple[list[Job], bool]]]
 
 
 async def read_patterns(ctx: Context, name: str) -> bool:
-    """Read ``name``'s waiting patterns and judge them; whether this server's matches
+    """Read ``name``'s waiting patterns, every one (a page at a time: a pattern left
+    unread would strand its jobs), and judge them; whether this server's matches
     changed."""
-    rows = await retrying.run(
-        ctx, sql.waiting_patterns(ctx.q), queue=name, limit=MAX_WAITING_PATTERNS
-    )
-    return ctx.affinity.judge(name, [r["pattern"] for r in rows])
+    patterns: list[str] = []
+    after: str | None = None
+    while True:
+        rows = await retrying.run(
+            ctx, sql.waiting_patterns(ctx.q), queue=name, after=after, limit=PATTERNS_PAGE
+        )
+        patterns += (r["pattern"] for r in rows)
+        if len(rows) < PATTERNS_PAGE:
+            return ctx.affinity.judge(name, patterns)
+        after = patterns[-1]
 
 
 async def claim_matching(
     ctx: Context, name: str, size: int, claim: Claim, order: Callable[[list[Job]], list[Job]]
 ) -> list[Job]:
-    """Up to ``size`` jobs this server may run: a keyed server judges the queue's patterns
-    first when its judgement is stale, and when a claim on a queue with patterned jobs
-    comes back short, reads them again and, if it now matches more, claims the rest
-    (``order`` sorts the two claims' jobs together). A queue without patterned jobs costs
-    one claim, as before."""
+    """Up to ``size`` jobs this server may run. The claim takes the branch the queue's
+    last claim called for: plain, or patterned. A plain claim that finds patterned jobs
+    waiting takes nothing, and the server claims again on the patterned branch (once,
+    when a queue gains its first patterned jobs). A keyed server judges the queue's
+    patterns first when its judgement is stale, and when a patterned claim comes back
+    short, reads them again and, if it now matches more, claims the rest (``order``
+    sorts the two claims' jobs together). A queue without patterned jobs costs one
+    claim, as before affinity."""
     affinity = ctx.affinity
-    if affinity.installed and affinity.stale(name):
+    fresh = affinity.installed and affinity.stale(name)
+    if fresh:
         await read_patterns(ctx, name)
-    jobs, patterned = await claim(size, True)
+    branch = affinity.patterned(name)
+    jobs, patterned = await claim(size, True, branch)
+    if patterned and not branch:
+        affinity.claimed_on(name, patterned=True, jobs=0)
+        if affinity.stale(name):
+            fresh = True
+            await read_patterns(ctx, name)
+        jobs, patterned = await claim(size, False, True)
     if (
         patterned
+        and not fresh
         and affinity.key is not None
         and len(jobs) < size
         and await read_patterns(ctx, name)
     ):
-        more, patterned = await claim(size - len(jobs), False)
+        more, patterned = await claim(size - len(jobs), False, True)
         if more:
             jobs = order(jobs + more)
     affinity.claimed_on(name, patterned=patterned, jobs=len(jobs))

@@ -95,7 +95,7 @@ async def _claim(
     record_inside = ctx.backend.mutation is MutationStrategy.CTE
 
     async def attempt(
-        route: QueueRoute, limit: int, settling: Targets | None
+        route: QueueRoute, limit: int, settling: Targets | None, patterned: bool
     ) -> tuple[list[Job], bool] | None:
         statement = sql.fetch_jobs(
             ctx.q,
@@ -113,6 +113,7 @@ async def _claim(
             group_tiers=bool(groups and groups.tiers),
             ignore_groups=bool(ignored),
             affinity=affinity.installed,
+            patterned=patterned,
             keyed=keyed,
             record=keyed and record_inside,
         )
@@ -157,9 +158,9 @@ async def _claim(
         jobs = [Job.from_row(r) for r in rows if r["id"] is not None]
         return jobs, bool(rows[0].get("patterned"))
 
-    async def claim(limit: int, first: bool) -> tuple[list[Job], bool]:
+    async def claim(limit: int, first: bool, patterned: bool) -> tuple[list[Job], bool]:
         settling = settles if first else None
-        return await _routed(ctx, name, lambda route: attempt(route, limit, settling))
+        return await _routed(ctx, name, lambda route: attempt(route, limit, settling, patterned))
 
     def order(jobs: list[Job]) -> list[Job]:
         return in_claim_order(jobs, priority, order_by_created_on)

@@ -185,7 +185,9 @@ async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> tuple[QueueR
         # the lock returns them in index order, ties in any
         return in_claim_order(jobs, given["priority"], given["order_by_created_on"])
 
-    async def attempt(route: QueueRoute, limit: int) -> tuple[list[Job], bool] | None:
+    async def attempt(
+        route: QueueRoute, limit: int, patterned: bool
+    ) -> tuple[list[Job], bool] | None:
         if route.policy in _COUNTING_POLICIES:
             raise ConfigError(
                 f"queue {name!r} has the {route.policy} policy, whose rule counts active"
@@ -203,6 +205,7 @@ async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> tuple[QueueR
             table=route.table,
             ignore_groups=bool(ignored),
             affinity=affinity.installed,
+            patterned=patterned,
             keyed=affinity.installed and affinity.key is not None,
         )
         params = statement.bind(
@@ -229,8 +232,8 @@ async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> tuple[QueueR
         claimed_on.append(route)
         return order(claimed), bool(rows[0].get("patterned"))
 
-    async def claim(limit: int, first: bool) -> tuple[list[Job], bool]:
-        return await _routed(ctx, name, lambda route: attempt(route, limit))
+    async def claim(limit: int, first: bool, patterned: bool) -> tuple[list[Job], bool]:
+        return await _routed(ctx, name, lambda route: attempt(route, limit, patterned))
 
     jobs = await claim_matching(ctx, name, given["batch_size"], claim, order)
     return claimed_on[-1], jobs

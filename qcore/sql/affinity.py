@@ -15,9 +15,9 @@ from qcore.sql._statement import DDL, Params, Statement
 from qcore.sql.probes import table_in_schema
 
 __all__ = [
-    "AFFINITY_MARK",
     "JOB_PATTERN_TABLE",
     "JOB_PROCESSED_TABLE",
+    "affinity_condition",
     "create_job_pattern_index",
     "create_job_pattern_table",
     "create_job_processed_table",
@@ -27,7 +27,6 @@ __all__ = [
     "prune_patterns",
     "record_processed",
     "record_processed_cte",
-    "split_by_affinity",
     "sweep_processed",
     "waiting_patterns",
 ]
@@ -81,31 +80,22 @@ def patterned_column(q: str, p: Params) -> str:
     return f"EXISTS (SELECT 1 FROM {_patterns(q)} WHERE name = {p('queue')}::text) AS patterned"
 
 
-#: where :func:`split_by_affinity` puts each branch's condition in a candidates query
-AFFINITY_MARK = "/*affinity*/"
-
-
-def split_by_affinity(q: str, p: Params, name: str, query: str) -> list[str]:
-    """The claim's candidates CTE ``name`` from ``query`` (a SELECT of candidate rows
-    ``j`` with :data:`AFFINITY_MARK` among its ``WHERE`` conditions), in two branches
-    of which the queue row's ``patterned`` runs exactly one (a one-time filter): on a
-    queue without patterned jobs, the query as it was, planned as it was; on one with,
-    the query keeping only jobs without a pattern or with one of ``matching`` (the
-    patterns the claiming server's key matches, judged in Python), one probe of the
-    pattern table's key per candidate. One query with both in an OR would charge every
-    claim the probe's cost in the planner's sight and tempt it into sorting the backlog."""
-    plain = query.replace(AFFINITY_MARK, " AND NOT (SELECT patterned FROM q)")
-    matched = query.replace(
-        AFFINITY_MARK,
-        " AND (SELECT patterned FROM q) AND NOT EXISTS (SELECT 1 FROM"
-        f" {_patterns(q)} a WHERE a.name = j.name AND a.id = j.id"
-        f" AND a.pattern <> ALL({p('matching')}::text[]))",
+def affinity_condition(q: str, p: Params, patterned: bool) -> str:
+    """The claim's ``AND ...`` condition on a candidate ``j`` for affinity. The plain
+    branch: no job of the queue has a pattern (the queue row's ``patterned``, a one-time
+    filter), so a queue without patterned jobs is claimed from as it was without
+    affinity, and on one with patterned jobs the claim takes nothing and says so (the
+    server then claims on the other branch). The ``patterned`` branch: the job has no
+    pattern or one of ``matching`` (the patterns the claiming server's key matches,
+    judged in Python), one probe of the pattern table's key per candidate. One query
+    with both in an OR would charge every claim the probe's cost in the planner's
+    sight and tempt it into sorting the backlog."""
+    if not patterned:
+        return " AND NOT (SELECT patterned FROM q)"
+    return (
+        f" AND NOT EXISTS (SELECT 1 FROM {_patterns(q)} a WHERE a.name = j.name"
+        f" AND a.id = j.id AND a.pattern <> ALL({p('matching')}::text[]))"
     )
-    return [
-        f"{name}_plain AS ({plain})",
-        f"{name}_patterned AS ({matched})",
-        f"{name} AS (SELECT * FROM {name}_plain UNION ALL SELECT * FROM {name}_patterned)",
-    ]
 
 
 def record_processed_cte(q: str, p: Params, claimed: str = "claimed") -> str:
@@ -158,15 +148,18 @@ def notify_patterned(q: str) -> Statement:
 
 @lru_cache(maxsize=8)
 def waiting_patterns(q: str) -> Statement:
-    """The distinct patterns of ``queue``'s jobs, at most ``limit``: a walk of the
-    (name, pattern) index from one pattern to the next, one probe per pattern, however
-    many jobs share each (every backend takes WITH RECURSIVE)."""
+    """The distinct patterns of ``queue``'s jobs after ``after`` (NULL: from the first),
+    in order, at most ``limit``: a walk of the (name, pattern) index from one pattern to
+    the next, one probe per pattern, however many jobs share each (every backend takes
+    WITH RECURSIVE)."""
     p = Params()
     t = _patterns(q)
     name = f"{p('queue')}::text"
+    after = p("after")
     return p.statement(
         "WITH RECURSIVE walk AS ("
-        f" (SELECT pattern FROM {t} WHERE name = {name} ORDER BY pattern LIMIT 1)"
+        f" (SELECT pattern FROM {t} WHERE name = {name}"
+        f" AND ({after}::text IS NULL OR pattern > {after}::text) ORDER BY pattern LIMIT 1)"
         f" UNION ALL SELECT (SELECT t.pattern FROM {t} t WHERE t.name = {name}"
         " AND t.pattern > walk.pattern ORDER BY t.pattern LIMIT 1)"
         " FROM walk WHERE walk.pattern IS NOT NULL)"

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from qcore import Boss, JobState
+from qcore.backend import MutationStrategy
 from qcore.conformance.helpers import count, running
 from qcore.errors import ConfigError, ValidationError
 from qcore.jobs.locked import check_locked_claims
@@ -129,6 +130,40 @@ async def test_a_pattern_new_to_a_server_is_claimed_at_its_next_fetch(
         await a.send("q", "for-b", preferred_instance_key_pattern="ram-2gb")
         [job] = await b.fetch("q")  # the short claim reads the patterns again
         assert job.data == "for-b"
+
+
+async def test_a_queue_that_gains_and_loses_patterned_jobs_changes_the_claim_under_it(
+    db: Any, backend: Any, schema: str
+) -> None:
+    """A server claims a plain queue with the plain branch; when patterned jobs arrive
+    there, that claim takes nothing and the server claims again on the patterned branch
+    in the same fetch (settling what it settles once); once they are gone it goes back."""
+    async with (
+        running(_boss(db, backend, schema, A)) as a,
+        running(_boss(db, backend, schema, B)) as b,
+    ):
+        ctx = b.context()
+        await a.create_queue("q")
+        await a.send("q", "plain-0")
+        [first] = await b.fetch("q")
+        assert first.data == "plain-0" and not ctx.affinity.patterned("q")
+        await a.send("q", "for-a", preferred_instance_key_pattern="ram-8gb", priority=5)
+        await a.send("q", "plain-1")
+        await a.send("q", "plain-2")
+        if ctx.backend.mutation is MutationStrategy.CTE:
+            [job] = await b.complete_and_fetch("q", [first])
+        else:
+            await b.complete("q", first.id)
+            [job] = await b.fetch("q")
+        assert job.data == "plain-1" and ctx.affinity.patterned("q")
+        read = await b.get_job_by_id("q", first.id)
+        assert read is not None and read.state is JobState.COMPLETED and read.retry_count == 0
+        [theirs] = await a.fetch("q")
+        assert theirs.data == "for-a"
+        await a.complete("q", theirs.id)
+        await prune_affinity(a.context(), stopping=lambda: False)
+        [last] = await b.fetch("q")
+        assert last.data == "plain-2" and not ctx.affinity.patterned("q")
 
 
 async def test_a_bad_pattern_is_refused_before_anything_is_written(

@@ -5,12 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from qcore.sql._statement import Params, Statement
-from qcore.sql.affinity import (
-    AFFINITY_MARK,
-    patterned_column,
-    record_processed_cte,
-    split_by_affinity,
-)
+from qcore.sql.affinity import affinity_condition, patterned_column, record_processed_cte
 from qcore.sql.jobs.columns import (
     ATTEMPT_COUNT,
     FETCH_COLUMNS,
@@ -41,6 +36,7 @@ def fetch_jobs(
     group_tiers: bool = False,
     ignore_groups: bool = False,
     affinity: bool = True,
+    patterned: bool = False,
     keyed: bool = False,
     record: bool = False,
 ) -> Statement:
@@ -89,9 +85,10 @@ def fetch_jobs(
     the groups in the ``ignore_groups`` text array are not claimed (what a worker with
     ``local_group_concurrency`` leaves to others). Both the same on every backend.
 
-    ``affinity`` (qcore's pattern table exists): jobs with an affinity pattern are
-    claimed only when it is one of ``matching`` (see :func:`ready_filter`); rows carry
-    ``patterned``, whether the queue has patterned jobs. ``keyed``: rows carry
+    ``affinity`` (qcore's pattern table exists): rows carry ``patterned``, whether the
+    queue has patterned jobs; without ``patterned`` the claim takes nothing from such a
+    queue, with it only jobs without a pattern or with one of ``matching`` (see
+    :func:`~qcore.sql.affinity.affinity_condition`). ``keyed``: rows carry
     ``processed_on_instance_key`` (``instance_key``), and with ``record`` the statement
     also writes it to qcore's attribution table (engines with MutationStrategy.CTE; the
     others write it in the claim's transaction).
@@ -112,6 +109,7 @@ def fetch_jobs(
         max_priority=max_priority,
         ignore_groups=ignore_groups,
         affinity=affinity,
+        patterned=patterned,
     )
     shape = ""
     room = ""
@@ -148,7 +146,7 @@ def fetch_jobs(
     AND NOT j.blocked{ready}{shape}
   {order} LIMIT {p("limit")}::int{lock}
 """
-    ctes += candidates_ctes(q, p, query, affinity)
+    ctes.append(f"candidates AS ({query})")
     chosen = "candidates"
     if policy in ("singleton", "stately"):
         # one job per key per batch: the first of each key in claim order
@@ -217,11 +215,13 @@ def ready_filter(
     max_priority: bool,
     ignore_groups: bool,
     affinity: bool,
+    patterned: bool,
 ) -> str:
     """The ``AND ...`` conditions a ready job ``j`` of the queue meets beyond being
     queued and unblocked: due, within the priority bounds, allowed by the policy
-    (see :func:`fetch_jobs`), not of an ignored group, and with ``affinity`` without a
-    pattern or with one of ``matching`` (the claim's queue row ``q`` has ``patterned``)."""
+    (see :func:`fetch_jobs`), not of an ignored group, and with ``affinity`` the
+    branch's :func:`~qcore.sql.affinity.affinity_condition` (the claim's queue row
+    ``q`` has ``patterned``)."""
     now = _now(q)
     due = "" if ignore_start_after else f" AND j.start_after <= {now}"
     bounds = ""
@@ -249,13 +249,5 @@ def ready_filter(
     if ignore_groups:
         shape += f" AND (j.group_id IS NULL OR j.group_id <> ALL({p('ignore_groups')}::text[]))"
     if affinity:
-        shape += AFFINITY_MARK  # each branch's condition (see candidates_ctes)
+        shape += affinity_condition(q, p, patterned)
     return due + bounds + shape
-
-
-def candidates_ctes(q: str, p: Params, query: str, affinity: bool) -> list[str]:
-    """The CTE ``candidates`` from its SELECT (built with :func:`ready_filter`): as it is,
-    or with ``affinity`` in the two branches of :func:`split_by_affinity`."""
-    if affinity:
-        return split_by_affinity(q, p, "candidates", query)
-    return [f"candidates AS ({query})"]

@@ -23,7 +23,6 @@ from qcore.sql.jobs.columns import (
 )
 from qcore.sql.jobs.fail import _fail_removed
 from qcore.sql.jobs.fetch import (
-    candidates_ctes,
     claim_extra_columns,
     claim_keys,
     claim_queue_columns,
@@ -45,6 +44,7 @@ def claim_held(
     ignore_groups: bool = False,
     table: str | None = None,
     affinity: bool = True,
+    patterned: bool = False,
     keyed: bool = False,
 ) -> Statement:
     """A locked claim: lock up to ``limit`` ready jobs of the queue, in the fetch
@@ -56,7 +56,7 @@ def claim_held(
     time to the queue's expiry plus ``hold_grace`` seconds (``held_for``, in ms), so
     the server frees the jobs of a client that froze. Rows come in index order
     (ties unordered); no row when the queue is gone, one of NULLs when none is ready.
-    ``affinity`` and ``keyed`` as in ``fetch_jobs`` (a keyed claim always records its
+    ``affinity``, ``patterned`` and ``keyed`` as in ``fetch_jobs`` (a keyed claim always records its
     key: the held transaction commits it with the settle, or rolls it back)."""
     if policy in ("singleton", "stately"):
         raise ValueError(f"the {policy} policy counts active jobs: no locked claim")
@@ -74,6 +74,7 @@ def claim_held(
         max_priority=max_priority,
         ignore_groups=ignore_groups,
         affinity=affinity,
+        patterned=patterned,
     )
     columns = JOB_COLUMNS if include_metadata else FETCH_COLUMNS
     picked = _returning(columns, "j", lazy_data=True, values=held_as_running(q))
@@ -93,9 +94,8 @@ def claim_held(
     AND NOT j.blocked{ready}
   {order} LIMIT {p("limit")}::int FOR UPDATE OF j SKIP LOCKED
 """
-    candidates = ",\n".join(candidates_ctes(q, p, query, affinity))
     sql = f"""WITH {_queue_cte(q, p, queue_columns, table, policy=True)},
-{candidates}{recorded}
+candidates AS ({query}){recorded}
 SELECT c.*, q.held_for{extra} FROM q LEFT JOIN candidates c ON true"""
     return p.statement(sql)
 
