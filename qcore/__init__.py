@@ -27,6 +27,7 @@ from qcore.job import (
     Queue,
 )
 from qcore.jobs.locked import LockedBatch
+from qcore.ops.drift import DriftReport
 from qcore.options import GroupConcurrency
 from qcore.sync import SyncBoss
 
@@ -37,6 +38,7 @@ __all__ = [
     "ConfigError",
     "ConnectionLostError",
     "DatabaseError",
+    "DriftReport",
     "EditResult",
     "GroupConcurrency",
     "Instance",

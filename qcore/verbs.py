@@ -35,6 +35,7 @@ from qcore.events import Events
 from qcore.job import CommandResult, EditResult, InstancePage, Job, Queue
 from qcore.jobs import Ids, LockedBatch
 from qcore.jobs.shared import SharedStatements
+from qcore.ops.drift import DriftReport, detect_schema_drift
 from qcore.ops.reindex import Reindex, reindex_commands
 from qcore.ops.reindex import thresholds as reindex_thresholds
 from qcore.options import (
@@ -555,6 +556,14 @@ class MaintenanceVerbs:
         )
         capped = max_index_bytes is not None
         return await reindex_commands(self.context(), limits, force=force, capped=capped)
+
+    @verb()
+    async def detect_schema_drift(self, *, db: Any = None) -> DriftReport:
+        """Compare the schema with what a v46 install of this backend makes (tables,
+        indexes, functions, columns, constraints, the state enum), from the catalog alone;
+        a :class:`~qcore.ops.drift.DriftReport` whose entries each carry the statement
+        that repairs them. Only reports: it changes nothing."""
+        return await detect_schema_drift(self.context(db))
 
 
 class ScheduleVerbs:

@@ -161,3 +161,20 @@ def test_profile_counts_qcore_statements_by_their_kind() -> None:
     fetch = jobs.fetch_jobs(schema, skip_locked=True, table="job_common")
     assert statement_kind(fetch.sql) == "fetch"
     assert statement_kind('INSERT INTO "s".queue (name) VALUES ($1)') != "insert"
+
+
+def test_the_affinity_bench_runs_both_scenarios(pg_dsn: str) -> None:
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench.affinity", "--dsn", pg_dsn, "--backlog", "200"),
+            *("--claims", "5", "--rounds", "3", "--distinct"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    lines = done.stdout.splitlines()
+    assert len([line for line in lines if line.startswith("plain queue, 200 waiting")]) == 4
+    assert any("10 matching behind 200 (each its own pattern), behind:" in x for x in lines)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
 from qcore import Boss
 from qcore.cli import main
+from qcore.cli.connection import LIBPQ_VARIABLES
 from qcore.cli.instances import COLUMNS
 from qcore.job import Job
 from tests.conftest import admin_execute
@@ -66,11 +68,13 @@ async def test_pause_resume_and_remove_from_the_shell(
 
 
 def test_without_a_database_it_is_a_usage_error(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    monkeypatch.delenv("DATABASE_URL", raising=False)
+    for name in ("QCORE_DATABASE_URL", "DATABASE_URL", *LIBPQ_VARIABLES):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
     assert main(["instances"]) == 2
-    assert "give --url or set DATABASE_URL" in capsys.readouterr().err
+    assert "no database given: pass --url" in capsys.readouterr().err
 
 
 def test_a_schema_without_an_install_exits_1(

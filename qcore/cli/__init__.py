@@ -1,5 +1,5 @@
 """The ``qcore`` command line: one module per command (``demo``, ``work``,
-``instances``), each giving its arguments (``add_parser``) and its run (``run(args) ->
+``instances``, ``doctor``), each giving its arguments (``add_parser``) and its run (``run(args) ->
 exit status``).
 
 Exit status as argparse gives it for the command line itself: 0 after ``--help`` or
@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from qcore import __version__
-from qcore.cli import demo, instances, work
+from qcore.cli import demo, doctor, instances, work
 
 __all__ = ["main"]
 
@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="qcore", description="qcore: a job queue on PostgreSQL")
     parser.add_argument("--version", action="version", version=f"qcore {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in (demo, work, instances):
+    for command in (demo, work, instances, doctor):
         command.add_parser(commands)
     args = parser.parse_args(argv)
     if args.command is None:

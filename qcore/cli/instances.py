@@ -7,7 +7,8 @@ live, its name, instance key and whether it is paused, host and pid, the CPU cor
 used and its memory against its container's limit at its last heartbeat, its worker
 loops, its crash restarts, the jobs its key's servers have claimed (a keyed server) and
 how long ago it was heard from. The database is
-``--url`` or ``$DATABASE_URL``; the table writes nothing (no row of its own, no
+``--url``, ``$QCORE_DATABASE_URL`` or ``$DATABASE_URL``, libpq's ``PG*`` variables, or
+``[tool.qcore]`` in pyproject.toml; the table writes nothing (no row of its own, no
 migration). Exit status 0; 1 when the database cannot be read or the change is refused
 (a server seen too recently to remove, an unknown key); 2 for a usage error.
 """
@@ -17,12 +18,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import os
 import sys
 from typing import Any
 
 from qcore.boss import Boss
-from qcore.errors import QcoreError
+from qcore.cli.connection import Target, add_database_arguments, resolve
+from qcore.errors import ConfigError, QcoreError
 from qcore.job import Instance
 
 __all__ = ["add_parser", "format_table", "run"]
@@ -43,11 +44,6 @@ COLUMNS = (
 )
 
 
-def _database_arguments(parser: Any) -> None:
-    parser.add_argument("--url", help="the database (default: $DATABASE_URL)")
-    parser.add_argument("--schema", default="pgboss", help="the schema (default pgboss)")
-
-
 def add_parser(commands: Any) -> None:
     """The arguments of ``qcore instances`` and of the pause, resume and remove commands."""
     instances = commands.add_parser(
@@ -55,7 +51,7 @@ def add_parser(commands: Any) -> None:
         help="list the instances registered in a database",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    _database_arguments(instances)
+    add_database_arguments(instances)
     instances.add_argument("--live", action="store_true", help="only the live instances")
     instances.set_defaults(run=run)
     for verb, what in (("pause", "stop claiming"), ("resume", "claim again")):
@@ -63,14 +59,14 @@ def add_parser(commands: Any) -> None:
             f"{verb}-instance", help=f"make the server with an instance key {what}"
         )
         command.add_argument("instance_key", metavar="KEY", help="the server's instance key")
-        _database_arguments(command)
+        add_database_arguments(command)
         command.set_defaults(run=_change, verb=f"{verb}_instance")
     remove = commands.add_parser(
         "remove-instance",
         help="forget a server's key and pause state (once it has been gone 30 minutes)",
     )
     remove.add_argument("--instance-key", required=True, metavar="KEY")
-    _database_arguments(remove)
+    add_database_arguments(remove)
     remove.set_defaults(run=_change, verb="remove_instance")
 
 
@@ -111,11 +107,12 @@ def format_table(instances: list[Instance], now: dt.datetime) -> str:
     )
 
 
-def _observer(url: str, schema: str) -> Boss:
+def _observer(target: Target) -> Boss:
     """A ``Boss`` that reads and changes the registry, and registers nothing itself."""
     return Boss(
-        url,
-        schema=schema,
+        target.url,
+        schema=target.schema,
+        backend=target.backend,
         migrate=False,
         supervise=False,
         schedule=False,
@@ -124,32 +121,33 @@ def _observer(url: str, schema: str) -> Boss:
     )
 
 
-async def _read(url: str, schema: str) -> tuple[list[Instance], dt.datetime]:
-    async with _observer(url, schema) as boss:
+async def _read(target: Target) -> tuple[list[Instance], dt.datetime]:
+    async with _observer(target) as boss:
         instances = await boss.get_instances(limit=100_000)
         [row] = await boss.db.execute(f"SELECT {boss.context().q}.job_now() AS now")
     return instances, row["now"]
 
 
-def _url(args: argparse.Namespace) -> str | None:
-    url: str | None = args.url or os.environ.get("DATABASE_URL")
-    if not url:
-        print(f"qcore {args.command}: give --url or set DATABASE_URL", file=sys.stderr)
-    return url
+def _target(args: argparse.Namespace) -> Target | None:
+    try:
+        return resolve(args)
+    except ConfigError as exc:
+        print(f"qcore {args.command}: {exc}", file=sys.stderr)
+        return None
 
 
-async def _apply(url: str, schema: str, verb: str, key: str) -> None:
-    async with _observer(url, schema) as boss:
+async def _apply(target: Target, verb: str, key: str) -> None:
+    async with _observer(target) as boss:
         await getattr(boss, verb)(key)
 
 
 def _change(args: argparse.Namespace) -> int:
     """``pause-instance``, ``resume-instance``, ``remove-instance``."""
-    url = _url(args)
-    if url is None:
+    target = _target(args)
+    if target is None:
         return 2
     try:
-        asyncio.run(_apply(url, args.schema, args.verb, args.instance_key))
+        asyncio.run(_apply(target, args.verb, args.instance_key))
     except QcoreError as exc:
         print(f"qcore {args.command}: {exc}", file=sys.stderr)
         return 1
@@ -158,11 +156,11 @@ def _change(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    url = _url(args)
-    if url is None:
+    target = _target(args)
+    if target is None:
         return 2
     try:
-        instances, now = asyncio.run(_read(url, args.schema))
+        instances, now = asyncio.run(_read(target))
     except QcoreError as exc:
         print(f"qcore instances: {exc}", file=sys.stderr)
         return 1
