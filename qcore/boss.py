@@ -67,6 +67,7 @@ from qcore.schema import (
     schema_version,
 )
 from qcore.services import Service
+from qcore.services.bam import BamWorker
 from qcore.services.flows import FlowResolver
 from qcore.services.instances import InstanceRegistry, RegistrySettings, recorded_config
 from qcore.services.maintenance import DAY_SECONDS, Maintenance
@@ -74,7 +75,7 @@ from qcore.services.monitor import Supervisor
 from qcore.services.notifier import Notifier
 from qcore.services.timekeeper import ClockSkew, Timekeeper, TimekeeperSettings
 from qcore.services.warnings import WarningRecorder, slow_query_watch
-from qcore.verbs import FlowVerbs, MaintenanceVerbs, QueueAndJobVerbs, ScheduleVerbs
+from qcore.verbs import FlowVerbs, MaintenanceVerbs, QueueAndJobVerbs, ScheduleVerbs, SchemaVerbs
 from qcore.worker import WipReporter, Worker, WorkerStatus, WorkOptions
 
 __all__ = ["Boss", "FetchOptions", "Handler", "QueueOptions", "ScheduledSendOptions", "SendOptions"]
@@ -90,7 +91,7 @@ class Handler:
     options: dict[str, Any]
 
 
-class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
+class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaVerbs):
     """A qcore instance on one database and schema.
 
     Give a connection string (``postgresql://…``), connection options, or a
@@ -139,6 +140,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
         cron_worker_interval_seconds: float = 5.0,
         clock_monitor_interval_seconds: float = 600.0,
         flow_interval_seconds: float = 5.0,
+        bam_interval_seconds: float = 60.0,
         register_instance: bool = True,
         instance_name: str | None = None,
         instance_heartbeat_seconds: int = 30,
@@ -219,6 +221,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
                 "monitor_interval_seconds": monitor_interval_seconds,
                 "queue_cache_interval_seconds": queue_cache_interval_seconds,
                 "flow_interval_seconds": flow_interval_seconds,
+                "bam_interval_seconds": bam_interval_seconds,
                 "reindex": reindex,
                 "reindex_interval_seconds": reindex_interval_seconds,
                 "monitor_vacuum": monitor_vacuum,
@@ -237,6 +240,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
             ("supervise_interval_seconds", supervise_interval_seconds),
             ("monitor_interval_seconds", monitor_interval_seconds),
             ("flow_interval_seconds", flow_interval_seconds),
+            ("bam_interval_seconds", bam_interval_seconds),
         ):
             check_number(option, value, 1, DAY_SECONDS, integer=False)
         #: what a supervise pass does besides expiry (validated: ConfigError names the option)
@@ -266,6 +270,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
         self.supervise_interval_seconds = float(supervise_interval_seconds)
         self.monitor_interval_seconds = float(monitor_interval_seconds)
         self.flow_interval_seconds = float(flow_interval_seconds)
+        self.bam_interval_seconds = float(bam_interval_seconds)
         self.use_listen_notify = use_listen_notify
         self.events = Events()
         if persist_warnings:  # every warning, whoever raises it, also goes to the table
@@ -290,6 +295,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
         self._notifier: Notifier | None = None
         self._timekeeper: Timekeeper | None = None
         self._flows: FlowResolver | None = None
+        self._bam: BamWorker | None = None
         self._clock_skew: ClockSkew | None = None
         #: the background services start() started, in order (stop() stops them so)
         self._services: list[Service] = []
@@ -356,7 +362,11 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
             self.flow_interval_seconds,
             enabled=self.supervise_enabled,
         )
-        services += [self._supervisor, self._flows, self._wip]
+        # async migrations run where this instance may migrate, as pg-boss runs them
+        self._bam = BamWorker(
+            self.context, self.events, self.bam_interval_seconds, enabled=self.migrate
+        )
+        services += [self._supervisor, self._flows, self._bam, self._wip]
         if self.timekeeping.schedule:
             self._clock_skew = ClockSkew(
                 self.context, self.events, self.timekeeping.clock_monitor_interval_seconds
@@ -482,9 +492,12 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs):
             services, self._services = self._services, []
             self._notifier = self._supervisor = None
             self._timekeeper = self._clock_skew = None
-            self._flows = None
+            self._flows = self._bam = None
             for service in services:
-                await service.stop()
+                if isinstance(service, BamWorker):  # a running command: up to the timeout
+                    await service.stop_within(timeout if graceful else 0.0)
+                else:
+                    await service.stop()
             await self._stop_workers(graceful=graceful, timeout=timeout)
             self.events.emit("stopped")
             await self.events.drain()

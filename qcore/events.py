@@ -26,6 +26,7 @@ EVENTS = (
     "wip",
     "stopped",
     "flow",
+    "bam",
     "instance_paused",
     "instance_resumed",
     "instance_removed",

@@ -287,6 +287,9 @@ class SyncBoss:
     get_dependencies = _blocking(Boss.get_dependencies)
     get_dependents = _blocking(Boss.get_dependents)
     resolve_flow = _blocking(Boss.resolve_flow)
+    detect_schema_drift = _blocking(Boss.detect_schema_drift)
+    get_bam_status = _blocking(Boss.get_bam_status)
+    get_bam_entries = _blocking(Boss.get_bam_entries)
 
     def is_maintaining(self) -> bool:
         """Whether a supervise pass is in flight (read on the loop thread)."""
@@ -295,6 +298,10 @@ class SyncBoss:
     def is_timekeeping(self) -> bool:
         """Whether a cron pass is in flight (read on the loop thread)."""
         return self._call(_returning(self._boss.is_timekeeping))
+
+    def is_bam_working(self) -> bool:
+        """Whether an async migration command is being processed (read on the loop thread)."""
+        return self._call(_returning(self._boss.is_bam_working))
 
     def is_resolving_flow(self) -> bool:
         """Whether a flow-resolver pass is in flight (read on the loop thread)."""

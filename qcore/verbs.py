@@ -35,6 +35,8 @@ from qcore.events import Events
 from qcore.job import CommandResult, EditResult, InstancePage, Job, Queue
 from qcore.jobs import Ids, LockedBatch
 from qcore.jobs.shared import SharedStatements
+from qcore.ops import bam as bam_ops
+from qcore.ops.bam import BamEntry, BamStatus
 from qcore.ops.drift import DriftReport, detect_schema_drift
 from qcore.ops.reindex import Reindex, reindex_commands
 from qcore.ops.reindex import thresholds as reindex_thresholds
@@ -50,6 +52,7 @@ from qcore.options import (
 )
 from qcore.queues import missing_queue
 from qcore.services import queue_stats as stats
+from qcore.services.bam import BamWorker
 from qcore.services.flows import FlowResolver
 from qcore.services.maintenance import Maintenance
 from qcore.services.monitor import Supervisor
@@ -557,14 +560,6 @@ class MaintenanceVerbs:
         capped = max_index_bytes is not None
         return await reindex_commands(self.context(), limits, force=force, capped=capped)
 
-    @verb()
-    async def detect_schema_drift(self, *, db: Any = None) -> DriftReport:
-        """Compare the schema with what a v46 install of this backend makes (tables,
-        indexes, functions, columns, constraints, the state enum), from the catalog alone;
-        a :class:`~qcore.ops.drift.DriftReport` whose entries each carry the statement
-        that repairs them. Only reports: it changes nothing."""
-        return await detect_schema_drift(self.context(db))
-
 
 class ScheduleVerbs:
     """Cron schedules and the timekeeper's busy flags (a part of ``Boss``)."""
@@ -626,6 +621,43 @@ class ScheduleVerbs:
     def is_checking_skew(self) -> bool:
         """Whether the clock-skew check is running."""
         return self._clock_skew is not None and self._clock_skew.busy
+
+
+class SchemaVerbs:
+    """The schema's health and its async migrations (a part of ``Boss``)."""
+
+    _bam: BamWorker | None
+
+    def context(self, db: Any = None) -> Context:
+        """The operation context (``Boss`` gives it)."""
+        raise NotImplementedError
+
+    @verb()
+    async def detect_schema_drift(self, *, db: Any = None) -> DriftReport:
+        """Compare the schema with what a v46 install of this backend makes (tables,
+        indexes, functions, columns, constraints, the state enum), from the catalog alone;
+        a :class:`~qcore.ops.drift.DriftReport` whose entries each carry the statement
+        that repairs them. Only reports: it changes nothing."""
+        return await detect_schema_drift(self.context(db))
+
+    @verb()
+    async def get_bam_status(self, *, db: Any = None) -> list[BamStatus]:
+        """The async migration commands per status (``pending``, ``in_progress``,
+        ``completed``, ``failed``): how many, and when the newest was queued."""
+        return await bam_ops.get_bam_status(self.context(db))
+
+    @verb()
+    async def get_bam_entries(
+        self, *, limit: int = 1000, after: uuid.UUID | str | None = None, db: Any = None
+    ) -> list[BamEntry]:
+        """The async migration commands, oldest version first: at most ``limit`` (1 to
+        100,000); ``after``, the last id of the previous page, reads the next one
+        (``ValidationError`` when that entry has been deleted since)."""
+        return await bam_ops.get_bam_entries(self.context(db), limit=limit, after=after)
+
+    def is_bam_working(self) -> bool:
+        """Whether this instance is processing an async migration command right now."""
+        return self._bam is not None and self._bam.working
 
 
 class FlowVerbs:
