@@ -233,6 +233,8 @@ class Queue:
     failed_count: int = 0
     total_count: int = 0
     retained_count: int | None = None
+    #: how long the oldest job ready to run had waited at the last monitor pass (seconds)
+    ready_oldest_seconds: int | None = None
     singletons_active: list[str] | None = field(default=None, compare=False)
 
     @classmethod

@@ -26,11 +26,11 @@ import logging
 import re
 from collections.abc import Sequence
 
-from qcore import locks, retry
-from qcore.backend import LockStrategy
+from qcore import backends, locks, retry
+from qcore.backend import Backend, LockStrategy
 from qcore.context import Context
 from qcore.errors import ConfigError, DatabaseError, NotInstalledError, SchemaVersionError
-from qcore.identifiers import quote
+from qcore.identifiers import quote, schema_name
 from qcore.migrations import MIGRATIONS, Migration, apply, plan
 from qcore.sql import schema as sql
 from qcore.sql.affinity import JOB_PATTERN_TABLE
@@ -40,6 +40,8 @@ from qcore.sql.schema import SCHEMA_VERSION
 __all__ = [
     "SCHEMA_VERSION",
     "affinity_tables_present",
+    "get_construction_plans",
+    "get_migration_plans",
     "install_or_migrate",
     "is_installed",
     "schema_version",
@@ -264,3 +266,28 @@ async def affinity_tables_present(ctx: Context) -> bool:
     that qcore never migrated: claims then ignore affinity)."""
     [row] = await retry.run(ctx, table_in_schema, schema=ctx.schema, name=JOB_PATTERN_TABLE)
     return bool(row["present"])
+
+
+def get_construction_plans(
+    backend: Backend | str = "postgres", schema: str = "pgboss", *, today: dt.date | None = None
+) -> str:
+    """The SQL of a fresh install of ``schema`` on ``backend``, as one script (what
+    ``qcore plans create`` prints; no connection needed). ``today`` is the UTC day of the
+    first ``queue_stats`` partition (now by default)."""
+    chosen = backends.get(backend)
+    day = today or dt.datetime.now(dt.timezone.utc).date()
+    steps = sql.install(chosen, schema_name(schema), today=day)
+    return ";\n".join(step.sql for step in steps) + ";"
+
+
+def get_migration_plans(
+    schema: str = "pgboss", version: int = SCHEMA_VERSION - 1, target: int = SCHEMA_VERSION
+) -> str:
+    """The SQL that takes ``schema`` from ``version`` to ``target`` (what ``qcore plans
+    migrate`` prints); ``SchemaVersionError`` when qcore has no migration on that path."""
+    quoted = quote(schema_name(schema))
+    parts = []
+    for migration in plan(version, target, MIGRATIONS):
+        parts += [s.replace("{schema}", quoted) for s in migration.steps if isinstance(s, str)]
+        parts.append(f"UPDATE {quoted}.version SET version = {migration.version}")
+    return ";\n".join(parts) + (";" if parts else "")

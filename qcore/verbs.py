@@ -32,7 +32,7 @@ from qcore.backend import FetchStrategy
 from qcore.context import Context
 from qcore.errors import ValidationError
 from qcore.events import Events
-from qcore.job import CommandResult, EditResult, InstancePage, Job, Queue
+from qcore.job import CommandResult, EditResult, InstancePage, Job, JobState, Queue
 from qcore.jobs import Ids, LockedBatch
 from qcore.jobs.shared import SharedStatements
 from qcore.ops import bam as bam_ops
@@ -386,11 +386,21 @@ class QueueAndJobVerbs:
         key: str | None = None,
         data: Any = None,
         queued: bool = False,
+        states: list[JobState | str] | None = None,
+        limit: int | None = None,
         db: Any = None,
     ) -> list[Job]:
-        """Jobs of a queue by id, singleton key or data containment (``queued``: waiting only)."""
+        """Jobs of a queue by id, singleton key or data containment (``queued``: waiting
+        only; ``states``: in one of them), oldest first, at most ``limit`` (1 to 100,000)."""
         return await job_ops.find_jobs(
-            self.context(db), name, id=id, key=key, data=data, queued=queued
+            self.context(db),
+            name,
+            id=id,
+            key=key,
+            data=data,
+            queued=queued,
+            states=states,
+            limit=limit,
         )
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from qcore import backends
+from qcore.boss import Boss
 from qcore.context import Context
 from qcore.db import connect
 from qcore.engine import identify
@@ -29,7 +30,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["Target", "add_database_arguments", "open_context", "resolve"]
+__all__ = ["Target", "add_database_arguments", "observer", "open_context", "resolve"]
 
 #: libpq's connection variables: any of them set lets an empty URL connect
 LIBPQ_VARIABLES = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE")
@@ -95,6 +96,21 @@ def resolve(args: argparse.Namespace, *, cwd: Path | None = None) -> Target:
     schema = args.schema or config.get("schema") or "pgboss"
     backend = args.backend or config.get("backend") or "postgres"
     return Target(url=url, schema=schema, backend=backend, source=source)
+
+
+def observer(target: Target) -> Boss:
+    """A ``Boss`` on ``target`` for one command: one connection, nothing installed,
+    migrated, supervised, scheduled or registered."""
+    return Boss(
+        target.url,
+        schema=target.schema,
+        backend=target.backend,
+        migrate=False,
+        supervise=False,
+        schedule=False,
+        register_instance=False,
+        max=1,
+    )
 
 
 @asynccontextmanager

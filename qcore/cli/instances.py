@@ -21,12 +21,12 @@ import datetime as dt
 import sys
 from typing import Any
 
-from qcore.boss import Boss
-from qcore.cli.connection import Target, add_database_arguments, resolve
+from qcore.cli.connection import Target, add_database_arguments, observer, resolve
+from qcore.cli.table import format_table
 from qcore.errors import ConfigError, QcoreError
 from qcore.job import Instance
 
-__all__ = ["add_parser", "format_table", "run"]
+__all__ = ["add_parser", "format_instances", "run"]
 
 COLUMNS = (
     "live",
@@ -98,31 +98,13 @@ def _row(instance: Instance, now: dt.datetime) -> tuple[str, ...]:
     )
 
 
-def format_table(instances: list[Instance], now: dt.datetime) -> str:
-    """The table ``qcore instances`` prints (columns padded to their widest cell)."""
-    rows = [COLUMNS, *(_row(i, now) for i in instances)]
-    widths = [max(len(r[k]) for r in rows) for k in range(len(COLUMNS))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    )
-
-
-def _observer(target: Target) -> Boss:
-    """A ``Boss`` that reads and changes the registry, and registers nothing itself."""
-    return Boss(
-        target.url,
-        schema=target.schema,
-        backend=target.backend,
-        migrate=False,
-        supervise=False,
-        schedule=False,
-        register_instance=False,
-        max=1,
-    )
+def format_instances(instances: list[Instance], now: dt.datetime) -> str:
+    """The table ``qcore instances`` prints."""
+    return format_table(COLUMNS, [_row(i, now) for i in instances])
 
 
 async def _read(target: Target) -> tuple[list[Instance], dt.datetime]:
-    async with _observer(target) as boss:
+    async with observer(target) as boss:
         instances = await boss.get_instances(limit=100_000)
         [row] = await boss.db.execute(f"SELECT {boss.context().q}.job_now() AS now")
     return instances, row["now"]
@@ -137,7 +119,7 @@ def _target(args: argparse.Namespace) -> Target | None:
 
 
 async def _apply(target: Target, verb: str, key: str) -> None:
-    async with _observer(target) as boss:
+    async with observer(target) as boss:
         await getattr(boss, verb)(key)
 
 
@@ -166,5 +148,5 @@ def run(args: argparse.Namespace) -> int:
         return 1
     if args.live:
         instances = [i for i in instances if i.live]
-    print(format_table(instances, now))
+    print(format_instances(instances, now))
     return 0

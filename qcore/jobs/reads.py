@@ -3,20 +3,41 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from qcore import retry as retrying
 from qcore.context import Context
 from qcore.db import Json
 from qcore.errors import ValidationError
-from qcore.job import Job
+from qcore.job import Job, JobState
 from qcore.options import (
+    check_count,
     check_json,
     job_id,
     queue_name,
 )
 from qcore.queues import missing_queue
 from qcore.sql import jobs as sql
+
+#: the most jobs one ``find_jobs`` call returns when given a ``limit``
+MAX_FOUND = 100_000
+
+
+def _states(states: Sequence[JobState | str] | None) -> list[str] | None:
+    """``states`` as their names, each checked (``ValidationError`` naming the allowed)."""
+    if states is None:
+        return None
+    if isinstance(states, (str, JobState)) or not isinstance(states, Sequence) or not states:
+        raise ValidationError(f"states must be a non-empty list of job states, got {states!r}")
+    allowed = [s.value for s in JobState]
+    names = []
+    for state in states:
+        value = state.value if isinstance(state, JobState) else state
+        if value not in allowed:
+            raise ValidationError(f"unknown job state {state!r}; states: {', '.join(allowed)}")
+        names.append(value)
+    return names
 
 
 async def get_job_by_id(ctx: Context, name: str, id: uuid.UUID | str) -> Job | None:
@@ -37,11 +58,16 @@ async def find_jobs(
     key: str | None = None,
     data: Any = None,
     queued: bool = False,
+    states: Sequence[JobState | str] | None = None,
+    limit: int | None = None,
 ) -> list[Job]:
     """A queue's jobs, oldest first, filtered by any of: ``id``, singleton ``key``,
-    ``data`` (jobs whose data contains this JSON value) and ``queued`` (only jobs
-    waiting to run)."""
+    ``data`` (jobs whose data contains this JSON value), ``queued`` (only jobs waiting
+    to run) and ``states`` (jobs in one of them); at most ``limit`` (1 to 100,000)."""
     queue_name(name)
+    wanted = _states(states)
+    if limit is not None:
+        check_count("limit", limit, MAX_FOUND)
     if key is not None and not isinstance(key, str):
         raise ValidationError(f"key must be a string, got {key!r}")
     if not isinstance(queued, bool):
@@ -52,6 +78,8 @@ async def find_jobs(
         by_key=key is not None,
         by_data=data is not None,
         queued=queued,
+        by_states=wanted is not None,
+        limited=limit is not None,
         attributed=ctx.affinity.installed,
     )
     params = statement.bind(
@@ -59,6 +87,8 @@ async def find_jobs(
         id=job_id(id) if id is not None else None,
         key=key,
         data=Json(check_json("data", data)),
+        states=wanted,
+        limit=limit,
     )
     rows = await retrying.execute(ctx, statement.sql, params)
     if not rows:

@@ -59,6 +59,7 @@ QUEUE_COLUMNS: tuple[str, ...] = (
     "failed_count",
     "total_count",
     "retained_count",
+    "ready_oldest_seconds",
     "singletons_active",
 )
 

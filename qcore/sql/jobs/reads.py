@@ -42,11 +42,13 @@ def find_jobs(
     by_key: bool = False,
     by_data: bool = False,
     queued: bool = False,
+    by_states: bool = False,
+    limited: bool = False,
     attributed: bool = True,
 ) -> Statement:
     """A queue's jobs matching an id, a singleton key, data containing a JSON value
-    (``@>``), and/or only queued ones, each with who claimed it; oldest first (a plain
-    read everywhere)."""
+    (``@>``), only queued ones and/or one of ``states`` (text), each with who claimed it;
+    oldest first, at most ``limit`` when ``limited`` (a plain read everywhere)."""
     p = Params()
     column, joined = _attribution(q, attributed)
     conditions = ["j.name = q.name"]
@@ -58,9 +60,12 @@ def find_jobs(
         conditions.append(f"j.data @> {p('data')}::jsonb")
     if queued:
         conditions.append("j.state < 'active'")
+    if by_states:
+        conditions.append(f"j.state::text = ANY({p('states')}::text[])")
+    limit = f" LIMIT {p('limit')}::int" if limited else ""
     sql = (
         f"WITH {_queue_cte(q, p)} SELECT q.name AS queue, {_returning(JOB_COLUMNS, 'j')}{column}"
         f" FROM q LEFT JOIN {q}.job j ON {' AND '.join(conditions)}{joined}"
-        " ORDER BY j.created_on, j.id"
+        f" ORDER BY j.created_on, j.id{limit}"
     )
     return p.statement(sql)
