@@ -6,9 +6,7 @@ scripts, and where the connection comes from (arguments, then the environment, t
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from qcore import Boss
-from qcore.cli.connection import LIBPQ_VARIABLES
+from tests.cli import run_qcore
 from tests.conftest import admin_execute
 
 pytestmark = pytest.mark.postgres
@@ -43,20 +41,7 @@ def installed(pg_dsn: str) -> Iterator[str]:
 def doctor(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    clean = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("QCORE_DATABASE_URL", "DATABASE_URL", *LIBPQ_VARIABLES)
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "qcore", "doctor", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env={**clean, **(env or {})},
-        check=False,
-    )
+    return run_qcore("doctor", *args, env=env, cwd=cwd)
 
 
 def test_a_fresh_install_is_clean(pg_dsn: str, installed: str, tmp_path: Path) -> None:

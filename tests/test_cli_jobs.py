@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from qcore import Boss
-from qcore.cli.connection import LIBPQ_VARIABLES
+from tests.cli import run_qcore
 from tests.conftest import admin_execute
 
 pytestmark = pytest.mark.postgres
@@ -46,21 +43,7 @@ def fleet(pg_dsn: str) -> Iterator[tuple[str, list[str]]]:
 
 
 def qcore(*args: str, dsn: str, schema: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("QCORE_DATABASE_URL", "DATABASE_URL", *LIBPQ_VARIABLES)
-    }
-    env["QCORE_DATABASE_URL"] = dsn
-    return subprocess.run(
-        [sys.executable, "-m", "qcore", *args, "--schema", schema],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=Path(__file__).parent,
-        check=False,
-    )
+    return run_qcore(*args, "--schema", schema, env={"QCORE_DATABASE_URL": dsn})
 
 
 def test_queues_lists_each_queue(pg_dsn: str, fleet: tuple[str, list[str]]) -> None:

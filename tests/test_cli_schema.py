@@ -6,17 +6,14 @@ says when there is nothing to do and refuses a version it has no migration from.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
 
-from qcore.cli.connection import LIBPQ_VARIABLES
+from tests.cli import run_qcore
 from tests.conftest import admin_execute
 
 pytestmark = pytest.mark.postgres
@@ -32,22 +29,7 @@ def schema(pg_dsn: str) -> Iterator[str]:
 
 
 def qcore(*args: str, dsn: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("QCORE_DATABASE_URL", "DATABASE_URL", *LIBPQ_VARIABLES)
-    }
-    if dsn is not None:
-        env["QCORE_DATABASE_URL"] = dsn
-    return subprocess.run(
-        [sys.executable, "-m", "qcore", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=Path(__file__).parent,
-        check=False,
-    )
+    return run_qcore(*args, env={"QCORE_DATABASE_URL": dsn} if dsn else None)
 
 
 def test_offline_plans_install_a_clean_schema(pg_dsn: str, schema: str) -> None:

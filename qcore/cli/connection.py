@@ -10,9 +10,10 @@ too broken to start on."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,14 +24,21 @@ from qcore.boss import Boss
 from qcore.context import Context
 from qcore.db import connect
 from qcore.engine import identify
-from qcore.errors import ConfigError
+from qcore.errors import ConfigError, QcoreError
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["Target", "add_database_arguments", "observer", "open_context", "resolve"]
+__all__ = [
+    "Target",
+    "add_database_arguments",
+    "observer",
+    "open_context",
+    "resolve",
+    "run_command",
+]
 
 #: libpq's connection variables: any of them set lets an empty URL connect
 LIBPQ_VARIABLES = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE")
@@ -96,6 +104,23 @@ def resolve(args: argparse.Namespace, *, cwd: Path | None = None) -> Target:
     schema = args.schema or config.get("schema") or "pgboss"
     backend = args.backend or config.get("backend") or "postgres"
     return Target(url=url, schema=schema, backend=backend, source=source)
+
+
+def run_command(
+    args: argparse.Namespace, work: Callable[[Target], Coroutine[Any, Any, int]]
+) -> int:
+    """Run a command's ``work`` on the target ``args`` name: its exit status; 2 when no
+    database is given, 1 when qcore refuses (the message on stderr, no traceback)."""
+    try:
+        target = resolve(args)
+    except ConfigError as exc:
+        print(f"qcore {args.command}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(work(target))
+    except QcoreError as exc:
+        print(f"qcore {args.command}: {exc}", file=sys.stderr)
+        return 1
 
 
 def observer(target: Target) -> Boss:

@@ -9,13 +9,10 @@ usage error.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
-import sys
 from typing import Any
 
-from qcore.cli.connection import Target, add_database_arguments, open_context, resolve
-from qcore.errors import ConfigError, QcoreError
+from qcore.cli.connection import Target, add_database_arguments, open_context, run_command
+from qcore.cli.table import print_json
 from qcore.ops.drift import DriftReport, IndexDrift, detect_schema_drift
 
 __all__ = ["add_parser", "format_report", "run"]
@@ -98,24 +95,14 @@ def format_report(report: DriftReport, target: Target) -> str:
     return "\n".join(lines)
 
 
-async def _check(target: Target) -> DriftReport:
-    async with open_context(target) as ctx:
-        return await detect_schema_drift(ctx)
-
-
 def run(args: argparse.Namespace) -> int:
-    try:
-        target = resolve(args)
-    except ConfigError as exc:
-        print(f"qcore doctor: {exc}", file=sys.stderr)
-        return 2
-    try:
-        report = asyncio.run(_check(target))
-    except QcoreError as exc:
-        print(f"qcore doctor: {exc}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
-    else:
-        print(format_report(report, target))
-    return 0 if report.ok else 1
+    async def check(target: Target) -> int:
+        async with open_context(target) as ctx:
+            report = await detect_schema_drift(ctx)
+        if args.json:
+            print_json(report.to_dict())
+        else:
+            print(format_report(report, target))
+        return 0 if report.ok else 1
+
+    return run_command(args, check)

@@ -16,14 +16,11 @@ migration). Exit status 0; 1 when the database cannot be read or the change is r
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime as dt
-import sys
 from typing import Any
 
-from qcore.cli.connection import Target, add_database_arguments, observer, resolve
+from qcore.cli.connection import Target, add_database_arguments, observer, run_command
 from qcore.cli.table import format_table
-from qcore.errors import ConfigError, QcoreError
 from qcore.job import Instance
 
 __all__ = ["add_parser", "format_instances", "run"]
@@ -110,43 +107,24 @@ async def _read(target: Target) -> tuple[list[Instance], dt.datetime]:
     return instances, row["now"]
 
 
-def _target(args: argparse.Namespace) -> Target | None:
-    try:
-        return resolve(args)
-    except ConfigError as exc:
-        print(f"qcore {args.command}: {exc}", file=sys.stderr)
-        return None
-
-
-async def _apply(target: Target, verb: str, key: str) -> None:
-    async with observer(target) as boss:
-        await getattr(boss, verb)(key)
-
-
 def _change(args: argparse.Namespace) -> int:
     """``pause-instance``, ``resume-instance``, ``remove-instance``."""
-    target = _target(args)
-    if target is None:
-        return 2
-    try:
-        asyncio.run(_apply(target, args.verb, args.instance_key))
-    except QcoreError as exc:
-        print(f"qcore {args.command}: {exc}", file=sys.stderr)
-        return 1
-    print(f"{args.verb.removesuffix('_instance')}d: {args.instance_key}")
-    return 0
+
+    async def apply(target: Target) -> int:
+        async with observer(target) as boss:
+            await getattr(boss, args.verb)(args.instance_key)
+        print(f"{args.verb.removesuffix('_instance')}d: {args.instance_key}")
+        return 0
+
+    return run_command(args, apply)
 
 
 def run(args: argparse.Namespace) -> int:
-    target = _target(args)
-    if target is None:
-        return 2
-    try:
-        instances, now = asyncio.run(_read(target))
-    except QcoreError as exc:
-        print(f"qcore instances: {exc}", file=sys.stderr)
-        return 1
-    if args.live:
-        instances = [i for i in instances if i.live]
-    print(format_instances(instances, now))
-    return 0
+    async def show(target: Target) -> int:
+        instances, now = await _read(target)
+        if args.live:
+            instances = [i for i in instances if i.live]
+        print(format_instances(instances, now))
+        return 0
+
+    return run_command(args, show)

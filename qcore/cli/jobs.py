@@ -16,18 +16,16 @@ for a usage error (no database, a purge without ``--yes``).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import enum
 import json
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from qcore.boss import Boss
-from qcore.cli.connection import Target, add_database_arguments, observer, resolve
+from qcore.cli.connection import Target, add_database_arguments, observer, run_command
 from qcore.cli.table import format_table, print_json
-from qcore.errors import ConfigError, QcoreError
+from qcore.errors import QcoreError
 from qcore.job import Job, JobState, Queue
 
 __all__ = ["add_parser"]
@@ -86,26 +84,15 @@ def _runner(
         if args.command == "purge" and not args.yes:
             print(f"qcore purge: this deletes {args.state} jobs of {args.queue!r}; add --yes")
             return 2
-        try:
-            target = resolve(args)
-        except ConfigError as exc:
-            print(f"qcore {args.command}: {exc}", file=sys.stderr)
-            return 2
-        try:
-            asyncio.run(_with_boss(target, action, args))
-        except QcoreError as exc:
-            print(f"qcore {args.command}: {exc}", file=sys.stderr)
-            return 1
-        return 0
+
+        async def with_boss(target: Target) -> int:
+            async with observer(target) as boss:
+                await action(boss, args)
+            return 0
+
+        return run_command(args, with_boss)
 
     return run
-
-
-async def _with_boss(
-    target: Target, action: Callable[[Boss, argparse.Namespace], Awaitable[Any]], args: Any
-) -> None:
-    async with observer(target) as boss:
-        await action(boss, args)
 
 
 def _when(value: Any) -> str:

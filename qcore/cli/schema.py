@@ -14,13 +14,13 @@ version; 2 for a usage error.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
+from collections.abc import Callable, Coroutine
 from typing import Any
 
-from qcore.cli.connection import Target, add_database_arguments, open_context, resolve
+from qcore.cli.connection import Target, add_database_arguments, open_context, run_command
 from qcore.cli.table import print_json
-from qcore.errors import ConfigError, QcoreError
+from qcore.errors import QcoreError
 from qcore.ops.bam import get_bam_status
 from qcore.schema import (
     SCHEMA_VERSION,
@@ -54,19 +54,11 @@ def add_parser(commands: Any) -> None:
     plans.set_defaults(run=_plans)
 
 
-def _connected(action: Any) -> Any:
+def _connected(
+    action: Callable[[Target, argparse.Namespace], Coroutine[Any, Any, int]],
+) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        try:
-            target = resolve(args)
-        except ConfigError as exc:
-            print(f"qcore {args.command}: {exc}", file=sys.stderr)
-            return 2
-        try:
-            status: int = asyncio.run(action(target, args))
-        except QcoreError as exc:
-            print(f"qcore {args.command}: {exc}", file=sys.stderr)
-            return 1
-        return status
+        return run_command(args, lambda target: action(target, args))
 
     return run
 
