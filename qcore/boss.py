@@ -493,12 +493,19 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
             self._notifier = self._supervisor = None
             self._timekeeper = self._clock_skew = None
             self._flows = self._bam = None
+            # a running async migration command first, for up to the timeout (then the
+            # handlers get theirs); an idle BAM pass ends beside the workers' stop
+            bam_stop: asyncio.Future[None] | None = None
             for service in services:
-                if isinstance(service, BamWorker):  # a running command: up to the timeout
+                if not isinstance(service, BamWorker):
+                    await service.stop()
+                elif service.working:
                     await service.stop_within(timeout if graceful else 0.0)
                 else:
-                    await service.stop()
+                    bam_stop = asyncio.ensure_future(service.stop_within(timeout))
             await self._stop_workers(graceful=graceful, timeout=timeout)
+            if bam_stop is not None:
+                await bam_stop
             self.events.emit("stopped")
             await self.events.drain()
         elif self._workers or self._retiring:  # registered before a start() that failed
