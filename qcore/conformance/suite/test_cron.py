@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from qcore import Boss, schedules
-from qcore.conformance.helpers import count, running, set_clock, totals
+from qcore.conformance.helpers import count, running, set_clock, totals, until
 from qcore.context import Context
 from qcore.errors import QueueNotFoundError, ValidationError
 from qcore.events import WarningEvent
@@ -287,6 +287,10 @@ async def test_a_started_boss_fires_a_schedule(
                 break
             await asyncio.sleep(0.1)
         assert [j.data for j in jobs] == [{"hello": "world"}]
-        [row] = await boss.get_schedules("tick")
-        assert row.last_job_id == jobs[0].id
+
+        async def recorded() -> Any:  # after the sends, in a statement of its own
+            [row] = await boss.get_schedules("tick")
+            return row.last_job_id
+
+        assert await until(recorded, timeout=30, what="last_job_id") == jobs[0].id
         assert boss.worker_statuses() == []  # the forwarder is the timekeeper's own
