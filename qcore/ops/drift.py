@@ -29,6 +29,7 @@ from qcore.identifiers import quote
 from qcore.job import JobState
 from qcore.sql import drift as sql
 from qcore.sql import schema as schema_sql
+from qcore.sql.catalog import _literal
 from qcore.sql.functions import _partition_commands
 
 __all__ = [
@@ -441,24 +442,16 @@ def _expected(ctx: Context, partitions: list[dict[str, Any]]) -> _Expected:
     return expected
 
 
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 # ------------------------------------------------------------------- the check
-
-
-async def _rows(ctx: Context, statement: Any, **values: Any) -> list[dict[str, Any]]:
-    return await retry.run(ctx, statement, **values)
 
 
 async def detect_schema_drift(ctx: Context) -> DriftReport:
     """Compare the schema with what its install makes; see the module's docstring."""
     definitions = ctx.backend.capabilities.drift_catalog
     schema = ctx.schema
-    tables_live = {r["table"] for r in await _rows(ctx, sql.schema_tables(), schema=schema)}
+    tables_live = {r["table"] for r in await retry.run(ctx, sql.schema_tables(), schema=schema)}
     partitions = (
-        await _rows(ctx, sql.partitioned_queues(ctx.q))
+        await retry.run(ctx, sql.partitioned_queues(ctx.q))
         if "queue" in tables_live and ctx.backend.schema.partitioned
         else []
     )
@@ -471,21 +464,21 @@ async def detect_schema_drift(ctx: Context) -> DriftReport:
     building = await _building(ctx) if "bam" in tables_live else set()
     index_report = _index_drift(
         expected,
-        await _rows(ctx, sql.schema_indexes(definitions), schema=schema),
+        await retry.run(ctx, sql.schema_indexes(definitions), schema=schema),
         building,
         definitions,
     )
-    functions = await _rows(ctx, sql.schema_functions(), schema=schema)
+    functions = await retry.run(ctx, sql.schema_functions(), schema=schema)
     missing_functions, mismatched_functions = _function_drift(expected, functions, definitions)
     column_drift = _column_drift(
-        expected, await _rows(ctx, sql.schema_columns(definitions), schema=schema), definitions
+        expected, await retry.run(ctx, sql.schema_columns(definitions), schema=schema), definitions
     )
     constraint_drift: tuple[ConstraintDrift, ...] = ()
     if definitions:
         constraint_drift = _constraint_drift(
-            expected, await _rows(ctx, sql.schema_constraints(), schema=schema)
+            expected, await retry.run(ctx, sql.schema_constraints(), schema=schema)
         )
-    labels = tuple(r["label"] for r in await _rows(ctx, sql.state_labels(), schema=schema))
+    labels = tuple(r["label"] for r in await retry.run(ctx, sql.state_labels(), schema=schema))
     states = tuple(s.value for s in JobState)
     enum_drift = EnumDrift("job_state", states, labels) if labels and labels != states else None
     missing, still_building, invalid, extra, mismatched = index_report
@@ -527,7 +520,7 @@ _INDEX_NAME = re.compile(r"INDEX\s+(?:CONCURRENTLY\s+)?(?:IF NOT EXISTS\s+)?\"?(
 
 async def _building(ctx: Context) -> set[str]:
     """Names of the indexes an unfinished async migration is making."""
-    rows = await _rows(ctx, sql.unfinished_bam_commands(ctx.q))
+    rows = await retry.run(ctx, sql.unfinished_bam_commands(ctx.q))
     return {m.group(1) for r in rows if (m := _INDEX_NAME.search(str(r["command"])))}
 
 
@@ -568,13 +561,10 @@ def _index_drift(
             differs = shape.differs_from(actual)
             if differs:
                 mismatched.append(
-                    IndexDrift(
-                        name=name,
-                        table=table,
-                        keys=entry.keys,
-                        predicate=entry.predicate,
-                        definition=definition,
+                    replace(
+                        entry,
                         repair=rebuild,
+                        building=False,
                         actual_definition=actual_definition,
                         actual_keys=actual.readable_keys(),
                         actual_predicate=actual.readable_predicate(),
