@@ -33,6 +33,7 @@ from qcore.context import Context
 from qcore.db import Database
 from qcore.errors import QcoreError
 from qcore.events import Events
+from qcore.identifiers import quote
 from qcore.services.base import Periodic
 from qcore.sql import bam as sql
 
@@ -77,22 +78,23 @@ async def _run_one(ctx: Context, entry: dict[str, Any], running: _Running) -> No
     """Run one claimed command (healing a re-attempted concurrent build); raises on failure."""
     command = str(entry["command"])
     build = _CONCURRENT_INDEX.match(command)
-    if build and entry["reattempt"]:
-        state = await _index_state(ctx, build.group(1))
+    if build is None:
+        await ctx.db.execute_script(f"{running.tag}\n{command}")
+        return
+    index = build.group(1)
+    if entry["reattempt"]:
+        state = await _index_state(ctx, index)
         if state is True:
             return  # the build had succeeded; only the row was never marked
         if state is False:
-            drop = f"DROP INDEX CONCURRENTLY IF EXISTS {ctx.q}.{build.group(1)}"
+            drop = f"DROP INDEX CONCURRENTLY IF EXISTS {ctx.q}.{quote(index)}"
             await ctx.db.execute(f"{running.tag}\n{drop}")
-    if build:  # one statement, never in a transaction (a script would make one)
-        await ctx.db.execute(f"{running.tag}\n{command}")
-    else:
-        await ctx.db.execute_script(f"{running.tag}\n{command}")
-    if build:
-        state = await _index_state(ctx, build.group(1))
-        if state is not True:
-            what = "does not exist" if state is None else "is invalid"
-            raise QcoreError(f"index {build.group(1)} {what} after the build")
+    # one statement, never in a transaction (a script would make one)
+    await ctx.db.execute(f"{running.tag}\n{command}")
+    state = await _index_state(ctx, index)
+    if state is not True:
+        what = "does not exist" if state is None else "is invalid"
+        raise QcoreError(f"index {index} {what} after the build")
 
 
 def _event(entry: dict[str, Any], status: str, **more: Any) -> dict[str, Any]:
