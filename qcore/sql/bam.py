@@ -14,6 +14,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from qcore.sql._statement import Params, Statement
+from qcore.sql.probes import claim_interval
 
 __all__ = [
     "BAM_LIVENESS_GRACE_SECONDS",
@@ -44,16 +45,10 @@ def command_tag(entry_id: object) -> str:
     return f"/* pgboss bam {entry_id} */"
 
 
-@lru_cache(maxsize=16)
 def claim_bam_pass(q: str) -> Statement:
     """Take this interval's BAM pass (pg-boss's ``bam_on`` gate on the version row): a row
     back when this instance has it."""
-    p = Params()
-    return p.statement(
-        f"UPDATE {q}.version SET bam_on = {q}.job_now()"
-        f" WHERE EXTRACT(EPOCH FROM ({q}.job_now() - COALESCE(bam_on, {q}.job_now()"
-        f" - interval '1 week'))) >= {p('seconds')}::float8 RETURNING true AS claimed"
-    )
+    return claim_interval(q, "bam_on")
 
 
 def _stale(q: str, row: str, liveness: bool) -> str:

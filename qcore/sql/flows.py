@@ -20,6 +20,7 @@ from functools import lru_cache
 
 from qcore.identifiers import quote
 from qcore.sql._statement import Params, Statement
+from qcore.sql.probes import claim_interval
 
 __all__ = [
     "FLOW_BATCH_SIZE",
@@ -67,16 +68,10 @@ def get_edges(q: str, *, parents: bool, after: bool) -> Statement:
     )
 
 
-@lru_cache(maxsize=16)
 def claim_flow_pass(q: str) -> Statement:
     """Take this interval's resolver pass (pg-boss's ``flow_on`` gate on the version row):
     a row back when this instance has it."""
-    p = Params()
-    return p.statement(
-        f"UPDATE {q}.version SET flow_on = {q}.job_now()"
-        f" WHERE EXTRACT(EPOCH FROM ({q}.job_now() - COALESCE(flow_on, {q}.job_now()"
-        f" - interval '1 week'))) >= {p('seconds')}::float8 RETURNING true AS claimed"
-    )
+    return claim_interval(q, "flow_on")
 
 
 def _parents(q: str, table: str, p: Params, skip_locked: bool) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from qcore.identifiers import quote
-from qcore.sql._statement import Statement
+from qcore.sql._statement import Params, Statement
 
 # Whether constraint ``name`` exists on the table (a qualified, quoted ``table``).
 _constraint_exists = Statement(
@@ -72,6 +72,20 @@ def update_version(schema: str) -> Statement:
         f"UPDATE {quote(schema)}.version SET version = $1::integer"
         " WHERE version = $2::integer RETURNING version",
         ("to_version", "from_version"),
+    )
+
+
+@lru_cache(maxsize=64)
+def claim_interval(q: str, column: str) -> Statement:
+    """pg-boss's interval gate on the version row: ``column`` (``flow_on``, ``bam_on``,
+    ``reindex_on``) moves to now when at least ``seconds`` old (or never set); a row
+    back (``claimed``) means this instance owns the interval. Every backend."""
+    p = Params()
+    now = f"{q}.job_now()"
+    return p.statement(
+        f"UPDATE {q}.version SET {column} = {now} WHERE EXTRACT(EPOCH FROM ({now}"
+        f" - COALESCE({column}, {now} - interval '1 week'))) >= {p('seconds')}::float8"
+        " RETURNING true AS claimed"
     )
 
 

@@ -11,6 +11,7 @@ from functools import lru_cache
 
 from qcore.identifiers import quote
 from qcore.sql._statement import Params, Statement
+from qcore.sql.probes import claim_interval
 
 __all__ = ["claim_reindex", "drop_stub", "job_indexes", "rebuild"]
 
@@ -41,19 +42,11 @@ def job_indexes(q: str) -> Statement:
     return p.statement(sql)
 
 
-@lru_cache(maxsize=4)
 def claim_reindex(q: str) -> Statement:
     """The rebuild's interval claim, pg-boss's: ``reindex_on`` on the version row moves
     to now when at least ``seconds`` old (or never set); a row back means this
     instance owns the interval."""
-    p = Params()
-    now = f"{q}.job_now()"
-    sql = (
-        f"UPDATE {q}.version SET reindex_on = {now} WHERE extract(epoch FROM ({now}"
-        f" - COALESCE(reindex_on, {now} - interval '1 week'))) >= {p('seconds')}::float8"
-        " RETURNING true AS claimed"
-    )
-    return p.statement(sql)
+    return claim_interval(q, "reindex_on")
 
 
 def rebuild(q: str, index: str) -> str:
