@@ -31,7 +31,7 @@ from qcore.backend import Backend, LockStrategy
 from qcore.context import Context
 from qcore.errors import ConfigError, DatabaseError, NotInstalledError, SchemaVersionError
 from qcore.identifiers import quote, schema_name
-from qcore.migrations import MIGRATIONS, Migration, apply, plan
+from qcore.migrations import MIGRATIONS, Migration, apply, plan, revert, script
 from qcore.sql import schema as sql
 from qcore.sql.affinity import JOB_PATTERN_TABLE
 from qcore.sql.probes import table_in_schema
@@ -42,8 +42,10 @@ __all__ = [
     "affinity_tables_present",
     "get_construction_plans",
     "get_migration_plans",
+    "get_rollback_plans",
     "install_or_migrate",
     "is_installed",
+    "rollback",
     "schema_version",
 ]
 
@@ -227,8 +229,9 @@ async def _apply(ctx: Context, step: sql.DDL) -> None:
 async def _one_unit(
     ctx: Context, create_schema: bool, migrations: Sequence[Migration], target: int
 ) -> bool:
-    """Under the install lock: install, or apply the next migration. True when the schema
-    is at ``target``."""
+    """Under the install lock: install, or migrate — every pending migration where the
+    lock's transaction can hold them all (a chain is then all or nothing, and nobody sees
+    a version in between), else the next one. True when the schema is at ``target``."""
     installed, version = await _state(ctx)
     if version is None:
         if installed and _atomic(ctx):
@@ -242,9 +245,12 @@ async def _one_unit(
         raise _newer_error(ctx, version, target)
     if version == target:
         return True
-    migration = plan(version, target, migrations)[0]
-    await apply(ctx, migration)
-    return migration.version == target
+    pending = plan(version, target, migrations)
+    if not _atomic(ctx):
+        pending = pending[:1]
+    for migration in pending:
+        await apply(ctx, migration)
+    return pending[-1].version == target
 
 
 async def _install(ctx: Context, create_schema: bool) -> None:
@@ -280,14 +286,59 @@ def get_construction_plans(
     return ";\n".join(step.sql for step in steps) + ";"
 
 
+def _joined(parts: list[str]) -> str:
+    return ";\n".join(parts) + (";" if parts else "")
+
+
 def get_migration_plans(
-    schema: str = "pgboss", version: int = SCHEMA_VERSION - 1, target: int = SCHEMA_VERSION
+    schema: str = "pgboss",
+    version: int = SCHEMA_VERSION - 1,
+    target: int = SCHEMA_VERSION,
+    backend: Backend | str = "postgres",
 ) -> str:
-    """The SQL that takes ``schema`` from ``version`` to ``target`` (what ``qcore plans
-    migrate`` prints); ``SchemaVersionError`` when qcore has no migration on that path."""
-    quoted = quote(schema_name(schema))
+    """The SQL that takes ``schema`` from ``version`` to ``target`` on ``backend`` (what
+    ``qcore plans migrate`` prints); ``SchemaVersionError`` when qcore has no migration on
+    that path. The background index builds it queues are rows of the ``bam`` table."""
+    chosen, name = backends.get(backend), schema_name(schema)
     parts = []
     for migration in plan(version, target, MIGRATIONS):
-        parts += [s.replace("{schema}", quoted) for s in migration.steps if isinstance(s, str)]
-        parts.append(f"UPDATE {quoted}.version SET version = {migration.version}")
-    return ";\n".join(parts) + (";" if parts else "")
+        parts += script(migration.steps, chosen, name)
+        parts.append(f"UPDATE {quote(name)}.version SET version = {migration.version}")
+    return _joined(parts)
+
+
+def _rollback_of(version: int) -> Migration:
+    found = [m for m in MIGRATIONS if m.version == version and m.rollback]
+    if not found:
+        raise SchemaVersionError(
+            f"qcore rolls a schema back one step from version {SCHEMA_VERSION} only; this"
+            f" one is at {version} (roll back further with pg-boss 12.38)"
+        )
+    return found[0]
+
+
+def get_rollback_plans(
+    schema: str = "pgboss", version: int = SCHEMA_VERSION, backend: Backend | str = "postgres"
+) -> str:
+    """The SQL that takes ``schema`` back one step from ``version`` (what ``qcore plans
+    rollback`` prints); ``SchemaVersionError`` when qcore cannot roll that version back."""
+    chosen, name = backends.get(backend), schema_name(schema)
+    migration = _rollback_of(version)
+    parts = script(migration.rollback, chosen, name)
+    parts.append(f"UPDATE {quote(name)}.version SET version = {version - 1}")
+    return _joined(parts)
+
+
+async def rollback(ctx: Context) -> int:
+    """Take the installed schema back one step (46 to 45, as pg-boss 12.38's rollback
+    does), in one transaction under the install lock where the engine allows it; the
+    version it is at afterwards. ``NotInstalledError`` without an install,
+    ``SchemaVersionError`` from a version qcore cannot roll back."""
+    transactional = _atomic(ctx)
+    async with locks.locked(ctx, locks.INSTALL, transaction=transactional) as db:
+        locked = ctx.with_db(db)
+        version = await _read_version(locked) if await is_installed(locked) else None
+        if version is None:
+            raise NotInstalledError(f"schema {ctx.schema!r} holds no install to roll back")
+        await revert(locked, _rollback_of(version))
+    return version - 1

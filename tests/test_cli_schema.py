@@ -80,16 +80,30 @@ def test_migrate_has_nothing_to_do_and_refuses_an_unknown_path(pg_dsn: str, sche
     assert qcore("create", "--schema", schema, dsn=pg_dsn).returncode == 0
     done = qcore("migrate", "--schema", schema, dsn=pg_dsn)
     assert done.returncode == 0 and "nothing to do" in done.stdout
-    admin_execute(f"UPDATE {schema}.version SET version = 45", pg_dsn)
+    admin_execute(f"UPDATE {schema}.version SET version = 24", pg_dsn)
     for extra in ((), ("--dry-run",)):
         refused = qcore("migrate", "--schema", schema, *extra, dsn=pg_dsn)
         assert refused.returncode == 1, refused.stdout
-        assert "no migration to version 46" in refused.stderr
+        assert "the oldest version qcore (like pg-boss 12.38) upgrades is 25" in refused.stderr
         assert "Traceback" not in refused.stderr
     version = json.loads(qcore("version", "--schema", schema, "--json", dsn=pg_dsn).stdout)
-    assert version["installed"] == 45 and "no migration" in version["pending_migrations"]
-    offline = qcore("plans", "migrate", "--from-version", "45")
-    assert offline.returncode == 1 and "no migration to version 46" in offline.stderr
+    assert version["installed"] == 24 and "oldest version" in version["pending_migrations"]
+    offline = qcore("plans", "migrate", "--from-version", "24")
+    assert offline.returncode == 1 and "oldest version" in offline.stderr
+
+
+def test_migrate_dry_run_prints_and_migrate_applies(pg_dsn: str, schema: str) -> None:
+    assert qcore("create", "--schema", schema, dsn=pg_dsn).returncode == 0
+    admin_execute(f"UPDATE {schema}.version SET version = 45", pg_dsn)
+    dry = qcore("migrate", "--schema", schema, "--dry-run", dsn=pg_dsn)
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.rstrip().endswith(f'UPDATE "{schema}".version SET version = 46;')
+    version = json.loads(qcore("version", "--schema", schema, "--json", dsn=pg_dsn).stdout)
+    assert version["installed"] == 45 and version["pending_migrations"] == [46]
+    done = qcore("migrate", "--schema", schema, dsn=pg_dsn)
+    assert done.returncode == 0 and "to version 46" in done.stdout
+    version = json.loads(qcore("version", "--schema", schema, "--json", dsn=pg_dsn).stdout)
+    assert version["installed"] == 46 and version["pending_migrations"] == []
 
 
 def test_migrate_on_an_empty_schema_is_an_error(pg_dsn: str, schema: str) -> None:

@@ -4,7 +4,9 @@
   migrations between them, and the async migrations' state;
 - ``qcore create [--dry-run]``: install the schema (``--dry-run``: print its SQL);
 - ``qcore migrate [--dry-run]``: migrate an older schema (``--dry-run``: print the SQL);
-- ``qcore plans create|migrate``: the SQL of either, without a connection.
+- ``qcore rollback [--dry-run]``: take the schema back one version (46 to 45, as
+  pg-boss 12.38's rollback does; ``--dry-run``: print the SQL);
+- ``qcore plans create|migrate|rollback``: the SQL of any of them, without a connection.
 
 Each takes ``--url``, ``--schema``, ``--backend``; ``version`` also ``--json``. Exit
 status 0; 1 when the database refuses or qcore has no migration for the installed
@@ -26,7 +28,9 @@ from qcore.schema import (
     SCHEMA_VERSION,
     get_construction_plans,
     get_migration_plans,
+    get_rollback_plans,
     install_or_migrate,
+    rollback,
     schema_version,
 )
 from qcore.sql.probes import table_in_schema
@@ -39,17 +43,26 @@ def add_parser(commands: Any) -> None:
     add_database_arguments(version)
     version.add_argument("--json", action="store_true", help="print JSON")
     version.set_defaults(run=_connected(_version))
-    for name, what in (("create", "install the schema"), ("migrate", "migrate the schema")):
+    for name, what, action in (
+        ("create", "install the schema", _create),
+        ("migrate", "migrate the schema", _migrate),
+        ("rollback", "roll the schema back one version", _rollback),
+    ):
         command = commands.add_parser(name, help=what)
         add_database_arguments(command)
         command.add_argument("--dry-run", action="store_true", help="print the SQL, change nothing")
-        command.set_defaults(run=_connected(_create if name == "create" else _migrate))
-    plans = commands.add_parser("plans", help="the SQL of an install or a migration, offline")
-    plans.add_argument("which", choices=["create", "migrate"])
+        command.set_defaults(run=_connected(action))
+    plans = commands.add_parser(
+        "plans", help="the SQL of an install, a migration or a rollback, offline"
+    )
+    plans.add_argument("which", choices=["create", "migrate", "rollback"])
     plans.add_argument("--schema", default="pgboss", help="the schema (default pgboss)")
     plans.add_argument("--backend", default="postgres", help="the backend (default postgres)")
     plans.add_argument(
-        "--from-version", type=int, default=SCHEMA_VERSION, help="migrate: the installed version"
+        "--from-version",
+        type=int,
+        default=SCHEMA_VERSION,
+        help="migrate, rollback: the installed version",
     )
     plans.set_defaults(run=_plans)
 
@@ -69,7 +82,7 @@ async def _version(target: Target, args: argparse.Namespace) -> int:
         pending: list[int] | str = []
         if installed is not None and installed < SCHEMA_VERSION:
             try:
-                plans = get_migration_plans(target.schema, installed, SCHEMA_VERSION)
+                plans = get_migration_plans(target.schema, installed, SCHEMA_VERSION, ctx.backend)
                 pending = list(range(installed + 1, SCHEMA_VERSION + 1)) if plans else []
             except QcoreError as exc:
                 pending = str(exc)
@@ -118,7 +131,7 @@ async def _migrate(target: Target, args: argparse.Namespace) -> int:
         if installed is None:
             print(f"qcore migrate: schema {target.schema!r} holds no install", file=sys.stderr)
             return 1
-        plans = get_migration_plans(target.schema, installed, SCHEMA_VERSION)
+        plans = get_migration_plans(target.schema, installed, SCHEMA_VERSION, ctx.backend)
         if args.dry_run:
             print(plans or f"-- schema {target.schema!r} is at version {installed}: nothing to do")
             return 0
@@ -130,12 +143,29 @@ async def _migrate(target: Target, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _rollback(target: Target, args: argparse.Namespace) -> int:
+    async with open_context(target) as ctx:
+        installed = await schema_version(ctx)
+        if installed is None:
+            print(f"qcore rollback: schema {target.schema!r} holds no install", file=sys.stderr)
+            return 1
+        plans = get_rollback_plans(target.schema, installed, ctx.backend)
+        if args.dry_run:
+            print(plans)
+            return 0
+        version = await rollback(ctx)
+    print(f"rolled schema {target.schema!r} back to version {version}")
+    return 0
+
+
 def _plans(args: argparse.Namespace) -> int:
     try:
         if args.which == "create":
             print(get_construction_plans(args.backend, args.schema))
+        elif args.which == "rollback":
+            print(get_rollback_plans(args.schema, args.from_version, args.backend))
         else:
-            print(get_migration_plans(args.schema, args.from_version, SCHEMA_VERSION))
+            print(get_migration_plans(args.schema, args.from_version, SCHEMA_VERSION, args.backend))
     except QcoreError as exc:
         print(f"qcore plans: {exc}", file=sys.stderr)
         return 1

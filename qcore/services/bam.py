@@ -43,6 +43,8 @@ _CONCURRENT_INDEX = re.compile(
     r"^\s*CREATE\s+(?:UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+(?:IF\s+NOT\s+EXISTS\s+)?\"?(\w+)\"?",
     re.IGNORECASE,
 )
+#: any other statement that PostgreSQL refuses inside a transaction block
+_CONCURRENT = re.compile(r"^\s*\w+(?:\s+UNIQUE)?\s+INDEX\s+CONCURRENTLY\b", re.IGNORECASE)
 
 
 class _Running:
@@ -79,7 +81,10 @@ async def _run_one(ctx: Context, entry: dict[str, Any], running: _Running) -> No
     command = str(entry["command"])
     build = _CONCURRENT_INDEX.match(command)
     if build is None:
-        await ctx.db.execute_script(f"{running.tag}\n{command}")
+        if _CONCURRENT.match(command):  # one statement, never in a transaction
+            await ctx.db.execute(f"{running.tag}\n{command}")
+        else:
+            await ctx.db.execute_script(f"{running.tag}\n{command}")
         return
     index = build.group(1)
     if entry["reattempt"]:

@@ -144,18 +144,19 @@ def _queue_values(q: str, *, partition: str, table: str, notify: str) -> str:
 
 
 def _partition_commands(
-    backend: Backend, schema: str
+    backend: Backend, schema: str, without: frozenset[int] = frozenset()
 ) -> tuple[list[tuple[str | None, str]], dict[str, list[tuple[str | None, str]]]]:
     """Commands (for job_table_format) that give a fresh copy of ``job`` its key,
-    constraints and indexes: the ones every partition gets, and the extra ones per policy.
-    Each comes with the name of the constraint it adds (``{table}`` for the table's name)."""
+    constraints and indexes (but the index numbers in ``without``): the ones every
+    partition gets, and the extra ones per policy. Each comes with the name of the
+    constraint it adds (``{table}`` for the table's name)."""
     q = quote(schema)
     constraints = _job_constraint_defs(backend, q)
     common: list[tuple[str | None, str]] = [
         ("{table}_pkey", f"ALTER TABLE {q}.job ADD PRIMARY KEY (name, id)"),
         ("q_fkey", f"ALTER TABLE {q}.job ADD CONSTRAINT q_fkey {constraints['q_fkey']}"),
         ("dlq_fkey", f"ALTER TABLE {q}.job ADD CONSTRAINT dlq_fkey {constraints['dlq_fkey']}"),
-        *((None, job_index(backend, schema, n)) for n in BASE_INDEXES),
+        *((None, job_index(backend, schema, n)) for n in BASE_INDEXES if n not in without),
     ]
     by_policy: dict[str, list[tuple[str | None, str]]] = {
         policy: [(None, job_index(backend, schema, n)) for n in numbers]
@@ -168,10 +169,13 @@ def _partition_commands(
     return common, by_policy
 
 
-def _create_queue_partitioned(backend: Backend, schema: str) -> str:
+def _create_queue_partitioned(
+    backend: Backend, schema: str, without: frozenset[int] = frozenset()
+) -> str:
     # partitioned shape: the queue row, then (partition => true) a list partition of its own
+    # (``without``: index numbers a partition does not get, as at an older schema version)
     q = quote(schema)
-    common, by_policy = _partition_commands(backend, schema)
+    common, by_policy = _partition_commands(backend, schema, without)
 
     def run_all(commands: list[tuple[str | None, str]], indent: str) -> str:
         return "\n".join(

@@ -68,18 +68,29 @@ def missing_tools() -> str | None:
     return None
 
 
-def _digest() -> str:
+def _pin(release: str | None) -> Path:
+    """The directory of a pin's package files: the current pg-boss, or an older release
+    (``releases/<version>``) for the upgrade tests."""
+    if release is None:
+        return HERE
+    pin = HERE / "releases" / release
+    if not (pin / "package.json").is_file():
+        raise PgBossError(f"no pin of pg-boss {release} in {HERE / 'releases'}")
+    return pin
+
+
+def _digest(release: str | None = None) -> str:
     h = hashlib.sha256()
     for name in PACKAGE_FILES:
-        h.update(name.encode() + b"\0" + (HERE / name).read_bytes() + b"\0")
+        h.update(name.encode() + b"\0" + (_pin(release) / name).read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
 
-def cache_dir() -> Path:
-    """Where this pin of pg-boss is (or will be) installed."""
+def cache_dir(release: str | None = None) -> Path:
+    """Where this pin of pg-boss (or of an older ``release``) is (or will be) installed."""
     root = os.environ.get("QCORE_CACHE_DIR")
     base = Path(root) if root else Path.home() / ".cache" / "qcore"
-    return base / f"interop-{_digest()}"
+    return base / f"interop-{_digest(release)}"
 
 
 @contextlib.contextmanager
@@ -93,10 +104,10 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def ensure_installed() -> Path:
-    """Install the pinned packages into :func:`cache_dir` unless already there (safe to
-    call from several processes at once); the directory."""
-    target = cache_dir()
+def ensure_installed(release: str | None = None) -> Path:
+    """Install the pinned packages (of an older ``release``) into :func:`cache_dir` unless
+    already there (safe to call from several processes at once); the directory."""
+    target = cache_dir(release)
     if (target / _MARKER).exists():
         return target
     with _file_lock(target.with_name(target.name + ".lock")):
@@ -104,7 +115,7 @@ def ensure_installed() -> Path:
             return target
         target.mkdir(parents=True, exist_ok=True)
         for name in PACKAGE_FILES:
-            shutil.copyfile(HERE / name, target / name)
+            shutil.copyfile(_pin(release) / name, target / name)
         done = _run(
             ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
             target,
@@ -115,7 +126,7 @@ def ensure_installed() -> Path:
             raise PgBossError(
                 f"npm ci in {target} failed ({done.returncode}): {done.stderr.strip()[-2000:]}"
             )
-        (target / _MARKER).write_text(_digest() + "\n")
+        (target / _MARKER).write_text(_digest(release) + "\n")
     return target
 
 
@@ -131,10 +142,13 @@ def _run(
         raise PgBossError(too_slow.format(exc.timeout)) from exc
 
 
-def run(command: Mapping[str, Any], *, timeout: float = 120.0) -> dict[str, Any]:
-    """Run one command through ``pgboss_cli.mjs``; its JSON output (``ok``, ``results``,
-    ``errors``). Raises ``PgBossError`` only when the script produced no output."""
-    target = ensure_installed()
+def run(
+    command: Mapping[str, Any], *, timeout: float = 120.0, release: str | None = None
+) -> dict[str, Any]:
+    """Run one command through ``pgboss_cli.mjs`` (on an older pg-boss ``release``); its
+    JSON output (``ok``, ``results``, ``errors``). Raises ``PgBossError`` only when the
+    script produced no output."""
+    target = ensure_installed(release)
     shutil.copyfile(HERE / SCRIPT, target / SCRIPT)
     done = _run(
         ["node", str(target / SCRIPT)],
@@ -155,10 +169,12 @@ def run(command: Mapping[str, Any], *, timeout: float = 120.0) -> dict[str, Any]
     return result
 
 
-def run_ok(command: Mapping[str, Any], *, timeout: float = 120.0) -> list[dict[str, Any]]:
+def run_ok(
+    command: Mapping[str, Any], *, timeout: float = 120.0, release: str | None = None
+) -> list[dict[str, Any]]:
     """Like :func:`run`, but raise ``PgBossError`` unless every action succeeded; the
     per-action results."""
-    result = run(command, timeout=timeout)
+    result = run(command, timeout=timeout, release=release)
     if not result.get("ok"):
         failed = [r for r in result.get("results", []) if "error" in r]
         detail = failed[-1]["error"] if failed else result.get("errors")

@@ -13,6 +13,7 @@
 // what it returned. Besides the methods there are:
 //   { "op": "sql", "args": [text, values] }   rows of a statement on pg-boss's own pool
 //   { "op": "sleep", "args": [ms] }
+//   { "op": "rollbackPlans", "args": [schema, version] }  pg-boss's rollback SQL (12.x only)
 //   { "op": "drain", "args": [queue, workOptions, ms] }  runs a pg-boss worker for ms
 //                                       milliseconds; the ids of the jobs it handled
 // An action that throws ends the run unless it says "allowError": true.
@@ -22,7 +23,10 @@
 // Output (stdout, one line): { "ok": bool, "results": [ { "op", "result" } | { "op", "error" } ],
 //                              "errors": [ ...errors pg-boss emitted ] }
 
-import { PgBoss } from 'pg-boss'
+import * as pgBoss from 'pg-boss'
+
+// pg-boss 12 exports the class by name; 10 and 11 are CommonJS and export it as default
+const PgBoss = pgBoss.PgBoss ?? pgBoss.default
 
 function describeError (err) {
   if (!(err instanceof Error)) return { message: String(err) }
@@ -72,7 +76,9 @@ async function main () {
     const args = action.args || []
     try {
       let result
-      if (op === 'sql') {
+      if (op === 'rollbackPlans') {
+        result = pgBoss.getRollbackPlans(...args)
+      } else if (op === 'sql') {
         result = (await boss.getDb().executeSql(args[0], args[1] || [])).rows
       } else if (op === 'sleep') {
         await new Promise(resolve => setTimeout(resolve, args[0] || 0))

@@ -668,10 +668,7 @@ async def test_an_outdated_schema_with_migrate_false(
     await db.execute(f"UPDATE {quote(schema)}.version SET version = 45")
     with pytest.raises(SchemaVersionError, match=r"version 45.*migrated.*46.*migrate=True"):
         await install_or_migrate(ctx, migrate=False)
-    # with migrate=True there is no migration 45 -> 46 to run
-    with pytest.raises(SchemaVersionError, match="no migration to version 46"):
-        await install_or_migrate(ctx)
-    assert await schema_version(ctx) == 45
+    assert await schema_version(ctx) == 45  # (test_migrations: what migrate=True does)
 
 
 async def test_migrate_false_does_not_install(db: Database, backend: Backend, schema: str) -> None:
