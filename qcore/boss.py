@@ -364,7 +364,11 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
         )
         # async migrations run where this instance may migrate, as pg-boss runs them
         self._bam = BamWorker(
-            self.context, self.events, self.bam_interval_seconds, enabled=self.migrate
+            self.context,
+            self.events,
+            self.bam_interval_seconds,
+            enabled=self.migrate,
+            leave_builds=self._given_db is None,
         )
         services += [self._supervisor, self._flows, self._bam, self._wip]
         if self.timekeeping.schedule:

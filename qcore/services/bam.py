@@ -13,11 +13,16 @@ an interrupted build is dropped (``DROP INDEX CONCURRENTLY``), a VALID one means
 build had succeeded and the row is only marked completed. After a concurrent build the
 index must exist and be valid, or the row fails and the next attempt heals it.
 
-``stop()`` waits for a running command up to the timeout it is given, then cancels it
-(``pg_cancel_backend`` on its tagged statement): a concurrent index build the cancel
-interrupts leaves an INVALID index, its row is marked failed, and the next instance
-heals and rebuilds it. Events: ``bam`` ``{"id", "name", "status", "queue", "table"}``
-(and ``error`` for a failure) as a command starts and ends.
+``stop()`` waits for a running command up to the timeout it is given, then ends it as
+pg-boss does. A concurrent index build or drop on PostgreSQL, where the instance owns
+its pool, is left to finish on the server: its row stays in_progress until the build
+ends, and the next instance marks it completed, or heals and rebuilds a failed build.
+Any other command, and every command on a connection the application lent
+(``Boss(db=...)``), is cancelled (``pg_cancel_backend`` on its tagged statement) and
+marked failed, to run again; an interrupted concurrent build leaves an INVALID index
+that the next attempt heals. Events: ``bam`` ``{"id", "name", "status", "queue",
+"table"}`` (and ``error`` for a failure; ``detached`` for a build left running) as a
+command starts and ends.
 """
 
 from __future__ import annotations
@@ -53,6 +58,24 @@ class _Running:
     def __init__(self, entry_id: Any) -> None:
         self.tag = sql.command_tag(entry_id)
         self.cancelled = False
+        #: an index build or drop (``CONCURRENTLY``) now running on the server
+        self.concurrent = False
+        #: left running on the server by ``stop()``; its row stays in_progress
+        self.detached = False
+
+
+async def _run_concurrently(ctx: Context, sql_text: str, running: _Running) -> None:
+    """One ``CONCURRENTLY`` statement, shielded: when ``stop()`` stops waiting for it, the
+    statement is not cancelled with the pass (the server finishes it after the connection
+    closes, as pg-boss leaves it)."""
+    running.concurrent = True
+    statement = asyncio.ensure_future(ctx.db.execute(sql_text))
+    # a detached statement's outcome is the next instance's to find (its index, valid or not)
+    statement.add_done_callback(lambda done: done.cancelled() or done.exception())
+    try:
+        await asyncio.shield(statement)
+    finally:
+        running.concurrent = False
 
 
 async def _claim(ctx: Context, pending_only: bool) -> dict[str, Any] | None:
@@ -82,7 +105,7 @@ async def _run_one(ctx: Context, entry: dict[str, Any], running: _Running) -> No
     build = _CONCURRENT_INDEX.match(command)
     if build is None:
         if _CONCURRENT.match(command):  # one statement, never in a transaction
-            await ctx.db.execute(f"{running.tag}\n{command}")
+            await _run_concurrently(ctx, f"{running.tag}\n{command}", running)
         else:
             await ctx.db.execute_script(f"{running.tag}\n{command}")
         return
@@ -95,7 +118,7 @@ async def _run_one(ctx: Context, entry: dict[str, Any], running: _Running) -> No
             drop = f"DROP INDEX CONCURRENTLY IF EXISTS {ctx.q}.{quote(index)}"
             await ctx.db.execute(f"{running.tag}\n{drop}")
     # one statement, never in a transaction (a script would make one)
-    await ctx.db.execute(f"{running.tag}\n{command}")
+    await _run_concurrently(ctx, f"{running.tag}\n{command}", running)
     state = await _index_state(ctx, index)
     if state is not True:
         what = "does not exist" if state is None else "is invalid"
@@ -135,6 +158,12 @@ async def run_commands(
             events.emit("bam", _event(entry, "in_progress"))
         try:
             await _run_one(ctx, entry, running)
+        except asyncio.CancelledError:
+            if not running.detached:
+                raise
+            if events is not None:
+                events.emit("bam", _event(entry, "in_progress", detached=True))
+            return claimed
         except Exception as exc:
             error = str(exc)
             await retry.run(ctx, sql.mark_bam_failed(ctx.q), id=entry["id"], error=error)
@@ -164,10 +193,16 @@ class BamWorker(Periodic):
         interval_seconds: float,
         *,
         enabled: bool = True,
+        leave_builds: bool = False,
     ) -> None:
+        """``leave_builds``: at a stop's timeout, leave a concurrent index build running on
+        the server instead of cancelling it (where the instance's own pool closes; a
+        connection the application lent stays in use until the build ends)."""
         super().__init__(events, interval_seconds, detached=True, enabled=enabled, at_start=True)
         self._context = context
         self._running: _Running | None = None
+        self._leave_builds = leave_builds
+        self._pass_task: asyncio.Task[Any] | None = None
 
     @property
     def working(self) -> bool:
@@ -181,16 +216,37 @@ class BamWorker(Periodic):
         ctx = self._context()
         claimed = await retry.run(ctx, sql.claim_bam_pass(ctx.q), seconds=self.interval_seconds)
         if claimed:
-            await run_commands(ctx, self.events, lambda: self.stopping, self._track)
+            self._pass_task = asyncio.current_task()
+            try:
+                await run_commands(ctx, self.events, lambda: self.stopping, self._track)
+            finally:
+                self._pass_task = None
         return True
 
+    def _abandon_pass(self) -> None:
+        # the pass stops waiting for its shielded statement, which runs on
+        if self._pass_task is not None:
+            self._pass_task.cancel()
+
     async def stop_within(self, timeout: float) -> None:
-        """Stop, ending a command still running after ``timeout`` seconds by cancelling it."""
+        """Stop, ending a command still running after ``timeout`` seconds: a concurrent
+        index build or drop on PostgreSQL is left to finish on the server (with
+        ``leave_builds``; its row stays in_progress, and the next instance marks it
+        completed or heals a failed build), any other command is cancelled (its row
+        marked failed, to run again)."""
         stopping = asyncio.ensure_future(self.stop())
         done, _ = await asyncio.wait({stopping}, timeout=timeout)
         while not done:  # again each second: a cancel can land between two statements
-            running = self._running
-            if running is not None:
+            running, ctx = self._running, self._context()
+            if (
+                running is not None
+                and running.concurrent
+                and self._leave_builds
+                and (ctx.backend.capabilities.index_build_progress)
+            ):
+                running.detached = True
+                self._abandon_pass()
+            elif running is not None:
                 running.cancelled = True
                 await self._cancel(running)
             done, _ = await asyncio.wait({stopping}, timeout=1.0)
