@@ -22,6 +22,7 @@ from typing import Any
 
 from qcore.cli.connection import Target, add_database_arguments, open_context, run_command
 from qcore.cli.table import print_json
+from qcore.context import Context
 from qcore.errors import QcoreError
 from qcore.ops.bam import get_bam_status
 from qcore.schema import (
@@ -125,11 +126,18 @@ async def _create(target: Target, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _installed_version(ctx: Context, command: str) -> int | None:
+    """The installed version, or None after saying on stderr that there is no install."""
+    installed = await schema_version(ctx)
+    if installed is None:
+        print(f"qcore {command}: schema {ctx.schema!r} holds no install", file=sys.stderr)
+    return installed
+
+
 async def _migrate(target: Target, args: argparse.Namespace) -> int:
     async with open_context(target) as ctx:
-        installed = await schema_version(ctx)
+        installed = await _installed_version(ctx, "migrate")
         if installed is None:
-            print(f"qcore migrate: schema {target.schema!r} holds no install", file=sys.stderr)
             return 1
         plans = get_migration_plans(target.schema, installed, SCHEMA_VERSION, ctx.backend)
         if args.dry_run:
@@ -145,9 +153,8 @@ async def _migrate(target: Target, args: argparse.Namespace) -> int:
 
 async def _rollback(target: Target, args: argparse.Namespace) -> int:
     async with open_context(target) as ctx:
-        installed = await schema_version(ctx)
+        installed = await _installed_version(ctx, "rollback")
         if installed is None:
-            print(f"qcore rollback: schema {target.schema!r} holds no install", file=sys.stderr)
             return 1
         plans = get_rollback_plans(target.schema, installed, ctx.backend)
         if args.dry_run:

@@ -15,7 +15,6 @@ never written. Each tier is pruned past its retention once a day.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Collection
@@ -27,6 +26,7 @@ from qcore.db import Database
 from qcore.errors import ValidationError
 from qcore.metrics.store import PostgresMetricsStore, Retention
 from qcore.sql import metrics as sql
+from qcore.tasks import cancel_and_wait
 
 __all__ = ["MetricsRecorder", "PgBossQueues"]
 
@@ -169,9 +169,7 @@ class MetricsRecorder:
         """Stop ticking (the store stays open: it is the caller's to close)."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
 
 async def _add_difference(

@@ -67,6 +67,16 @@ _TABLES: dict[str, Sequence[_Column]] = {
 #: the indexes whose builds arrived at schema 46 (what a rollback to 45 removes)
 _INDEXES_OF_46 = (14, 15, 16, 17)
 
+#: the queue_stats columns that schemas 43 and 44 added, in the order they were added
+_QUEUE_STATS_OF_43 = (
+    "created_delta",
+    "completed_delta",
+    "failed_delta",
+    "delta_seconds",
+    "delta_on",
+)
+_QUEUE_STATS_OF_44 = ("wait_bins", "run_bins", "ready_oldest_seconds")
+
 #: job_i5, the fetch index before job_i11 replaced it, in its shape from schema 33 on
 _SLIM_FETCH_INDEX = (
     "CREATE INDEX CONCURRENTLY IF NOT EXISTS job_i5 ON {q}.job (name, start_after)"
@@ -80,10 +90,6 @@ def _add_columns(q: str, table: str, *names: str) -> str:
     by_name = {column[0]: column for column in _TABLES[table]}
     lines = _column_lines([by_name[name] for name in names], q)
     return f"ALTER TABLE {q}.{table} " + ", ".join(f"ADD COLUMN IF NOT EXISTS {c}" for c in lines)
-
-
-def _only(columns: Sequence[_Column], *names: str) -> list[_Column]:
-    return [column for column in columns if column[0] in names]
 
 
 def _concurrent_index(backend: Backend, schema: str, number: int) -> str:
@@ -233,18 +239,8 @@ def _to_34(backend: Backend, schema: str, q: str) -> list[str]:
 
 
 def _to_35(backend: Backend, schema: str, q: str) -> list[str]:
-    columns = _only(
-        _QUEUE_STATS,
-        "id",
-        "name",
-        "deferred_count",
-        "queued_count",
-        "ready_count",
-        "active_count",
-        "failed_count",
-        "total_count",
-        "captured_on",
-    )
+    later = {*_QUEUE_STATS_OF_43, *_QUEUE_STATS_OF_44}
+    columns = [c for c in _QUEUE_STATS if c[0] not in later]
     key = "CONSTRAINT queue_stats_pkey PRIMARY KEY (id, captured_on)"
     return [
         _create_table(q, "queue_stats", columns, [key], " PARTITION BY RANGE (captured_on)"),
@@ -311,15 +307,7 @@ def _to_43(backend: Backend, schema: str, q: str) -> list[str]:
             "delta_on",
             "delta_seconds",
         ),
-        _add_columns(
-            q,
-            "queue_stats",
-            "created_delta",
-            "completed_delta",
-            "failed_delta",
-            "delta_seconds",
-            "delta_on",
-        ),
+        _add_columns(q, "queue_stats", *_QUEUE_STATS_OF_43),
         _add_columns(q, "job", "source_output", "source_root_id"),
         _enqueue(q, "source_root_index_build", 43, _concurrent_index(backend, schema, 12)),
     ]
@@ -329,7 +317,7 @@ def _to_44(backend: Backend, schema: str, q: str) -> list[str]:
     return [
         _create_table(q, "instance", _INSTANCE, ["CONSTRAINT instance_pkey PRIMARY KEY (id)"]),
         _add_columns(q, "queue", "blocked_count", "wait_bins", "run_bins", "ready_oldest_seconds"),
-        _add_columns(q, "queue_stats", "wait_bins", "run_bins", "ready_oldest_seconds"),
+        _add_columns(q, "queue_stats", *_QUEUE_STATS_OF_44),
         _add_columns(q, "job", "trace_context"),
     ]
 

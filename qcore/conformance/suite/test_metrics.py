@@ -141,14 +141,14 @@ async def test_a_newer_layout_is_refused_and_migrate_false_says_what_to_run(
     await ctx.db.execute(
         f"UPDATE {ctx.q}.qcore_metrics_meta SET value = '99' WHERE key = 'schema_version'"
     )
-    with pytest.raises(SchemaVersionError, match="layout version 99.*writes version 1"):
+    with pytest.raises(SchemaVersionError, match=r"layout version 99.*writes version 1"):
         await _store(ctx).context()
 
 
 async def test_bad_options_are_refused(ctx: Context) -> None:
     with pytest.raises(ValidationError, match="table_prefix"):
         _store(ctx, table_prefix="Bad-Prefix")
-    with pytest.raises(ValidationError, match="Retention.minutes"):
+    with pytest.raises(ValidationError, match=r"Retention\.minutes"):
         Retention(minutes=0)
     with pytest.raises(ValidationError, match="interval_seconds"):
         MetricsRecorder(_store(ctx), PgBossQueues(ctx), interval_seconds=0)
