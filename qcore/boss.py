@@ -299,6 +299,8 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
         self._clock_skew: ClockSkew | None = None
         #: the background services start() started, in order (stop() stops them so)
         self._services: list[Service] = []
+        #: builders of the caller's own services (:meth:`add_service`)
+        self._extra_services: list[Callable[[Context, Events], Service]] = []
         #: emits ``wip`` for this instance's workers
         self._wip = WipReporter(self.events, self.worker_statuses)
 
@@ -381,10 +383,24 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
             services += [self._clock_skew, self._timekeeper]
         if self.register_instance:  # first: a paused server knows it before anything claims
             services.insert(0, self._registry())
+        services += [make(ctx, self.events) for make in self._extra_services]
         for service in services:  # stopped in the same order by stop()
             await service.start()
         self._services = services
         return self
+
+    async def add_service(self, make: Callable[[Context, Events], Service]) -> None:
+        """Run a background service of your own beside the built-in ones (the metrics
+        recorder is one: :func:`qcore.metrics.record_metrics`): ``make(context, events)``
+        builds it on every :meth:`start` (at once when started already); :meth:`stop`
+        stops it with the others."""
+        if not callable(make):
+            raise ValidationError(f"add_service takes a callable, got {make!r}")
+        self._extra_services.append(make)
+        if self._started:
+            service = make(self.context(), self.events)
+            await service.start()
+            self._services.append(service)
 
     def _registry(self) -> InstanceRegistry:
         import qcore

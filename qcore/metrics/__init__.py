@@ -1,23 +1,42 @@
-"""Metrics history: its store, recorder, sources and provider. It sits above the core
-and uses it only through public verbs and ``qcore.sql`` builders; nothing in the core
-imports it (an import-linter contract says so).
+"""Metrics history: its store, recorder, sources, provider and admin. It sits above the
+core and uses it only through public verbs and ``qcore.sql`` builders; nothing in the
+core imports it (an import-linter contract says so).
 
 >>> store = PostgresMetricsStore(dsn)                       # tables in schema pgboss
 >>> recorder = MetricsRecorder(store, PgBossQueues(ctx))    # counts finished jobs
 >>> await recorder.start()
 >>> await MetricsHistoryProvider(store).throughput("emails", window="7d")
+>>> await record_metrics(boss)                              # or: inside a running Boss
 """
 
-from qcore.metrics.history import MetricsHistoryProvider, ThroughputPoint
-from qcore.metrics.recorder import MetricsRecorder, PgBossQueues
+from qcore.metrics.admin import MetricsHistoryAdmin, TierUsage, Usage
+from qcore.metrics.histogram import BOUNDS_MS
+from qcore.metrics.history import (
+    LatencyPoint,
+    MetricsHistoryProvider,
+    Percentiles,
+    QueueTotals,
+    ThroughputPoint,
+)
+from qcore.metrics.recorder import MetricsRecorder, record_metrics
+from qcore.metrics.sources import PgBossQueues, namespace_of
 from qcore.metrics.store import PostgresMetricsStore, Retention, migrate_metrics
 
 __all__ = [
+    "BOUNDS_MS",
+    "LatencyPoint",
+    "MetricsHistoryAdmin",
     "MetricsHistoryProvider",
     "MetricsRecorder",
+    "Percentiles",
     "PgBossQueues",
     "PostgresMetricsStore",
+    "QueueTotals",
     "Retention",
     "ThroughputPoint",
+    "TierUsage",
+    "Usage",
     "migrate_metrics",
+    "namespace_of",
+    "record_metrics",
 ]

@@ -1,27 +1,47 @@
-"""What a board reads: :class:`MetricsHistoryProvider`, throughput series for one queue
-or the rollup across queues, over a window of 60 minutes, 7, 30 or 90 days, by minute, hour or day.
+"""What a board reads: :class:`MetricsHistoryProvider`, series for one queue or the
+rollup across queues, over a window of 60 minutes, 7, 30 or 90 days, by minute, hour or
+day: throughput (completed, failed), latency (p50, p95 and p99 of wait and run time,
+estimated from the histograms) and the queue-age gauge; the totals of a window, per
+queue for the breakdown table; and the queue-depth series pg-boss's own snapshots
+(``queue_stats``) hold.
 
-Every bucket of the range is returned, zero where nothing finished (zero minutes are
-never stored); the newest is flagged ``filling`` while it still covers the present.
-Times are UTC on the store's database clock.
+Every bucket of the range is returned, zero (or None) where nothing was recorded;
+the newest is flagged ``filling`` while it still covers the present. Times are UTC on
+the store's database clock. A provider reads a store of any layout version; it never
+writes.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 
 from qcore import retry
+from qcore.context import Context
 from qcore.errors import ValidationError
+from qcore.metrics import histogram
+from qcore.metrics.sources import namespace_of
 from qcore.metrics.store import PostgresMetricsStore, Retention
+from qcore.services.queue_stats import QueueStats, read_stats
 from qcore.sql import metrics as sql
 
-__all__ = ["MetricsHistoryProvider", "ThroughputPoint"]
+__all__ = [
+    "LatencyPoint",
+    "MetricsHistoryProvider",
+    "Percentiles",
+    "QueueTotals",
+    "ThroughputPoint",
+]
 
 #: window -> (minutes covered, the granularity drawn by default)
 WINDOWS = {"60m": (60, "minute"), "7d": (7 * 1440, "hour"), "30d": (30 * 1440, "day"),
           "90d": (90 * 1440, "day")}  # fmt: skip
+#: queue-depth range -> (seconds covered, bucket seconds), as pg-boss's board reads them
+DEPTH_RANGES = {"1h": (3600, 60), "6h": (6 * 3600, 300), "24h": (86400, 900),
+                "7d": (7 * 86400, 3600)}  # fmt: skip
 _TIER = {"minute": "m", "hour": "h", "day": "d"}
+_SLOTS = histogram.SLOTS
 
 
 @dataclass(frozen=True)
@@ -35,18 +55,95 @@ class ThroughputPoint:
     filling: bool
 
 
+@dataclass(frozen=True)
+class Percentiles:
+    """Estimated p50, p95 and p99 in milliseconds (None: no sample), and the samples."""
+
+    p50: float | None
+    p95: float | None
+    p99: float | None
+    samples: int
+
+    @classmethod
+    def of(cls, counts: list[int]) -> Percentiles:
+        return cls(
+            p50=histogram.percentile(counts, 50),
+            p95=histogram.percentile(counts, 95),
+            p99=histogram.percentile(counts, 99),
+            samples=sum(counts),
+        )
+
+
+@dataclass(frozen=True)
+class LatencyPoint:
+    """One bucket's wait and run percentiles, the oldest waiting job's age in seconds
+    (the bucket's maximum; None when nothing waited) and whether it is still filling."""
+
+    start: dt.datetime
+    wait: Percentiles
+    run: Percentiles
+    age: float | None
+    filling: bool
+
+
+@dataclass(frozen=True)
+class QueueTotals:
+    """A window's totals for one queue (or the rollup): counts, p95 wait and run."""
+
+    queue: str
+    completed: int
+    failed: int
+    wait: Percentiles
+    run: Percentiles
+
+    @property
+    def failure_rate(self) -> float:
+        runs = self.completed + self.failed
+        return self.failed / runs if runs else 0.0
+
+
+@dataclass(frozen=True)
+class _Rows:
+    buckets: range
+    width: int
+    newest: int
+    found: dict[int, dict[str, Any]]
+
+
+def _split(row: dict[str, Any] | None) -> tuple[list[int], list[int]]:
+    packed = (row or {}).get("latency") or [0] * (2 * _SLOTS)
+    return list(packed[:_SLOTS]), list(packed[_SLOTS:])
+
+
 class MetricsHistoryProvider:
     """Reads ``store``; ``retention`` bounds what a range can show (a minute series
-    never reaches further back than minute rows are kept)."""
+    never reaches further back than minute rows are kept). ``namespace`` is the key
+    prefix of the queues it shows (default: the queues of the store's own schema,
+    ``pgboss:<schema>:``; ``""`` reads keys as stored); :meth:`namespaced` gives the
+    view of another."""
 
-    def __init__(self, store: PostgresMetricsStore, *, retention: Retention | None = None) -> None:
+    def __init__(
+        self,
+        store: PostgresMetricsStore,
+        *,
+        retention: Retention | None = None,
+        namespace: str | None = None,
+    ) -> None:
         self.store = store
         self.retention = retention or Retention()
+        self.namespace = namespace_of(store.schema) if namespace is None else namespace
 
-    async def throughput(
-        self, queue: str | None = None, *, window: str = "60m", granularity: str | None = None
-    ) -> list[ThroughputPoint]:
-        """Completed and failed per bucket for ``queue`` (None: every queue together)."""
+    def namespaced(self, namespace: str) -> MetricsHistoryProvider:
+        """The same store seen through another key prefix (queue names without it, the
+        prefix's own rollup)."""
+        if not isinstance(namespace, str):
+            raise ValidationError(f"namespace must be a string, got {namespace!r}")
+        return MetricsHistoryProvider(self.store, retention=self.retention, namespace=namespace)
+
+    def _key(self, queue: str | None) -> str:
+        return self.namespace + (queue if queue is not None else sql.GLOBAL)
+
+    async def _read(self, queue: str | None, window: str, granularity: str | None) -> _Rows:
         if window not in WINDOWS:
             raise ValidationError(f"window must be one of {', '.join(WINDOWS)}, got {window!r}")
         minutes, default = WINDOWS[window]
@@ -57,27 +154,114 @@ class MetricsHistoryProvider:
         width = sql.TIERS[tier]
         if minutes < width:
             raise ValidationError(f"a {window} window is shorter than one {granularity}")
-        ctx = await self.store.context()
+        ctx = await self.store.context(writing=False)
         [row] = await retry.run(ctx, sql.database_minute())
         now = int(row["minute"])
         kept = self.retention.keeps(tier) * 1440
-        first_minute = now - min(minutes, kept) + 1
-        first, newest = first_minute // width, now // width
+        first, newest = (now - min(minutes, kept) + 1) // width, now // width
         rows = await retry.run(
             ctx,
             sql.read_series(ctx.schema, self.store.prefix),
-            namespace=self.store.namespace,
-            queue=queue if queue is not None else sql.GLOBAL,
+            queue=self._key(queue),
             tier=tier,
             first=first,
         )
-        found = {int(r["bucket"]): (int(r["completed"]), int(r["failed"])) for r in rows}
+        found = {int(r["bucket"]): dict(r) for r in rows}
+        return _Rows(range(first, newest + 1), width, newest, found)
+
+    @staticmethod
+    def _start(rows: _Rows, bucket: int) -> dt.datetime:
+        return dt.datetime.fromtimestamp(bucket * rows.width * 60, dt.timezone.utc)
+
+    async def throughput(
+        self, queue: str | None = None, *, window: str = "60m", granularity: str | None = None
+    ) -> list[ThroughputPoint]:
+        """Completed and failed per bucket for ``queue`` (None: every queue together)."""
+        rows = await self._read(queue, window, granularity)
         return [
             ThroughputPoint(
-                start=dt.datetime.fromtimestamp(bucket * width * 60, dt.timezone.utc),
-                completed=found.get(bucket, (0, 0))[0],
-                failed=found.get(bucket, (0, 0))[1],
-                filling=bucket == newest,
+                start=self._start(rows, b),
+                completed=int(rows.found.get(b, {}).get("completed", 0)),
+                failed=int(rows.found.get(b, {}).get("failed", 0)),
+                filling=b == rows.newest,
             )
-            for bucket in range(first, newest + 1)
+            for b in rows.buckets
         ]
+
+    async def latency(
+        self, queue: str | None = None, *, window: str = "60m", granularity: str | None = None
+    ) -> list[LatencyPoint]:
+        """Wait and run percentiles and the queue age per bucket."""
+        rows = await self._read(queue, window, granularity)
+        points = []
+        for b in rows.buckets:
+            row = rows.found.get(b)
+            wait, run = _split(row)
+            age = row.get("age") if row else None
+            points.append(
+                LatencyPoint(
+                    start=self._start(rows, b),
+                    wait=Percentiles.of(wait),
+                    run=Percentiles.of(run),
+                    age=float(age) if age is not None else None,
+                    filling=b == rows.newest,
+                )
+            )
+        return points
+
+    async def totals(self, queue: str | None = None, *, window: str = "7d") -> QueueTotals:
+        """A window's totals: counts summed, percentiles over its merged histograms."""
+        rows = await self._read(queue, window, "day" if window in ("30d", "90d") else "hour")
+        return _totals(queue or sql.GLOBAL, rows.found.values())
+
+    async def breakdown(self, *, window: str = "7d") -> list[QueueTotals]:
+        """Every queue's totals over a window, busiest (most runs) first."""
+        ctx = await self.store.context(writing=False)
+        usage = await retry.run(
+            ctx, sql.series_usage(ctx.schema, self.store.prefix), namespace=self.namespace
+        )
+        names = sorted({str(r["queue"])[len(self.namespace) :] for r in usage} - {sql.GLOBAL})
+        result = [await self.totals(name, window=window) for name in names]
+        return sorted(result, key=lambda t: (-(t.completed + t.failed), t.queue))
+
+    async def depth(
+        self, queue: str, *, range: str = "24h", jobs: Context | None = None
+    ) -> list[QueueStats]:
+        """Queue ``queue``'s depth from pg-boss's persisted snapshots (``queue_stats``;
+        empty without ``persist_queue_stats``), bucketed as pg-boss's board reads them
+        (1 h by minute, 6 h by 5 minutes, 24 h by 15, 7 d by hour), gauges at their
+        maximum, oldest first. ``jobs`` is the job schema when the store lives elsewhere."""
+        if range not in DEPTH_RANGES:
+            raise ValidationError(f"range must be one of {', '.join(DEPTH_RANGES)}, got {range!r}")
+        seconds, bucket = DEPTH_RANGES[range]
+        ctx = jobs or await self.store.context(writing=False)
+        to = dt.datetime.now(dt.timezone.utc)
+        snapshots = await read_stats(
+            ctx,
+            queue,
+            from_=to - dt.timedelta(seconds=seconds),
+            to=to,
+            limit=seconds // bucket + 1,
+            bucket_seconds=bucket,
+            max_data_points=None,
+            aggregate="max",
+        )
+        return snapshots[::-1]
+
+
+def _totals(queue: str, rows: Any) -> QueueTotals:
+    completed = failed = 0
+    waits, runs = [], []
+    for row in rows:
+        completed += int(row.get("completed", 0))
+        failed += int(row.get("failed", 0))
+        wait, run = _split(row)
+        waits.append(wait)
+        runs.append(run)
+    return QueueTotals(
+        queue=queue,
+        completed=completed,
+        failed=failed,
+        wait=Percentiles.of(histogram.merge(waits)),
+        run=Percentiles.of(histogram.merge(runs)),
+    )

@@ -1,70 +1,79 @@
 """The recorder: every ``interval_seconds`` it counts each queue's completed and failed
-jobs per closed minute and adds what is new to the store's minute, hour and day rows
-and to the rollup across queues.
+jobs per closed minute, samples their wait and run times, reads the age of the oldest
+waiting job, and adds what is new to the store's minute, hour and day rows and to the
+rollup across queues.
 
-A queue's jobs are counted by the minute of ``completed_on`` on the database clock, up
+A queue's jobs are counted by the minute of ``completed_on`` on the schema's clock, up
 to the last minute closed ``margin_seconds`` ago (a commit that lands late still falls
-in a minute not yet counted). Each queue's snapshot is one transaction under a lock of
-its own: the incoming minutes are diffed against the stored minute rows and only the
-difference goes to every tier, so a second recorder, a restart, or the same minutes
-counted again add nothing. A restarted recorder resumes from the newest minute stored
-(jobs counted before may have been deleted since). Minutes with no finished job are
-never written. Each tier is pruned past its retention once a day.
+in a minute not yet counted). A queue is sampled on a tick by one recorder only: the one
+holding its sampling lease, an upsert that replaces only an expired lease, on the
+database clock. Its counts are one transaction and its histograms another, each under
+the queue's lock: the incoming minutes are diffed against the stored minute rows and
+only the difference goes to every tier, so a second recorder, a restart, or the same
+minutes counted again add nothing; a failing latency step never undoes the counts. A
+restarted recorder resumes from the newest minute stored (jobs counted before may have
+been deleted since). Minutes with nothing to record are never written. Each tier is
+pruned past its retention once a day.
+
+Counts and latency need an index on ``(name, completed_on)`` (pg-boss's ``job_i16``);
+a queue without one is left out of both, said once through a ``warning`` with the
+statements that build it, and checked again every ``index_check_seconds``. The age
+gauge needs only the fetch index and is recorded every tick.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import time
+import uuid
 from collections import defaultdict
-from collections.abc import Callable, Collection
-from typing import Any
+from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from qcore import locks, retry
 from qcore.context import Context
 from qcore.db import Database
 from qcore.errors import ValidationError
+from qcore.events import Events
+from qcore.metrics import histogram
+from qcore.metrics.sources import Clock, Counts, Latency, PgBossQueues
 from qcore.metrics.store import PostgresMetricsStore, Retention
+from qcore.services.base import Periodic
 from qcore.sql import metrics as sql
-from qcore.tasks import cancel_and_wait
 
-__all__ = ["MetricsRecorder", "PgBossQueues"]
+if TYPE_CHECKING:
+    from qcore.boss import Boss
+
+__all__ = ["MetricsRecorder", "record_metrics"]
 
 log = logging.getLogger("qcore.metrics")
 
 _MINUTES_PER_DAY = 1440
 
-
-class PgBossQueues:
-    """The queues of a pg-boss/qcore schema as the recorder's sources, resolved on every
-    tick (a queue created since records from its next tick); ``allow`` limits them to
-    those names. Reads the job schema only."""
-
-    def __init__(self, ctx: Context, *, allow: Collection[str] | None = None) -> None:
-        self.ctx = ctx
-        self.allow = frozenset(allow) if allow is not None else None
-
-    async def names(self) -> list[str]:
-        rows = await retry.run(self.ctx, sql.recorded_queues(self.ctx.q))
-        names = [str(r["name"]) for r in rows]
-        return [n for n in names if self.allow is None or n in self.allow]
-
-    async def closed_minute(self, margin_seconds: float) -> int:
-        rows = await retry.run(self.ctx, sql.closed_minute(self.ctx.q), margin=margin_seconds)
-        return int(rows[0]["minute"])
-
-    async def finished(self, queue: str, first: int, last: int) -> dict[int, tuple[int, int]]:
-        """minute -> (completed, failed) for the minutes ``first`` to ``last - 1``."""
-        rows = await retry.run(
-            self.ctx, sql.finished_per_minute(self.ctx.q), queue=queue, first=first, last=last
-        )
-        return {int(r["minute"]): (int(r["completed"]), int(r["failed"])) for r in rows}
+#: (queue key, tier, bucket)
+_Row = tuple[str, str, int]
 
 
-class MetricsRecorder:
-    """Records ``sources`` into ``store``; :meth:`tick` once, or :meth:`start` to tick
-    every ``interval_seconds`` until :meth:`stop`. ``on_snapshot_error(exc, queue)``
-    hears about a queue whose tick failed (the next tick retries it)."""
+def _number(name: str, value: object, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise ValidationError(f"{name} must be a number from {low:g} to {high:g}, got {value!r}")
+    return float(value)
+
+
+class MetricsRecorder(Periodic):
+    """Records ``sources`` into ``store``: :meth:`tick` once, or :meth:`start` to tick now
+    and every ``interval_seconds`` until :meth:`stop` (a background service, so a
+    ``Boss`` can run it: :func:`qcore.metrics.record_metrics`).
+
+    ``on_snapshot_error(exc, queue)`` hears about a queue whose counts failed (``queue``
+    empty: the whole tick), ``on_latency_error(exc, queue)`` about a failed latency or
+    age step; the next tick retries either. Without them a failure is logged (or, with
+    ``events``, emitted as ``error``). ``on_warning(message, statements)`` hears that
+    queues lack the counts' index (default: a ``warning`` event with ``events``, else a
+    log line). A queue's sampling lease lasts 1.5 intervals: a recorder that stops
+    leaves its queues to the others after that long."""
+
+    name = "metrics"
 
     def __init__(
         self,
@@ -75,73 +84,214 @@ class MetricsRecorder:
         retention: Retention | None = None,
         retention_days: int | None = None,
         margin_seconds: float = 5.0,
+        latency: bool = True,
+        max_samples_per_tick: int = 1000,
+        index_check_seconds: float = 300.0,
+        holder: str | None = None,
         on_snapshot_error: Callable[[BaseException, str], Any] | None = None,
+        on_latency_error: Callable[[BaseException, str], Any] | None = None,
+        on_warning: Callable[[str, list[str]], Any] | None = None,
+        events: Events | None = None,
     ) -> None:
         if retention is not None and retention_days is not None:
             raise ValidationError("give retention or retention_days, not both")
-        if not isinstance(interval_seconds, int | float) or not 1 <= interval_seconds <= 3600:
+        if not isinstance(latency, bool):
+            raise ValidationError(f"latency must be True or False, got {latency!r}")
+        if (
+            isinstance(max_samples_per_tick, bool)
+            or not isinstance(max_samples_per_tick, int)
+            or not 10 <= max_samples_per_tick <= 100_000
+        ):
             raise ValidationError(
-                f"interval_seconds must be from 1 to 3600, got {interval_seconds!r}"
+                f"max_samples_per_tick must be a whole number from 10 to 100000,"
+                f" got {max_samples_per_tick!r}"
             )
-        if not isinstance(margin_seconds, int | float) or not 0 <= margin_seconds <= 600:
-            raise ValidationError(f"margin_seconds must be from 0 to 600, got {margin_seconds!r}")
+        super().__init__(
+            events,
+            _number("interval_seconds", interval_seconds, 1, 3600),
+            detached=True,
+            at_start=True,
+        )
         self.store = store
         self.sources = sources
-        self.interval_seconds = float(interval_seconds)
         self.retention = (
             Retention.of_days(retention_days) if retention_days is not None else retention
         ) or Retention()
-        self.margin_seconds = float(margin_seconds)
+        self.margin_seconds = _number("margin_seconds", margin_seconds, 0, 600)
+        self.latency = latency
+        self.max_samples_per_tick = max_samples_per_tick
+        self.index_check_seconds = _number("index_check_seconds", index_check_seconds, 1, 86400)
         self.on_snapshot_error = on_snapshot_error
-        self._next: dict[str, int] = {}  # queue -> first minute not yet counted
+        self.on_latency_error = on_latency_error
+        self.on_warning = on_warning
+        if holder is not None and (not isinstance(holder, str) or not holder):
+            raise ValidationError(f"holder must be a non-empty string, got {holder!r}")
+        #: this recorder's name on the sampling leases (a restarted recorder given the
+        #: same name takes its leases back at once; another waits for them to expire)
+        self.holder = holder or uuid.uuid4().hex
+        self._next: dict[str, int] = {}  # queue key -> first minute not yet recorded
+        self._indexed: dict[str, bool] = {}
+        self._indexed_at: float | None = None
+        self._warned: set[str] = set()
         self._pruned_day: int | None = None
-        self._task: asyncio.Task[None] | None = None
+
+    async def run_pass(self) -> None:
+        try:
+            await self.tick()
+        except Exception as exc:  # the database is away: the next tick tries again
+            if self.on_snapshot_error is None:
+                raise
+            self.on_snapshot_error(exc, "")
+
+    def _key(self, queue: str) -> str:
+        return self.sources.namespace + queue
 
     async def tick(self) -> int:
-        """Snapshot every queue once (and prune, once a day); how many minute rows of
-        queues changed."""
+        """Record every queue once (and prune, once a day); how many queue-minutes of
+        finished jobs changed."""
         ctx = await self.store.context()
-        last = await self.sources.closed_minute(self.margin_seconds)
+        clock = await self.sources.clock(self.margin_seconds)
+        queues = await self.sources.names()
+        held = await self._leases(ctx, queues)
+        await self._check_indexes(queues)
         changed = 0
-        for queue in await self.sources.names():
+        for queue in queues:
+            if self.stopping:
+                break
+            if queue not in held or not self._indexed.get(queue, True):
+                self._next.pop(queue, None)  # resume from the store when it is ours again
+                continue
             try:
-                changed += await self._snapshot(ctx, queue, last)
+                changed += await self._record_finished(ctx, queue, clock)
             except Exception as exc:
                 if self.on_snapshot_error is None:
                     raise
                 self.on_snapshot_error(exc, queue)
-        if self._pruned_day != last // _MINUTES_PER_DAY:
-            await self._prune(ctx, last)
-            self._pruned_day = last // _MINUTES_PER_DAY
+        if self.latency and held:
+            await self._guarded(self._record_ages(ctx, [q for q in queues if q in held], clock))
+        if self._pruned_day != clock.closed // _MINUTES_PER_DAY:
+            await self._prune(ctx, clock.closed)
+            self._pruned_day = clock.closed // _MINUTES_PER_DAY
         return changed
 
-    async def _first_minute(self, ctx: Context, queue: str, last: int) -> int:
-        if queue in self._next:
-            return self._next[queue]
+    async def _guarded(self, step: Any, queue: str = "") -> bool:
+        """Run a latency or age step; its failure goes to ``on_latency_error``."""
+        try:
+            await step
+        except Exception as exc:
+            if self.on_latency_error is not None:
+                self.on_latency_error(exc, queue)
+            elif self.events is not None:
+                self.events.emit("error", exc)
+            else:
+                log.warning("a metrics latency step for %r failed: %s", queue, exc)
+            return False
+        return True
+
+    async def _leases(self, ctx: Context, queues: Sequence[str]) -> set[str]:
+        """The queues this recorder samples on this tick (their lease is its own)."""
+        if not queues:
+            return set()
+        keys = [self._key(q) for q in queues]
+        rows = await retry.run(
+            ctx,
+            sql.take_leases(ctx.schema, self.store.prefix),
+            holder=self.holder,
+            seconds=self.interval_seconds * 1.5,
+            queues=keys,
+        )
+        got = {str(r["queue"]) for r in rows}
+        return {q for q, k in zip(queues, keys, strict=True) if k in got}
+
+    async def _check_indexes(self, queues: Sequence[str]) -> None:
+        due = self._indexed_at is None or (
+            time.monotonic() - self._indexed_at >= self.index_check_seconds
+        )
+        if not due and all(q in self._indexed for q in queues):
+            return
+        self._indexed = await self.sources.indexed()
+        self._indexed_at = time.monotonic()
+        missing = [q for q in queues if not self._indexed.get(q, True)]
+        self._warned &= set(missing)  # a queue that gained its index may warn again later
+        new = [q for q in missing if q not in self._warned]
+        if new:
+            self._warned |= set(new)
+            self._warn(new, await self.sources.index_statements(new))
+
+    def _warn(self, queues: list[str], statements: list[str]) -> None:
+        message = (
+            f"metrics history: no index on (name, completed_on) serves queue(s)"
+            f" {', '.join(map(repr, queues))}; their counts and latency stay off until one"
+            " exists (qcore never builds it). Build it without blocking writes:\n"
+            + ";\n".join(statements)
+            + ";"
+        )
+        if self.on_warning is not None:
+            self.on_warning(message, statements)
+        elif self.events is not None:
+            self.events.warn("metrics_index", message, queues=queues, statements=statements)
+        else:
+            log.warning("%s", message)
+
+    async def _first_minute(self, ctx: Context, key: str, clock: Clock) -> int:
+        oldest = clock.closed - self.retention.minutes * _MINUTES_PER_DAY
+        if key in self._next:
+            return max(self._next[key], oldest)
         statement = sql.newest_minute(ctx.schema, self.store.prefix)
-        rows = await retry.run(ctx, statement, namespace=self.store.namespace, queue=queue)
-        newest = rows[0]["minute"]
-        if newest is not None:
-            return int(newest)  # counted again: the diff adds only what is new
-        return last - self.retention.minutes * _MINUTES_PER_DAY
+        [row] = await retry.run(ctx, statement, queue=key)
+        if row["minute"] is not None:
+            return max(int(row["minute"]), oldest)  # counted again: the diff adds only news
+        return oldest
 
-    async def _snapshot(self, ctx: Context, queue: str, last: int) -> int:
-        first = await self._first_minute(ctx, queue, last)
-        if first >= last:
+    async def _record_finished(self, ctx: Context, queue: str, clock: Clock) -> int:
+        """Counts, then latency, of the minutes closed since the last tick; the watermark
+        moves once both are in (a failed latency step is retried next tick)."""
+        key = self._key(queue)
+        first = await self._first_minute(ctx, key, clock)
+        if first >= clock.closed:
             return 0
-        incoming = await self.sources.finished(queue, first, last)
+        counts = await self.sources.finished(queue, first, clock.closed)
         changed = 0
-        if incoming:
-            store = self.store
-
-            async def write(db: Database) -> int:
-                return await _add_difference(db, store, queue, incoming)
-
+        lock = f"metrics:{self.store.prefix}:{key}"
+        if counts:
             changed = await locks.run_locked(
-                ctx, f"metrics:{store.namespace}:{store.prefix}:{queue}", write
+                ctx,
+                lock,
+                lambda db: _add_counts(db, self.store, self.sources.namespace, key, counts),
             )
-        self._next[queue] = last
+        if self.latency and counts:
+            done = await self._guarded(self._record_latency(ctx, queue, counts, lock), queue)
+            if not done:
+                return changed
+        self._next[key] = clock.closed
         return changed
+
+    async def _record_latency(self, ctx: Context, queue: str, counts: Counts, lock: str) -> None:
+        samples = await self.sources.latency(queue, counts, self.max_samples_per_tick)
+        if samples:
+            key = self._key(queue)
+            await locks.run_locked(
+                ctx,
+                lock,
+                lambda db: _add_latency(db, self.store, self.sources.namespace, key, samples),
+            )
+
+    async def _record_ages(self, ctx: Context, queues: list[str], clock: Clock) -> None:
+        ages = await self.sources.queue_ages(queues)
+        if not ages:
+            return
+        rows: dict[_Row, float] = {}
+        rollup = self.sources.namespace + sql.GLOBAL
+        for queue, age in ages.items():
+            for who in (self._key(queue), rollup):
+                for tier, minutes in sql.TIERS.items():
+                    row = (who, tier, clock.current // minutes)
+                    rows[row] = max(rows.get(row, 0.0), age)
+        await retry.run(
+            ctx,
+            sql.add_ages(ctx.schema, self.store.prefix),
+            **_columns(rows, age=list(rows.values())),
+        )
 
     async def _prune(self, ctx: Context, last: int) -> None:
         statement = sql.prune_tier(ctx.schema, self.store.prefix)
@@ -149,64 +299,97 @@ class MetricsRecorder:
             oldest = last - self.retention.keeps(tier) * _MINUTES_PER_DAY
             await retry.run(ctx, statement, tier=tier, before=oldest // minutes)
 
-    async def start(self) -> None:
-        """Tick now and every ``interval_seconds`` in the background."""
-        if self._task is None:
-            self._task = asyncio.ensure_future(self._loop())
 
-    async def _loop(self) -> None:
-        while True:
-            try:
-                await self.tick()
-            except Exception as exc:  # the database is away: the next tick tries again
-                if self.on_snapshot_error is not None:
-                    self.on_snapshot_error(exc, "")
-                else:
-                    log.warning("a metrics tick failed: %s", exc)
-            await asyncio.sleep(self.interval_seconds)
-
-    async def stop(self) -> None:
-        """Stop ticking (the store stays open: it is the caller's to close)."""
-        task, self._task = self._task, None
-        if task is not None:
-            await cancel_and_wait(task)
+def _columns(rows: dict[_Row, Any], **values: list[Any]) -> dict[str, list[Any]]:
+    """The row keys as the parallel arrays the additive writes take, with ``values``."""
+    keys = list(rows)
+    return {
+        "queues": [k[0] for k in keys],
+        "tiers": [k[1] for k in keys],
+        "buckets": [k[2] for k in keys],
+        **values,
+    }
 
 
-async def _add_difference(
-    db: Database, store: PostgresMetricsStore, queue: str, incoming: dict[int, tuple[int, int]]
+def _spread(key: str, rollup: str, minute: int) -> list[_Row]:
+    """The rows one minute of a queue adds to: each tier of the queue and of the rollup."""
+    return [(who, tier, minute // m) for who in (key, rollup) for tier, m in sql.TIERS.items()]
+
+
+async def _add_counts(
+    db: Database, store: PostgresMetricsStore, namespace: str, key: str, incoming: Counts
 ) -> int:
     """Inside the snapshot's transaction: what ``incoming`` adds over the stored minute
-    rows, added to every tier of the queue and of the rollup; rows changed."""
-    read = sql.stored_minutes(store.schema, store.prefix)
-    rows = await db.execute(
-        read.sql, read.bind(namespace=store.namespace, queue=queue, buckets=list(incoming))
-    )
-    stored = {int(r["bucket"]): (int(r["completed"]), int(r["failed"])) for r in rows}
-    sums: dict[tuple[str, str, int], list[int]] = defaultdict(lambda: [0, 0])
+    rows, added to every tier of the queue and of the rollup; minutes changed."""
+    stored = await _stored(db, store, key, list(incoming))
+    sums: dict[_Row, list[int]] = defaultdict(lambda: [0, 0])
     changed = 0
     for minute, (completed, failed) in incoming.items():
-        had = stored.get(minute, (0, 0))
-        add = (max(completed - had[0], 0), max(failed - had[1], 0))
+        had = stored.get(minute, {})
+        add = (max(completed - had.get("completed", 0), 0), max(failed - had.get("failed", 0), 0))
         if add == (0, 0):
             continue
         changed += 1
-        for who in (queue, sql.GLOBAL):
-            for tier, minutes in sql.TIERS.items():
-                total = sums[(who, tier, minute // minutes)]
-                total[0] += add[0]
-                total[1] += add[1]
+        for row in _spread(key, namespace + sql.GLOBAL, minute):
+            sums[row][0] += add[0]
+            sums[row][1] += add[1]
     if sums:
-        keys = list(sums)
         write = sql.add_counts(store.schema, store.prefix)
-        await db.execute(
-            write.sql,
-            write.bind(
-                namespace=store.namespace,
-                queues=[k[0] for k in keys],
-                tiers=[k[1] for k in keys],
-                buckets=[k[2] for k in keys],
-                completed=[sums[k][0] for k in keys],
-                failed=[sums[k][1] for k in keys],
-            ),
+        columns = _columns(
+            sums, completed=[v[0] for v in sums.values()], failed=[v[1] for v in sums.values()]
         )
+        await db.execute(write.sql, write.bind(**columns))
     return changed
+
+
+async def _add_latency(
+    db: Database, store: PostgresMetricsStore, namespace: str, key: str, incoming: Latency
+) -> None:
+    """As :func:`_add_counts`, for the histograms (wait then run, packed in one array)."""
+    stored = await _stored(db, store, key, list(incoming))
+    sums: dict[_Row, list[int]] = defaultdict(lambda: [0] * (2 * histogram.SLOTS))
+    for minute, (wait, run) in incoming.items():
+        had = stored.get(minute, {}).get("latency") or [0] * (2 * histogram.SLOTS)
+        add = histogram.subtract([*wait, *run], had)
+        if not any(add):
+            continue
+        for row in _spread(key, namespace + sql.GLOBAL, minute):
+            sums[row] = histogram.merge([sums[row], add])
+    if sums:
+        write = sql.add_latency(store.schema, store.prefix)
+        literals = ["{" + ",".join(map(str, v)) + "}" for v in sums.values()]
+        await db.execute(write.sql, write.bind(**_columns(sums, latency=literals)))
+
+
+async def _stored(
+    db: Database, store: PostgresMetricsStore, key: str, minutes: list[int]
+) -> dict[int, dict[str, Any]]:
+    read = sql.stored_minutes(store.schema, store.prefix)
+    rows = await db.execute(read.sql, read.bind(queue=key, buckets=minutes))
+    return {int(r["bucket"]): dict(r) for r in rows}
+
+
+async def record_metrics(
+    boss: Boss,
+    *,
+    schema: str | None = None,
+    table_prefix: str = "qcore_metrics_",
+    allow: Collection[str] | None = None,
+    **options: Any,
+) -> None:
+    """Record ``boss``'s queues while it runs: a :class:`MetricsRecorder` started and
+    stopped with it, on its connection, storing in ``schema`` (default: the queues'
+    own), its warnings and errors on the boss's events. ``options`` are the
+    recorder's, checked now."""
+    MetricsRecorder(cast(Any, None), cast(Any, None), **options)  # bad options fail here
+
+    def make(ctx: Context, events: Events) -> MetricsRecorder:
+        store = PostgresMetricsStore(
+            ctx.db,
+            schema=schema or ctx.schema_spec,
+            backend=ctx.backend,
+            table_prefix=table_prefix,
+        )
+        return MetricsRecorder(store, PgBossQueues(ctx, allow=allow), events=events, **options)
+
+    await boss.add_service(make)

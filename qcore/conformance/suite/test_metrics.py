@@ -6,20 +6,28 @@ Jobs are written finished at chosen minutes, so nothing here waits on a worker."
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 from typing import Any
 
 import pytest
 
-from qcore.conformance.helpers import set_clock
+from qcore.conformance.helpers import set_clock, until
 from qcore.context import Context
 from qcore.errors import ConfigError, SchemaVersionError, ValidationError
+from qcore.identifiers import quote
 from qcore.metrics import (
+    MetricsHistoryAdmin,
     MetricsHistoryProvider,
     MetricsRecorder,
     PgBossQueues,
     PostgresMetricsStore,
     Retention,
+    namespace_of,
+    record_metrics,
 )
+from qcore.metrics.histogram import slot_of
+from qcore.ops.drift import detect_schema_drift
 
 pytestmark = pytest.mark.feature("metrics")
 
@@ -28,16 +36,39 @@ async def _queue(ctx: Context, name: str) -> None:
     await ctx.db.execute(f"SELECT {ctx.q}.create_queue($1, $2)", [name, {"policy": "standard"}])
 
 
-async def _finished(ctx: Context, queue: str, state: str, minutes_ago: float, n: int = 1) -> None:
-    """``n`` jobs of ``queue`` that finished in ``state`` ``minutes_ago`` on the schema's
-    clock."""
-    for _ in range(n):
-        await ctx.db.execute(
-            f"INSERT INTO {ctx.q}.job (name, state, created_on, started_on, completed_on)"
-            f" SELECT $1, $2::{ctx.q}.job_state, t - interval '1 minute', t, t FROM"
-            f" (SELECT {ctx.q}.job_now() - $3 * interval '1 minute' AS t) AS at",
-            [queue, state, minutes_ago],
+#: schema -> the minute (epoch seconds) its test's jobs are dated from, read once, so a
+#: minute turning over during a test never splits jobs meant for one minute
+_BASE: dict[str, int] = {}
+
+
+async def _finished(
+    ctx: Context,
+    queue: str,
+    state: str,
+    minutes_ago: float,
+    n: int = 1,
+    *,
+    wait_ms: float = 60_000,
+    run_ms: float = 0,
+    retries: int = 0,
+) -> None:
+    """``n`` jobs of ``queue`` that finished in ``state`` at second 30 of the minute
+    ``minutes_ago`` before the test's first, after waiting ``wait_ms`` and running
+    ``run_ms`` (in one statement)."""
+    if ctx.schema not in _BASE:
+        [row] = await ctx.db.execute(
+            f"SELECT floor(extract(epoch FROM {ctx.q}.job_now()) / 60)::bigint * 60 AS s"
         )
+        _BASE[ctx.schema] = int(row["s"])
+    await ctx.db.execute(
+        f"INSERT INTO {ctx.q}.job"
+        " (name, state, created_on, started_on, completed_on, retry_count)"
+        f" SELECT $1, $2::{ctx.q}.job_state,"
+        " t - ($4 + $5) * interval '1 millisecond', t - $5 * interval '1 millisecond', t, $6"
+        " FROM (SELECT to_timestamp($8 + 30) - $3 * interval '1 minute' AS t) AS at,"
+        " generate_series(1, $7) AS n",
+        [queue, state, minutes_ago, wait_ms, run_ms, retries, n, _BASE[ctx.schema]],
+    )
 
 
 def _store(ctx: Context, **options: Any) -> PostgresMetricsStore:
@@ -51,10 +82,16 @@ def _totals(points: list[Any]) -> tuple[int, int]:
 async def _tiers(ctx: Context, queue: str) -> dict[str, tuple[int, int]]:
     rows = await ctx.db.execute(
         f"SELECT tier, sum(completed) AS c, sum(failed) AS f FROM {ctx.q}.qcore_metrics_series"
-        " WHERE queue = $1 GROUP BY tier",
-        [queue],
+        " WHERE queue = $1 AND (completed > 0 OR failed > 0) GROUP BY tier",
+        [namespace_of(ctx.schema) + queue],
     )
     return {r["tier"]: (int(r["c"]), int(r["f"])) for r in rows}
+
+
+async def _expire_leases(ctx: Context) -> None:
+    await ctx.db.execute(
+        f"UPDATE {ctx.q}.qcore_metrics_lease SET until = now() - interval '1 second'"
+    )
 
 
 async def test_counts_land_in_every_tier_and_the_rollup_once(ctx: Context) -> None:
@@ -77,8 +114,13 @@ async def test_counts_land_in_every_tier_and_the_rollup_once(ctx: Context) -> No
     expected = {"m": (5, 1), "h": (5, 1), "d": (5, 1)}
     assert await _tiers(ctx, "mail") == expected
 
-    # a second recorder, and the first again: nothing more
-    assert await MetricsRecorder(store, PgBossQueues(ctx)).tick() == 0
+    # a second recorder: the queues' leases are the first one's; once they expired, its
+    # snapshot of the same minutes adds nothing; nor does the first one's again
+    second = MetricsRecorder(store, PgBossQueues(ctx))
+    assert await second.tick() == 0
+    await _expire_leases(ctx)
+    assert await second.tick() == 0
+    await _expire_leases(ctx)
     assert await first.tick() == 0
     assert await _tiers(ctx, "mail") == expected
     assert await _tiers(ctx, "__global__") == {"m": (6, 1), "h": (6, 1), "d": (6, 1)}
@@ -89,14 +131,15 @@ async def test_a_restart_resumes_from_the_newest_minute_stored(ctx: Context) -> 
     await _finished(ctx, "mail", "completed", 30)
     await _finished(ctx, "mail", "completed", 10)
     store = _store(ctx)
-    await MetricsRecorder(store, PgBossQueues(ctx)).tick()
+    await MetricsRecorder(store, PgBossQueues(ctx), holder="worker-1").tick()
     # the older minute's job is deleted (retention), a late one lands in the newest minute
     await ctx.db.execute(
         f"DELETE FROM {ctx.q}.job WHERE completed_on < {ctx.q}.job_now() - interval '20 minutes'"
     )
     await _finished(ctx, "mail", "failed", 10)
 
-    assert await MetricsRecorder(store, PgBossQueues(ctx)).tick() == 1
+    # restarted under its name, it takes its leases back at once
+    assert await MetricsRecorder(store, PgBossQueues(ctx), holder="worker-1").tick() == 1
     assert await _tiers(ctx, "mail") == {"m": (2, 1), "h": (2, 1), "d": (2, 1)}
 
 
@@ -132,17 +175,43 @@ async def test_the_allowlist_and_a_queue_created_later(ctx: Context) -> None:
     assert _totals(await provider.throughput()) == (2, 0)
 
 
-async def test_a_newer_layout_is_refused_and_migrate_false_says_what_to_run(
-    ctx: Context,
-) -> None:
+async def test_a_newer_layout_is_refused_to_writers_and_still_read(ctx: Context) -> None:
     with pytest.raises(ConfigError, match="migrate_metrics"):
         await _store(ctx, migrate=False).context()
-    await _store(ctx).context()
+    await _queue(ctx, "mail")
+    await _finished(ctx, "mail", "completed", 5)
+    await MetricsRecorder(_store(ctx), PgBossQueues(ctx)).tick()
     await ctx.db.execute(
         f"UPDATE {ctx.q}.qcore_metrics_meta SET value = '99' WHERE key = 'schema_version'"
     )
-    with pytest.raises(SchemaVersionError, match=r"layout version 99.*writes version 1"):
-        await _store(ctx).context()
+    store = _store(ctx)
+    refusal = r"layout version 99.*writes version 2"
+    with pytest.raises(SchemaVersionError, match=refusal):
+        await MetricsRecorder(store, PgBossQueues(ctx)).tick()
+    with pytest.raises(SchemaVersionError, match=refusal):
+        await MetricsHistoryAdmin(store).purge()
+    assert _totals(await MetricsHistoryProvider(store).throughput("mail")) == (1, 0)
+
+
+async def test_a_layout_1_store_is_upgraded_in_place(ctx: Context) -> None:
+    """The first layout (a namespace column, bare queue names) keeps its counts under
+    the queues' keys."""
+    await ctx.db.execute_script(
+        f"CREATE TABLE {ctx.q}.qcore_metrics_meta (key text PRIMARY KEY, value text NOT NULL);"
+        f" INSERT INTO {ctx.q}.qcore_metrics_meta VALUES ('schema_version', '1');"
+        f" CREATE TABLE {ctx.q}.qcore_metrics_series (namespace text NOT NULL,"
+        " queue text NOT NULL, tier text NOT NULL, bucket bigint NOT NULL,"
+        " completed bigint NOT NULL DEFAULT 0, failed bigint NOT NULL DEFAULT 0,"
+        " PRIMARY KEY (namespace, queue, tier, bucket));"
+        f" INSERT INTO {ctx.q}.qcore_metrics_series"
+        " SELECT 'qcore', 'mail', 'd', floor(extract(epoch FROM now()) / 86400), 7, 2"
+    )
+    with pytest.raises(ConfigError, match="layout version 1"):
+        await _store(ctx, migrate=False).context()
+    provider = MetricsHistoryProvider(_store(ctx))
+    assert _totals(await provider.throughput("mail", window="30d")) == (7, 2)
+    [row] = await ctx.db.execute(f"SELECT value FROM {ctx.q}.qcore_metrics_meta")
+    assert row["value"] == "2"
 
 
 async def test_bad_options_are_refused(ctx: Context) -> None:
@@ -154,3 +223,194 @@ async def test_bad_options_are_refused(ctx: Context) -> None:
         MetricsRecorder(_store(ctx), PgBossQueues(ctx), interval_seconds=0)
     with pytest.raises(ValidationError, match="window"):
         await MetricsHistoryProvider(_store(ctx)).throughput(window="1y")
+
+
+def _exact(values: list[float], p: float) -> float:
+    """The nearest-rank percentile of ``values``."""
+    ordered = sorted(values)
+    return ordered[max(math.ceil(p / 100 * len(ordered)) - 1, 0)]
+
+
+async def test_latency_percentiles_fall_in_the_slot_of_the_exact_ones(ctx: Context) -> None:
+    await _queue(ctx, "mail")
+    waits = [3.0] * 10 + [40.0] * 50 + [700.0] * 30 + [20_000.0] * 9 + [4_000_000.0]
+    runs = [1_500.0] * 60 + [8_000.0] * 40
+    for wait, run in zip(waits, runs, strict=True):
+        await _finished(ctx, "mail", "completed", 10, wait_ms=wait, run_ms=run)
+    # retried jobs: their run time counts, their wait time (a later attempt's) does not
+    await _finished(ctx, "mail", "failed", 10, n=5, wait_ms=900_000, run_ms=8_000, retries=2)
+    store = _store(ctx)
+    await MetricsRecorder(store, PgBossQueues(ctx)).tick()
+
+    [point] = [p for p in await MetricsHistoryProvider(store).latency("mail") if p.wait.samples]
+    assert point.wait.samples == 100 and point.run.samples == 105
+    for p, estimate in ((50, point.wait.p50), (95, point.wait.p95), (99, point.wait.p99)):
+        exact = _exact(waits, p)
+        assert estimate is not None
+        assert slot_of(estimate) == slot_of(exact), (p, estimate, exact)
+    assert slot_of(point.run.p95 or 0) == slot_of(_exact(runs + [8_000.0] * 5, 95))
+    totals = await MetricsHistoryProvider(store).totals("mail", window="7d")
+    assert (totals.completed, totals.failed, totals.wait.samples) == (100, 5, 100)
+    assert totals.failure_rate == pytest.approx(5 / 105)
+    # the rollup holds the same histograms
+    rollup = await MetricsHistoryProvider(store).totals(window="7d")
+    assert rollup.run.samples == 105
+
+
+async def test_a_busy_minute_is_sampled_and_scaled_back_the_same_each_time(
+    ctx: Context,
+) -> None:
+    await _queue(ctx, "mail")
+    await _finished(ctx, "mail", "completed", 10, n=600, wait_ms=30, run_ms=200)
+    await _finished(ctx, "mail", "completed", 10, n=600, wait_ms=3_000, run_ms=200)
+    store = _store(ctx)
+    recorder = MetricsRecorder(store, PgBossQueues(ctx), max_samples_per_tick=60, holder="r")
+    await recorder.tick()
+    provider = MetricsHistoryProvider(store)
+    first = await provider.totals("mail", window="7d")
+    assert first.completed == 1200
+    assert first.run.samples == pytest.approx(1200, abs=12)  # scaled back to the count
+    # the sample is the same rows each time: snapshotting the minutes again adds nothing
+    await MetricsRecorder(store, PgBossQueues(ctx), max_samples_per_tick=60, holder="r").tick()
+    assert await provider.totals("mail", window="7d") == first
+
+
+async def test_the_queue_age_gauge_reports_a_stalled_queue(ctx: Context) -> None:
+    await _queue(ctx, "mail")
+    await _queue(ctx, "idle")
+    for minutes, priority in ((30, 0), (50, -5), (5, 10)):
+        await ctx.db.execute(
+            f"INSERT INTO {ctx.q}.job (name, priority, created_on, start_after)"
+            f" SELECT 'mail', $1, t, t FROM"
+            f" (SELECT {ctx.q}.job_now() - $2 * interval '1 minute' AS t) AS at",
+            [priority, minutes],
+        )
+    # deferred into the future: not waiting yet, however old
+    await ctx.db.execute(
+        f"INSERT INTO {ctx.q}.job (name, created_on, start_after) SELECT 'mail',"
+        f" {ctx.q}.job_now() - interval '5 hours', {ctx.q}.job_now() + interval '1 hour'"
+    )
+    store = _store(ctx)
+    assert await MetricsRecorder(store, PgBossQueues(ctx)).tick() == 0  # nothing finished
+    provider = MetricsHistoryProvider(store)
+    newest = (await provider.latency("mail"))[-1]
+    assert newest.filling and newest.age == pytest.approx(50 * 60, abs=120)
+    assert (await provider.latency())[-1].age == pytest.approx(50 * 60, abs=120)  # rollup
+    assert all(p.age is None for p in await provider.latency("idle"))
+
+
+async def test_one_recorder_samples_a_queue_until_its_lease_expires(ctx: Context) -> None:
+    await _queue(ctx, "mail")
+    await _finished(ctx, "mail", "completed", 20)
+    store = _store(ctx)
+    first = MetricsRecorder(store, PgBossQueues(ctx))
+    second = MetricsRecorder(store, PgBossQueues(ctx))
+    assert await first.tick() == 1
+    await _finished(ctx, "mail", "completed", 10)
+    assert await second.tick() == 0  # the lease is the first one's
+    assert await _tiers(ctx, "mail") == {"m": (1, 0), "h": (1, 0), "d": (1, 0)}
+    await _expire_leases(ctx)  # the first recorder stopped: the second takes over
+    assert await second.tick() == 1
+    assert await first.tick() == 0
+    assert await _tiers(ctx, "mail") == {"m": (2, 0), "h": (2, 0), "d": (2, 0)}
+
+
+async def _drop_completed_indexes(ctx: Context) -> None:
+    rows = await ctx.db.execute(
+        "SELECT indexname FROM pg_indexes WHERE schemaname = $1"
+        " AND indexdef LIKE '%(name, completed_on)%'",
+        [ctx.schema],
+    )
+    for r in rows:
+        await ctx.db.execute(f"DROP INDEX {ctx.q}.{quote(r['indexname'])}")
+
+
+async def test_without_the_index_counts_stay_off_and_the_warning_says_how_to_build_it(
+    ctx: Context,
+) -> None:
+    if not ctx.backend.capabilities.drift_catalog:
+        pytest.skip("the backend keeps no index catalog (drift_catalog) to check")
+    await _queue(ctx, "mail")
+    await _finished(ctx, "mail", "completed", 10)
+    await _drop_completed_indexes(ctx)
+    warnings: list[tuple[str, list[str]]] = []
+    store = _store(ctx)
+    recorder = MetricsRecorder(
+        store, PgBossQueues(ctx), on_warning=lambda m, s: warnings.append((m, s))
+    )
+    assert await recorder.tick() == 0
+    await _expire_leases(ctx)
+    assert await recorder.tick() == 0
+    [(message, statements)] = warnings  # once
+    assert "'mail'" in message and "CREATE INDEX CONCURRENTLY" in message
+    assert await PgBossQueues(ctx).build_indexes(["mail"]) == statements  # they build it
+    await _expire_leases(ctx)
+    assert await MetricsRecorder(store, PgBossQueues(ctx)).tick() == 1
+    report = await detect_schema_drift(ctx)
+    assert not report.missing and not report.extra_indexes  # pg-boss's own index, back
+
+
+async def test_a_purged_queue_leaves_the_rollup_and_stats_add_up(ctx: Context) -> None:
+    for name in ("mail", "sms"):
+        await _queue(ctx, name)
+    await _finished(ctx, "mail", "completed", 10, n=4, run_ms=50)
+    await _finished(ctx, "sms", "failed", 10, n=2, run_ms=50)
+    await _finished(ctx, "sms", "completed", 3 * 1440, n=1)  # three days ago
+    store = _store(ctx)
+    await MetricsRecorder(store, PgBossQueues(ctx)).tick()
+    admin = MetricsHistoryAdmin(store)
+    usage = await admin.stats()
+    assert {u.queue for u in usage.queues} == {"mail", "sms", "__global__"}
+    assert usage.bytes == sum(u.bytes for u in usage.queues)
+    assert usage.rows == sum(u.rows for u in usage.queues)
+    assert usage.tiers["minute"].rows == usage.minutes
+    if not usage.estimated:
+        [size] = await ctx.db.execute(
+            f"SELECT pg_total_relation_size('{ctx.q}.qcore_metrics_series') AS b"
+        )
+        assert abs(usage.bytes - int(size["b"])) <= len(usage.queues) * 3
+
+    provider = MetricsHistoryProvider(store)
+    await admin.purge("mail")
+    await admin.purge("mail")  # idempotent
+    rollup = await provider.totals(window="7d")
+    assert (rollup.completed, rollup.failed, rollup.run.samples) == (1, 2, 3)
+    assert _totals(await provider.throughput("mail", window="7d")) == (0, 0)
+
+    # before a day: the three-day-old minute goes, today's stays
+    today = dt.datetime.now(dt.timezone.utc).date()
+    await admin.purge(before=today - dt.timedelta(days=1))
+    assert _totals(await provider.throughput("sms", window="7d")) == (0, 2)
+    await admin.purge()
+    assert (await admin.stats()).rows == 0
+    with pytest.raises(ValidationError, match="before"):
+        await admin.purge(before=dt.datetime(2026, 1, 1))
+
+
+async def test_a_namespaced_view_and_the_breakdown(ctx: Context) -> None:
+    for name in ("mail", "sms"):
+        await _queue(ctx, name)
+    await _finished(ctx, "mail", "completed", 10, n=3)
+    await _finished(ctx, "sms", "completed", 10, n=5)
+    store = _store(ctx)
+    await MetricsRecorder(store, PgBossQueues(ctx)).tick()
+    raw = MetricsHistoryProvider(store, namespace="")
+    assert _totals(await raw.throughput("mail")) == (0, 0)  # keys carry the prefix
+    view = raw.namespaced(namespace_of(ctx.schema))
+    assert _totals(await view.throughput("mail")) == (3, 0)
+    assert [t.queue for t in await view.breakdown(window="7d")] == ["sms", "mail"]
+
+
+async def test_a_boss_records_its_queues_while_it_runs(boss: Any) -> None:
+    ctx = boss.context()
+    await boss.create_queue("mail")
+    await _finished(ctx, "mail", "completed", 10, n=2)
+    await record_metrics(boss, interval_seconds=3600)
+    provider = MetricsHistoryProvider(_store(ctx))
+
+    async def recorded() -> bool:
+        return _totals(await provider.throughput("mail")) == (2, 0)
+
+    await until(recorded, timeout=30)
+    with pytest.raises(ValidationError, match="interval_seconds"):
+        await record_metrics(boss, interval_seconds=0)
