@@ -88,7 +88,7 @@ class PgBossQueues:
             self.ctx,
             sql.latency_samples(self.ctx.q),
             queue=queue,
-            bounds=list(histogram.BOUNDS_MS),
+            bounds=[float(b) for b in histogram.BOUNDS_MS],
             minutes=minutes,
             slices=slices,
             per_slice=[max(max_samples // s, 1) for s in slices],

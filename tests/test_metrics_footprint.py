@@ -1,0 +1,63 @@
+"""The metrics store's footprint, measured: a simulated week of one busy queue (every
+minute active, every histogram slot of both histograms used) written through the real
+recorder, then the store's own ``stats()``. The ratios are asserted (a day of minute
+rows against a day of hour rows); the bytes are printed (``-s``) and quoted in
+docs/guide/metrics.md. PostgreSQL only: sizes are the engine's."""
+
+from __future__ import annotations
+
+import pytest
+
+from qcore.context import Context
+from qcore.metrics import (
+    BOUNDS_MS,
+    MetricsHistoryAdmin,
+    MetricsRecorder,
+    PgBossQueues,
+    PostgresMetricsStore,
+)
+
+pytestmark = pytest.mark.postgres
+
+DAYS = 7
+
+
+def _default_retention(per_day: dict[str, float]) -> float:
+    return 7 * per_day["minute"] + 90 * (per_day["hour"] + per_day["day"])
+
+
+async def test_a_busy_week_costs_what_the_docs_say(ctx: Context) -> None:
+    await ctx.db.execute(f"SELECT {ctx.q}.create_queue('busy', '{{}}'::jsonb)")
+    # per minute of the week, one job per slot: wait and run both in that slot
+    samples = [b / 2 for b in BOUNDS_MS] + [BOUNDS_MS[-1] * 2.0]
+    await ctx.db.execute(
+        f"INSERT INTO {ctx.q}.job (name, state, created_on, started_on, completed_on)"
+        " SELECT 'busy', 'completed', t - 2 * ms * interval '1 millisecond',"
+        " t - ms * interval '1 millisecond', t FROM"
+        f" (SELECT date_trunc('minute', {ctx.q}.job_now()) - m * interval '1 minute'"
+        "  + interval '30 seconds' AS t FROM generate_series(1, $1::int) AS m) AS minutes,"
+        " unnest($2::float8[]) AS ms",
+        [DAYS * 1440 - 2, samples],
+    )
+    store = PostgresMetricsStore(ctx.db, schema=ctx.schema, backend=ctx.backend)
+    await MetricsRecorder(store, PgBossQueues(ctx)).tick()
+    await ctx.db.execute(f"VACUUM ANALYZE {ctx.q}.qcore_metrics_series")
+    usage = await MetricsHistoryAdmin(store).stats()
+    [busy] = [u for u in usage.queues if u.queue == "busy"]
+    minute, hour = busy.tiers["minute"], busy.tiers["hour"]
+    assert minute.rows == DAYS * 1440 - 2
+    per_day = {
+        "minute": minute.bytes / DAYS,
+        "hour": hour.bytes / DAYS,
+        "day": busy.tiers["day"].bytes / busy.tiers["day"].rows,
+    }
+    print(
+        f"\nmetrics footprint, one busy queue: {per_day['minute'] / 1024:.1f} KiB/day of"
+        f" minute rows, {per_day['hour'] / 1024:.2f} KiB/day of hour rows,"
+        f" {per_day['day']:.0f} B/day of day rows; at the default retention (7 d minutes,"
+        f" 90 d hours and days): {_default_retention(per_day) / 2**20:.2f} MiB"
+        f" per queue, and as much again once for the rollup; {usage.bytes / 2**20:.2f} MiB"
+        " on disk for this queue and the rollup"
+    )
+    # 60 minute rows to an hour row of the same size: a day of minutes costs ~60 hours'
+    assert 50 <= per_day["minute"] / per_day["hour"] <= 70
