@@ -59,6 +59,15 @@ class PgBossQueues:
         self.allow = frozenset(allow) if allow is not None else None
         #: the prefix of this source's keys in the store
         self.namespace = namespace_of(ctx.schema)
+        self._now: str | None = None
+
+    async def _clock_expression(self) -> str:
+        """qcore's ``job_now()`` where the schema has it (a test clock moves it), else the
+        database's ``now()`` (a schema pg-boss installed)."""
+        if self._now is None:
+            [row] = await retry.run(self.ctx, sql.has_job_now(self.ctx.q))
+            self._now = f"{self.ctx.q}.job_now()" if row["present"] else "now()"
+        return self._now
 
     async def names(self) -> list[str]:
         rows = await retry.run(self.ctx, sql.recorded_queues(self.ctx.q))
@@ -66,7 +75,8 @@ class PgBossQueues:
         return [n for n in names if self.allow is None or n in self.allow]
 
     async def clock(self, margin_seconds: float) -> Clock:
-        [row] = await retry.run(self.ctx, sql.clock(self.ctx.q), margin=margin_seconds)
+        now = await self._clock_expression()
+        [row] = await retry.run(self.ctx, sql.clock(now), margin=margin_seconds)
         return Clock(closed=int(row["closed"]), current=int(row["current"]))
 
     async def finished(self, queue: str, first: int, last: int) -> Counts:
@@ -111,7 +121,7 @@ class PgBossQueues:
         waits."""
         rows = await retry.run(
             self.ctx,
-            sql.oldest_waiting(self.ctx.q),
+            sql.oldest_waiting(self.ctx.q, await self._clock_expression()),
             queues=list(queues),
             levels=AGE_PRIORITY_LEVELS,
         )

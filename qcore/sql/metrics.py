@@ -30,6 +30,7 @@ __all__ = [
     "create_tables",
     "database_minute",
     "finished_per_minute",
+    "has_job_now",
     "latency_samples",
     "newest_minute",
     "oldest_waiting",
@@ -124,13 +125,22 @@ def recorded_queues(q: str) -> Statement:
     return Statement(f"SELECT name FROM {q}.queue ORDER BY name")
 
 
-def clock(q: str) -> Statement:
-    """The schema's clock (``job_now()``) as minutes: the first minute not yet closed
-    ``margin`` seconds back (late commits land before it), and the current one."""
+def clock(now: str) -> Statement:
+    """The schema's clock (``now``: qcore's ``job_now()``, or ``now()`` in a schema pg-boss
+    installed) as minutes: the first minute not yet closed ``margin`` seconds back (late
+    commits land before it), and the current one."""
     p = Params()
     return p.statement(
-        f"SELECT floor((extract(epoch FROM {q}.job_now()) - {p('margin')}) / 60)::bigint"
-        f" AS closed, floor(extract(epoch FROM {q}.job_now()) / 60)::bigint AS current"
+        f"SELECT floor((extract(epoch FROM {now}) - {p('margin')}) / 60)::bigint"
+        f" AS closed, floor(extract(epoch FROM {now}) / 60)::bigint AS current"
+    )
+
+
+def has_job_now(q: str) -> Statement:
+    """Whether the schema has qcore's clock function (pg-boss's own install has not)."""
+    return Statement(
+        "SELECT to_regprocedure('" + f"{q}.job_now()".replace("'", "''") + "') IS NOT NULL"
+        " AS present"
     )
 
 
@@ -184,7 +194,7 @@ def latency_samples(q: str) -> Statement:
     )
 
 
-def oldest_waiting(q: str) -> Statement:
+def oldest_waiting(q: str, now: str) -> Statement:
     """Per queue of ``queues``, seconds since the oldest waiting job was created (ready,
     not blocked; null when none waits), from a few probes on the fetch index
     ``job_i11`` ``(name, priority DESC, created_on)``: the distinct priorities by a
@@ -192,7 +202,7 @@ def oldest_waiting(q: str) -> Statement:
     p = Params()
     ready = "j.name = n.name AND j.state < 'active' AND NOT j.blocked"
     return p.statement(
-        f"SELECT n.name, (SELECT extract(epoch FROM {q}.job_now() - min(o.created_on))"
+        f"SELECT n.name, (SELECT extract(epoch FROM {now} - min(o.created_on))"
         " FROM (WITH RECURSIVE level(priority, depth) AS ("
         f" (SELECT j.priority, 1 FROM {q}.job j WHERE {ready}"
         " ORDER BY j.priority DESC LIMIT 1)"
@@ -201,7 +211,7 @@ def oldest_waiting(q: str) -> Statement:
         f" FROM level WHERE level.priority IS NOT NULL AND level.depth < {p('levels')})"
         " SELECT priority FROM level WHERE priority IS NOT NULL) AS l"
         f" CROSS JOIN LATERAL (SELECT j.created_on FROM {q}.job j WHERE {ready}"
-        f" AND j.priority = l.priority AND j.start_after <= {q}.job_now()"
+        f" AND j.priority = l.priority AND j.start_after <= {now}"
         " ORDER BY j.created_on LIMIT 1) AS o) AS age"
         f" FROM unnest({p('queues')}::text[]) AS n(name)"
     )
