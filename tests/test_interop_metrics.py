@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest_asyncio
 
@@ -40,7 +41,7 @@ async def pgboss_schema(pg_dsn: str) -> AsyncIterator[Context]:
         await db.close()
 
 
-def _pgboss(dsn: str, schema: str, *actions: dict[str, object]) -> list[object]:
+def _pgboss(dsn: str, schema: str, *actions: Any) -> list[Any]:
     results = run_ok(
         {
             "connectionString": dsn,
