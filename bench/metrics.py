@@ -1,0 +1,105 @@
+"""``python -m bench.metrics``: what a metrics-history tick costs, by queues and traffic.
+
+For each (queues, jobs per minute): a fresh schema with that many queues, each given
+that many finished jobs in one minute (varied wait and run times, one in twenty
+failed), a first tick to record them, then the schema's clock moved on a minute and
+another minute of jobs: the second tick is the one measured, a steady-state tick that
+closes one minute. Reported: its wall time, and its round trips (statements + BEGIN
+and COMMIT of each transaction, counted in the process by :class:`CountingDatabase`).
+The round trips should depend on the number of queues only, not on the traffic
+(above ``max_samples_per_tick`` a minute is sampled).
+
+    python -m bench.metrics [--dsn DSN] [--queues 1,50,200] [--rates 100,10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from typing import Any
+
+from bench.idle import CountingDatabase
+from qcore import backends
+from qcore.conformance.helpers import set_clock
+from qcore.context import Context
+from qcore.db import connect
+from qcore.metrics import MetricsRecorder, PgBossQueues, PostgresMetricsStore
+from qcore.schema import install_or_migrate
+
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+SCHEMA = "qcore_bench_metrics"
+
+
+async def _minute_of_jobs(ctx: Context, names: list[str], rate: int, minute_ago: int) -> None:
+    await ctx.db.execute(
+        f"INSERT INTO {ctx.q}.job (name, state, created_on, started_on, completed_on)"
+        f" SELECT n, (CASE WHEN i % 20 = 0 THEN 'failed' ELSE 'completed' END)::{ctx.q}.job_state,"
+        " t - ((i % 97) * 37 + (i % 89) * 53) * interval '1 millisecond',"
+        " t - (i % 89) * 53 * interval '1 millisecond', t"
+        " FROM unnest($1::text[]) AS n, generate_series(1, $2::int) AS i,"
+        f" LATERAL (SELECT date_trunc('minute', {ctx.q}.job_now()) - $3 * interval '1 minute'"
+        "  + (i % 60) * interval '1 second' AS t) AS at",
+        [names, rate, minute_ago],
+    )
+
+
+async def one(dsn: str, queues: int, rate: int) -> dict[str, Any]:
+    inner = await connect(dsn, max=4)
+    db = CountingDatabase(inner)
+    ctx = Context(db=db, backend=backends.get("postgres"), schema_spec=SCHEMA)
+    try:
+        await db.execute_script(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+        await install_or_migrate(ctx)
+        names = [f"q{k}" for k in range(queues)]
+        for name in names:
+            await db.execute(f"SELECT {ctx.q}.create_queue($1, '{{}}'::jsonb)", [name])
+        await _minute_of_jobs(ctx, names, rate, 2)
+        await _minute_of_jobs(ctx, names, rate, 0)  # the minute the measured tick closes
+        await db.execute(f"ANALYZE {ctx.q}.job_common")
+        store = PostgresMetricsStore(db, schema=SCHEMA)
+        recorder = MetricsRecorder(store, PgBossQueues(ctx))
+        await recorder.tick()
+        await set_clock(ctx, 60)
+        db.reset()
+        started = time.perf_counter()
+        await recorder.tick()
+        seconds = time.perf_counter() - started
+        return {
+            "queues": queues,
+            "jobs_per_minute": rate,
+            "tick_ms": round(seconds * 1000, 1),
+            "round_trips": db.statements + 2 * db.transactions,
+            "round_trips_per_queue": round((db.statements + 2 * db.transactions) / queues, 1),
+        }
+    finally:
+        await inner.execute_script(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+        await inner.close()
+
+
+async def run(dsn: str, queues: list[int], rates: list[int]) -> list[dict[str, Any]]:
+    return [await one(dsn, q, r) for q in queues for r in rates]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.metrics", description=__doc__)
+    parser.add_argument("--dsn", default=DEFAULT_DSN)
+    parser.add_argument("--queues", default="1,50,200")
+    parser.add_argument("--rates", default="100,10000")
+    args = parser.parse_args()
+    results = asyncio.run(
+        run(args.dsn, [int(q) for q in args.queues.split(",")],
+            [int(r) for r in args.rates.split(",")])
+    )  # fmt: skip
+    print(f"{'queues':>7} {'jobs/min':>9} {'tick ms':>9} {'round trips':>12} {'per queue':>10}")
+    for r in results:
+        print(
+            f"{r['queues']:>7} {r['jobs_per_minute']:>9} {r['tick_ms']:>9}"
+            f" {r['round_trips']:>12} {r['round_trips_per_queue']:>10}"
+        )
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
