@@ -178,3 +178,17 @@ def test_the_affinity_bench_runs_both_scenarios(pg_dsn: str) -> None:
     lines = done.stdout.splitlines()
     assert len([line for line in lines if line.startswith("plain queue, 200 waiting")]) == 4
     assert any("10 matching behind 200 (each its own pattern), behind:" in x for x in lines)
+
+
+def test_the_metrics_bench_measures_a_tick(pg_dsn: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.metrics", "--dsn", pg_dsn, "--queues", "2", "--rates", "5"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    [result] = json.loads(done.stdout.splitlines()[-1])
+    assert (result["queues"], result["jobs_per_minute"]) == (2, 5)
+    assert result["round_trips"] > 0 and result["tick_ms"] > 0
