@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -244,37 +243,39 @@ class MetricsRecorder(Periodic):
         return oldest
 
     async def _record_finished(self, ctx: Context, queue: str, clock: Clock) -> int:
-        """Counts, then latency, of the minutes closed since the last tick; the watermark
-        moves once both are in (a failed latency step is retried next tick)."""
+        """The minutes closed since the last tick: counts and latency samples read, then
+        written in one transaction (one write per row). A failed latency read leaves the
+        counts to be written alone and the watermark where it was, so the next tick
+        samples those minutes again."""
         key = self._key(queue)
         first = await self._first_minute(ctx, key, clock)
         if first >= clock.closed:
             return 0
         counts = await self.sources.finished(queue, first, clock.closed)
+        samples: Latency | None = {}
+        if self.latency and counts:
+            samples = await self._sampled(queue, counts)
         changed = 0
-        lock = f"metrics:{self.store.prefix}:{key}"
         if counts:
             changed = await locks.run_locked(
                 ctx,
-                lock,
-                lambda db: _add_counts(db, self.store, self.sources.namespace, key, counts),
+                f"metrics:{self.store.prefix}:{key}",
+                lambda db: _add_difference(
+                    db, self.store, self.sources.namespace, key, counts, samples or {}
+                ),
             )
-        if self.latency and counts:
-            done = await self._guarded(self._record_latency(ctx, queue, counts, lock), queue)
-            if not done:
-                return changed
-        self._next[key] = clock.closed
+        if samples is not None:
+            self._next[key] = clock.closed
         return changed
 
-    async def _record_latency(self, ctx: Context, queue: str, counts: Counts, lock: str) -> None:
-        samples = await self.sources.latency(queue, counts, self.max_samples_per_tick)
-        if samples:
-            key = self._key(queue)
-            await locks.run_locked(
-                ctx,
-                lock,
-                lambda db: _add_latency(db, self.store, self.sources.namespace, key, samples),
-            )
+    async def _sampled(self, queue: str, counts: Counts) -> Latency | None:
+        """The latency samples of ``counts``' minutes; None when the read failed."""
+        samples: Latency = {}
+
+        async def read() -> None:
+            samples.update(await self.sources.latency(queue, counts, self.max_samples_per_tick))
+
+        return samples if await self._guarded(read(), queue) else None
 
     async def _record_ages(self, ctx: Context, queues: list[str], clock: Clock) -> None:
         ages = await self.sources.queue_ages(queues)
@@ -316,49 +317,52 @@ def _spread(key: str, rollup: str, minute: int) -> list[_Row]:
     return [(who, tier, minute // m) for who in (key, rollup) for tier, m in sql.TIERS.items()]
 
 
-async def _add_counts(
-    db: Database, store: PostgresMetricsStore, namespace: str, key: str, incoming: Counts
+async def _add_difference(
+    db: Database,
+    store: PostgresMetricsStore,
+    namespace: str,
+    key: str,
+    counts: Counts,
+    latency: Latency,
 ) -> int:
-    """Inside the snapshot's transaction: what ``incoming`` adds over the stored minute
-    rows, added to every tier of the queue and of the rollup; minutes changed."""
-    stored = await _stored(db, store, key, list(incoming))
-    sums: dict[_Row, list[int]] = defaultdict(lambda: [0, 0])
+    """Inside the snapshot's transaction: what ``counts`` and ``latency`` add over the
+    stored minute rows, added to every tier of the queue and of the rollup in one write;
+    minutes whose counts changed."""
+    stored = await _stored(db, store, key, sorted(set(counts) | set(latency)))
+    width = 2 * histogram.SLOTS
+    sums: dict[_Row, tuple[list[int], list[int] | None]] = {}
     changed = 0
-    for minute, (completed, failed) in incoming.items():
+    for minute in sorted(set(counts) | set(latency)):
         had = stored.get(minute, {})
-        add = (max(completed - had.get("completed", 0), 0), max(failed - had.get("failed", 0), 0))
-        if add == (0, 0):
+        completed, failed = counts.get(minute, (0, 0))
+        add = [max(completed - had.get("completed", 0), 0), max(failed - had.get("failed", 0), 0)]
+        histograms = None
+        if minute in latency:
+            wait, run = latency[minute]
+            histograms = histogram.subtract([*wait, *run], had.get("latency") or [0] * width)
+            histograms = histograms if any(histograms) else None
+        if add == [0, 0] and histograms is None:
             continue
-        changed += 1
+        changed += add != [0, 0]
         for row in _spread(key, namespace + sql.GLOBAL, minute):
-            sums[row][0] += add[0]
-            sums[row][1] += add[1]
+            total, packed = sums.get(row, ([0, 0], None))
+            total = [total[0] + add[0], total[1] + add[1]]
+            if histograms is not None:
+                packed = histogram.merge([packed or [0] * width, histograms])
+            sums[row] = (total, packed)
     if sums:
-        write = sql.add_counts(store.schema, store.prefix)
+        write = sql.add_measures(store.schema, store.prefix)
+        values = list(sums.values())
         columns = _columns(
-            sums, completed=[v[0] for v in sums.values()], failed=[v[1] for v in sums.values()]
+            sums,
+            completed=[v[0][0] for v in values],
+            failed=[v[0][1] for v in values],
+            latency=[
+                None if v[1] is None else "{" + ",".join(map(str, v[1])) + "}" for v in values
+            ],
         )
         await db.execute(write.sql, write.bind(**columns))
     return changed
-
-
-async def _add_latency(
-    db: Database, store: PostgresMetricsStore, namespace: str, key: str, incoming: Latency
-) -> None:
-    """As :func:`_add_counts`, for the histograms (wait then run, packed in one array)."""
-    stored = await _stored(db, store, key, list(incoming))
-    sums: dict[_Row, list[int]] = defaultdict(lambda: [0] * (2 * histogram.SLOTS))
-    for minute, (wait, run) in incoming.items():
-        had = stored.get(minute, {}).get("latency") or [0] * (2 * histogram.SLOTS)
-        add = histogram.subtract([*wait, *run], had)
-        if not any(add):
-            continue
-        for row in _spread(key, namespace + sql.GLOBAL, minute):
-            sums[row] = histogram.merge([sums[row], add])
-    if sums:
-        write = sql.add_latency(store.schema, store.prefix)
-        literals = ["{" + ",".join(map(str, v)) + "}" for v in sums.values()]
-        await db.execute(write.sql, write.bind(**_columns(sums, latency=literals)))
 
 
 async def _stored(

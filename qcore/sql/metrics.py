@@ -23,8 +23,7 @@ __all__ = [
     "METRICS_LAYOUT_VERSION",
     "TIERS",
     "add_ages",
-    "add_counts",
-    "add_latency",
+    "add_measures",
     "clock",
     "completed_index",
     "create_tables",
@@ -303,19 +302,6 @@ def _rows(p: Params, *columns: tuple[str, str]) -> str:
     )
 
 
-def add_counts(schema: str, prefix: str) -> Statement:
-    """Add completed and failed counts to rows (queue, tier, bucket), creating them."""
-    p = Params()
-    return p.statement(
-        f"INSERT INTO {_table(schema, prefix, 'series')} AS s"
-        " (queue, tier, bucket, completed, failed)"
-        " SELECT t.queue, t.tier, t.bucket, t.completed, t.failed"
-        + _rows(p, ("completed", "bigint"), ("failed", "bigint"))
-        + " ON CONFLICT (queue, tier, bucket) DO UPDATE SET"
-        " completed = s.completed + excluded.completed, failed = s.failed + excluded.failed"
-    )
-
-
 def _array_sum(a: str, b: str, sign: str = "+") -> str:
     """Slot-wise ``a sign b`` of two histogram arrays (a missing one counts as zeros),
     held within ``0..integer max``."""
@@ -326,16 +312,20 @@ def _array_sum(a: str, b: str, sign: str = "+") -> str:
     )
 
 
-def add_latency(schema: str, prefix: str) -> Statement:
-    """Add histograms (``latency``: array literals, one per row) to rows (queue, tier,
-    bucket), slot by slot, creating them."""
+def add_measures(schema: str, prefix: str) -> Statement:
+    """Add completed and failed counts and histograms (``latency``: array literals, null
+    for none) to rows (queue, tier, bucket), creating them: one write per row."""
     p = Params()
     return p.statement(
-        f"INSERT INTO {_table(schema, prefix, 'series')} AS s (queue, tier, bucket, latency)"
-        " SELECT t.queue, t.tier, t.bucket, t.latency::integer[]"
-        + _rows(p, ("latency", "text"))
-        + " ON CONFLICT (queue, tier, bucket) DO UPDATE SET latency = "
+        f"INSERT INTO {_table(schema, prefix, 'series')} AS s"
+        " (queue, tier, bucket, completed, failed, latency)"
+        " SELECT t.queue, t.tier, t.bucket, t.completed, t.failed, t.latency::integer[]"
+        + _rows(p, ("completed", "bigint"), ("failed", "bigint"), ("latency", "text"))
+        + " ON CONFLICT (queue, tier, bucket) DO UPDATE SET"
+        " completed = s.completed + excluded.completed, failed = s.failed + excluded.failed,"
+        " latency = CASE WHEN excluded.latency IS NULL THEN s.latency ELSE "
         + _array_sum("s.latency", "excluded.latency")
+        + " END"
     )
 
 

@@ -414,3 +414,31 @@ async def test_a_boss_records_its_queues_while_it_runs(boss: Any) -> None:
     await until(recorded, timeout=30)
     with pytest.raises(ValidationError, match="interval_seconds"):
         await record_metrics(boss, interval_seconds=0)
+
+
+class _BrokenLatency(PgBossQueues):
+    async def latency(self, queue: str, counts: Any, max_samples: int) -> Any:
+        raise RuntimeError("the latency scan broke")
+
+
+async def test_a_failing_latency_read_keeps_the_counts_and_is_retried(ctx: Context) -> None:
+    await _queue(ctx, "mail")
+    await _finished(ctx, "mail", "completed", 10, n=3, run_ms=40)
+    store = _store(ctx)
+    heard: list[tuple[str, str]] = []
+    broken = MetricsRecorder(
+        store,
+        _BrokenLatency(ctx),
+        holder="r",
+        on_latency_error=lambda exc, queue: heard.append((str(exc), queue)),
+    )
+    assert await broken.tick() == 1
+    assert heard == [("the latency scan broke", "mail")]
+    provider = MetricsHistoryProvider(store)
+    totals = await provider.totals("mail")
+    assert (totals.completed, totals.run.samples) == (3, 0)  # the counts are in
+    # the watermark stayed: the next tick samples those minutes, counts add nothing
+    assert await broken.tick() == 0 and len(heard) == 2
+    assert await MetricsRecorder(store, PgBossQueues(ctx), holder="r").tick() == 0
+    totals = await provider.totals("mail")
+    assert (totals.completed, totals.run.samples) == (3, 3)
