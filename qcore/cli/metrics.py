@@ -1,0 +1,149 @@
+"""``qcore metrics``: metrics history from the command line.
+
+``qcore metrics record`` runs the recorder in this process (every ``--interval``
+seconds until interrupted; ``--once``: one tick), ``stats`` prints the store's
+footprint by tier and queue, ``purge [QUEUE] [--before DATE] --yes`` deletes history,
+``index [QUEUE ...] [--run]`` prints (or runs) the statements that give queues the
+index their counts need. The store lives in ``--store-schema`` (default: the queues'
+schema). Exit status 0; 1 when the database cannot be read or qcore refuses; 2 for a
+usage error (a purge without ``--yes``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import datetime as dt
+from typing import Any
+
+from qcore.cli.connection import Target, add_database_arguments, open_context, run_command
+from qcore.cli.table import format_table, print_json
+from qcore.context import Context
+from qcore.errors import ValidationError
+from qcore.metrics import MetricsHistoryAdmin, MetricsRecorder, PgBossQueues, PostgresMetricsStore
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(commands: Any) -> None:
+    metrics = commands.add_parser(
+        "metrics",
+        help="metrics history: record it, see its footprint, purge it, check its index",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    verbs = metrics.add_subparsers(dest="verb", metavar="VERB", required=True)
+    record = verbs.add_parser("record", help="run the recorder in this process")
+    record.add_argument("--interval", type=float, default=60.0, help="seconds between ticks")
+    record.add_argument("--retention-days", type=int, default=None)
+    record.add_argument("--once", action="store_true", help="one tick, then exit")
+    stats = verbs.add_parser("stats", help="rows and bytes by tier and queue")
+    stats.add_argument("--json", action="store_true")
+    purge = verbs.add_parser("purge", help="delete history (one queue's, or before a day)")
+    purge.add_argument("queue", nargs="?", default=None)
+    purge.add_argument("--before", default=None, metavar="YYYY-MM-DD")
+    purge.add_argument("--yes", action="store_true", help="really delete")
+    index = verbs.add_parser("index", help="the index the counts need, for queues lacking it")
+    index.add_argument("queues", nargs="*", metavar="QUEUE")
+    index.add_argument(
+        "--run", dest="build", action="store_true", help="build it (without blocking writes)"
+    )
+    for verb in (record, stats, purge, index):
+        add_database_arguments(verb)
+        verb.add_argument("--store-schema", default=None, help="the store's schema")
+        verb.set_defaults(run=run)
+
+
+def _store(ctx: Context, args: argparse.Namespace) -> PostgresMetricsStore:
+    return PostgresMetricsStore(
+        ctx.db, schema=args.store_schema or ctx.schema_spec, backend=ctx.backend
+    )
+
+
+async def _record(ctx: Context, args: argparse.Namespace) -> int:
+    recorder = MetricsRecorder(
+        _store(ctx, args),
+        PgBossQueues(ctx),
+        interval_seconds=args.interval,
+        retention_days=args.retention_days,
+    )
+    if args.once:
+        changed = await recorder.tick()
+        print(f"recorded: {changed} queue-minute(s) changed")
+        return 0
+    await recorder.start()
+    try:
+        await asyncio.Event().wait()  # until interrupted
+    finally:
+        await recorder.stop()
+    return 0
+
+
+async def _stats(ctx: Context, args: argparse.Namespace) -> int:
+    usage = await MetricsHistoryAdmin(_store(ctx, args)).stats()
+    if args.json:
+        print_json(dataclasses.asdict(usage))
+        return 0
+    rows = [
+        (
+            u.queue or "",
+            str(u.rows),
+            f"{u.bytes:,}",
+            *(str(u.tiers[t].rows) if t in u.tiers else "0" for t in ("minute", "hour", "day")),
+            f"{u.oldest_day or '-'}..{u.newest_day or '-'}",
+        )
+        for u in usage.queues
+    ]
+    print(format_table(("queue", "rows", "bytes", "minute", "hour", "day", "days"), rows))
+    estimate = " (estimated from row sizes)" if usage.estimated else ""
+    print(f"total: {usage.rows} rows, {usage.bytes:,} bytes{estimate}")
+    return 0
+
+
+async def _purge(ctx: Context, args: argparse.Namespace) -> int:
+    before = None
+    if args.before is not None:
+        try:
+            before = dt.date.fromisoformat(args.before)
+        except ValueError as exc:
+            raise ValidationError(
+                f"--before must be a date YYYY-MM-DD, got {args.before!r}"
+            ) from exc
+    what = f"queue {args.queue!r}" if args.queue else "every queue"
+    what += f", buckets ended before {before}" if before else ", all of it"
+    if not args.yes:
+        print(f"qcore metrics purge: this deletes the metrics history of {what}; add --yes")
+        return 2
+    await MetricsHistoryAdmin(_store(ctx, args)).purge(args.queue, before=before)
+    print(f"deleted the metrics history of {what}")
+    return 0
+
+
+async def _index(ctx: Context, args: argparse.Namespace) -> int:
+    sources = PgBossQueues(ctx)
+    indexed = await sources.indexed()
+    wanted = args.queues or sorted(indexed)
+    unknown = [q for q in wanted if q not in indexed]
+    if unknown:
+        raise ValidationError(f"no such queue: {', '.join(unknown)}")
+    lacking = [q for q in wanted if not indexed[q]]
+    if not lacking:
+        print("every queue has the index its counts need")
+        return 0
+    if args.build:
+        for statement in await sources.build_indexes(lacking):
+            print(f"built: {statement}")
+    else:
+        print("\n".join(s + ";" for s in await sources.index_statements(lacking)))
+    return 0
+
+
+_VERBS = {"record": _record, "stats": _stats, "purge": _purge, "index": _index}
+
+
+def run(args: argparse.Namespace) -> int:
+    async def work(target: Target) -> int:
+        async with open_context(target) as ctx:
+            return await _VERBS[args.verb](ctx, args)
+
+    return run_command(args, work)
