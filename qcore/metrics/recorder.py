@@ -158,7 +158,7 @@ class MetricsRecorder(Periodic):
             if self.stopping:
                 break
             if queue not in held or not self._indexed.get(queue, True):
-                self._next.pop(queue, None)  # resume from the store when it is ours again
+                self._next.pop(self._key(queue), None)  # from the store when ours again
                 continue
             try:
                 changed += await self._record_finished(ctx, queue, clock)
