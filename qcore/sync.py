@@ -170,6 +170,7 @@ class SyncBoss:
         return self
 
     stop = _blocking(Boss.stop)
+    add_service = _blocking(Boss.add_service)
 
     def close(self, *, graceful: bool = True, timeout: float = 30.0) -> None:
         """``stop()`` (closing what qcore opened), then end the loop thread; afterwards
