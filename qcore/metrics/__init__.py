@@ -18,16 +18,20 @@ from qcore.metrics.history import (
     QueueTotals,
     ThroughputPoint,
 )
+from qcore.metrics.postgres_store import PostgresMetricsStore, migrate_metrics
 from qcore.metrics.recorder import MetricsRecorder, record_metrics
 from qcore.metrics.sources import PgBossQueues, namespace_of
-from qcore.metrics.store import PostgresMetricsStore, Retention, migrate_metrics
+from qcore.metrics.store import Bucket, KeyUsage, MetricsStore, Retention
 
 __all__ = [
     "BOUNDS_MS",
+    "Bucket",
+    "KeyUsage",
     "LatencyPoint",
     "MetricsHistoryAdmin",
     "MetricsHistoryProvider",
     "MetricsRecorder",
+    "MetricsStore",
     "Percentiles",
     "PgBossQueues",
     "PostgresMetricsStore",

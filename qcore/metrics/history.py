@@ -14,17 +14,15 @@ writes.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from qcore import retry
 from qcore.context import Context
 from qcore.errors import ValidationError
 from qcore.metrics import histogram
-from qcore.metrics.sources import namespace_of
-from qcore.metrics.store import PostgresMetricsStore, Retention
+from qcore.metrics.postgres_store import PostgresMetricsStore
+from qcore.metrics.store import GLOBAL, TIERS, Bucket, MetricsStore, Retention
 from qcore.services.queue_stats import QueueStats, read_stats
-from qcore.sql import metrics as sql
 
 __all__ = [
     "LatencyPoint",
@@ -107,31 +105,31 @@ class _Rows:
     buckets: range
     width: int
     newest: int
-    found: dict[int, dict[str, Any]]
+    found: dict[int, Bucket]
 
 
-def _split(row: dict[str, Any] | None) -> tuple[list[int], list[int]]:
-    packed = (row or {}).get("latency") or [0] * (2 * _SLOTS)
+def _split(row: Bucket | None) -> tuple[list[int], list[int]]:
+    packed = (row.latency if row else None) or [0] * (2 * _SLOTS)
     return list(packed[:_SLOTS]), list(packed[_SLOTS:])
 
 
 class MetricsHistoryProvider:
     """Reads ``store``; ``retention`` bounds what a range can show (a minute series
     never reaches further back than minute rows are kept). ``namespace`` is the key
-    prefix of the queues it shows (default: the queues of the store's own schema,
+    prefix of the queues it shows (default: the store's ``default_namespace``,
     ``pgboss:<schema>:``; ``""`` reads keys as stored); :meth:`namespaced` gives the
     view of another."""
 
     def __init__(
         self,
-        store: PostgresMetricsStore,
+        store: MetricsStore,
         *,
         retention: Retention | None = None,
         namespace: str | None = None,
     ) -> None:
         self.store = store
         self.retention = retention or Retention()
-        self.namespace = namespace_of(store.schema) if namespace is None else namespace
+        self.namespace = store.default_namespace if namespace is None else namespace
 
     def namespaced(self, namespace: str) -> MetricsHistoryProvider:
         """The same store seen through another key prefix (queue names without it, the
@@ -141,7 +139,7 @@ class MetricsHistoryProvider:
         return MetricsHistoryProvider(self.store, retention=self.retention, namespace=namespace)
 
     def _key(self, queue: str | None) -> str:
-        return self.namespace + (queue if queue is not None else sql.GLOBAL)
+        return self.namespace + (queue if queue is not None else GLOBAL)
 
     async def _read(self, queue: str | None, window: str, granularity: str | None) -> _Rows:
         if window not in WINDOWS:
@@ -151,22 +149,13 @@ class MetricsHistoryProvider:
         if granularity not in _TIER:
             raise ValidationError(f"granularity must be minute, hour or day, got {granularity!r}")
         tier = _TIER[granularity]
-        width = sql.TIERS[tier]
+        width = TIERS[tier]
         if minutes < width:
             raise ValidationError(f"a {window} window is shorter than one {granularity}")
-        ctx = await self.store.context(writing=False)
-        [row] = await retry.run(ctx, sql.database_minute())
-        now = int(row["minute"])
+        now = await self.store.now_minute()
         kept = self.retention.keeps(tier) * 1440
         first, newest = (now - min(minutes, kept) + 1) // width, now // width
-        rows = await retry.run(
-            ctx,
-            sql.read_series(ctx.schema, self.store.prefix),
-            queue=self._key(queue),
-            tier=tier,
-            first=first,
-        )
-        found = {int(r["bucket"]): dict(r) for r in rows}
+        found = await self.store.read_series(self._key(queue), tier, first)
         return _Rows(range(first, newest + 1), width, newest, found)
 
     @staticmethod
@@ -181,8 +170,8 @@ class MetricsHistoryProvider:
         return [
             ThroughputPoint(
                 start=self._start(rows, b),
-                completed=int(rows.found.get(b, {}).get("completed", 0)),
-                failed=int(rows.found.get(b, {}).get("failed", 0)),
+                completed=rows.found[b].completed if b in rows.found else 0,
+                failed=rows.found[b].failed if b in rows.found else 0,
                 filling=b == rows.newest,
             )
             for b in rows.buckets
@@ -197,13 +186,13 @@ class MetricsHistoryProvider:
         for b in rows.buckets:
             row = rows.found.get(b)
             wait, run = _split(row)
-            age = row.get("age") if row else None
+            age = row.age if row else None
             points.append(
                 LatencyPoint(
                     start=self._start(rows, b),
                     wait=Percentiles.of(wait),
                     run=Percentiles.of(run),
-                    age=float(age) if age is not None else None,
+                    age=age,
                     filling=b == rows.newest,
                 )
             )
@@ -212,15 +201,12 @@ class MetricsHistoryProvider:
     async def totals(self, queue: str | None = None, *, window: str = "7d") -> QueueTotals:
         """A window's totals: counts summed, percentiles over its merged histograms."""
         rows = await self._read(queue, window, "day" if window in ("30d", "90d") else "hour")
-        return _totals(queue or sql.GLOBAL, rows.found.values())
+        return _totals(queue or GLOBAL, rows.found.values())
 
     async def breakdown(self, *, window: str = "7d") -> list[QueueTotals]:
         """Every queue's totals over a window, busiest (most runs) first."""
-        ctx = await self.store.context(writing=False)
-        usage = await retry.run(
-            ctx, sql.series_usage(ctx.schema, self.store.prefix), namespace=self.namespace
-        )
-        names = sorted({str(r["queue"])[len(self.namespace) :] for r in usage} - {sql.GLOBAL})
+        keys = await self.store.keys(self.namespace)
+        names = sorted({key[len(self.namespace) :] for key in keys} - {GLOBAL})
         result = [await self.totals(name, window=window) for name in names]
         return sorted(result, key=lambda t: (-(t.completed + t.failed), t.queue))
 
@@ -230,11 +216,19 @@ class MetricsHistoryProvider:
         """Queue ``queue``'s depth from pg-boss's persisted snapshots (``queue_stats``;
         empty without ``persist_queue_stats``), bucketed as pg-boss's board reads them
         (1 h by minute, 6 h by 5 minutes, 24 h by 15, 7 d by hour), gauges at their
-        maximum, oldest first. ``jobs`` is the job schema when the store lives elsewhere."""
+        maximum, oldest first. ``jobs`` is the job schema's context, needed when the store
+        is not a PostgreSQL store in that schema."""
         if range not in DEPTH_RANGES:
             raise ValidationError(f"range must be one of {', '.join(DEPTH_RANGES)}, got {range!r}")
         seconds, bucket = DEPTH_RANGES[range]
-        ctx = jobs or await self.store.context(writing=False)
+        if jobs is not None:
+            ctx = jobs
+        elif isinstance(self.store, PostgresMetricsStore):
+            ctx = await self.store.context(writing=False)
+        else:
+            raise ValidationError(
+                "queue depth is read from the job schema's queue_stats: pass jobs=<its context>"
+            )
         to = dt.datetime.now(dt.timezone.utc)
         snapshots = await read_stats(
             ctx,
@@ -249,12 +243,12 @@ class MetricsHistoryProvider:
         return snapshots[::-1]
 
 
-def _totals(queue: str, rows: Any) -> QueueTotals:
+def _totals(queue: str, rows: Iterable[Bucket]) -> QueueTotals:
     completed = failed = 0
     waits, runs = [], []
     for row in rows:
-        completed += int(row.get("completed", 0))
-        failed += int(row.get("failed", 0))
+        completed += row.completed
+        failed += row.failed
         wait, run = _split(row)
         waits.append(wait)
         runs.append(run)

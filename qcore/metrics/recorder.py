@@ -6,14 +6,14 @@ rollup across queues.
 A queue's jobs are counted by the minute of ``completed_on`` on the schema's clock, up
 to the last minute closed ``margin_seconds`` ago (a commit that lands late still falls
 in a minute not yet counted). A queue is sampled on a tick by one recorder only: the one
-holding its sampling lease, an upsert that replaces only an expired lease, on the
-database clock. Its counts are one transaction and its histograms another, each under
-the queue's lock: the incoming minutes are diffed against the stored minute rows and
-only the difference goes to every tier, so a second recorder, a restart, or the same
-minutes counted again add nothing; a failing latency step never undoes the counts. A
-restarted recorder resumes from the newest minute stored (jobs counted before may have
-been deleted since). Minutes with nothing to record are never written. Each tier is
-pruned past its retention once a day.
+holding its sampling lease, taken only where it expired, on the store's clock (a
+recorder that stops hands its leases back). A queue's counts and histograms of a tick
+are one atomic write in the store: the incoming minutes are diffed against the stored
+minute rows and only the difference goes to every tier, so a second recorder, a
+restart, or the same minutes counted again add nothing; a failing latency read never
+undoes the counts. A restarted recorder resumes from the newest minute stored (jobs
+counted before may have been deleted since). Minutes with nothing to record are never
+written. Each tier is pruned past its retention once a day.
 
 Counts and latency need an index on ``(name, completed_on)`` (pg-boss's ``job_i16``);
 a queue without one is left out of both, said once through a ``warning`` with the
@@ -29,16 +29,13 @@ import uuid
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from qcore import locks, retry
 from qcore.context import Context
-from qcore.db import Database
 from qcore.errors import ValidationError
 from qcore.events import Events
-from qcore.metrics import histogram
+from qcore.metrics.postgres_store import PostgresMetricsStore
 from qcore.metrics.sources import Clock, Counts, Latency, PgBossQueues
-from qcore.metrics.store import PostgresMetricsStore, Retention
+from qcore.metrics.store import GLOBAL, MINUTES_PER_DAY, MetricsStore, Retention, Snapshot
 from qcore.services.base import Periodic
-from qcore.sql import metrics as sql
 
 if TYPE_CHECKING:
     from qcore.boss import Boss
@@ -46,11 +43,6 @@ if TYPE_CHECKING:
 __all__ = ["MetricsRecorder", "record_metrics"]
 
 log = logging.getLogger("qcore.metrics")
-
-_MINUTES_PER_DAY = 1440
-
-#: (queue key, tier, bucket)
-_Row = tuple[str, str, int]
 
 
 def _number(name: str, value: object, low: float, high: float) -> float:
@@ -76,7 +68,7 @@ class MetricsRecorder(Periodic):
 
     def __init__(
         self,
-        store: PostgresMetricsStore,
+        store: MetricsStore,
         sources: PgBossQueues,
         *,
         interval_seconds: float = 60.0,
@@ -133,6 +125,7 @@ class MetricsRecorder(Periodic):
         self._indexed_at: float | None = None
         self._warned: set[str] = set()
         self._pruned_day: int | None = None
+        self._held: list[str] = []  # the keys whose leases this recorder holds
 
     async def run_pass(self) -> None:
         try:
@@ -148,10 +141,10 @@ class MetricsRecorder(Periodic):
     async def tick(self) -> int:
         """Record every queue once (and prune, once a day); how many queue-minutes of
         finished jobs changed."""
-        ctx = await self.store.context()
+        await self.store.ready()
         clock = await self.sources.clock(self.margin_seconds)
         queues = await self.sources.names()
-        held = await self._leases(ctx, queues)
+        held = await self._leases(queues)
         await self._check_indexes(queues)
         changed = 0
         for queue in queues:
@@ -161,17 +154,28 @@ class MetricsRecorder(Periodic):
                 self._next.pop(self._key(queue), None)  # from the store when ours again
                 continue
             try:
-                changed += await self._record_finished(ctx, queue, clock)
+                changed += await self._record_finished(queue, clock)
             except Exception as exc:
                 if self.on_snapshot_error is None:
                     raise
                 self.on_snapshot_error(exc, queue)
         if self.latency and held:
-            await self._guarded(self._record_ages(ctx, [q for q in queues if q in held], clock))
-        if self._pruned_day != clock.closed // _MINUTES_PER_DAY:
-            await self._prune(ctx, clock.closed)
-            self._pruned_day = clock.closed // _MINUTES_PER_DAY
+            await self._guarded(self._record_ages([q for q in queues if q in held], clock))
+        if self._pruned_day != clock.closed // MINUTES_PER_DAY:
+            await self.store.prune(self.retention, minute=clock.closed)
+            self._pruned_day = clock.closed // MINUTES_PER_DAY
         return changed
+
+    async def stop(self) -> None:
+        """Stop ticking and hand this recorder's leases back, so another recorder
+        samples its queues from its next tick instead of after the leases expire."""
+        await super().stop()
+        held, self._held = self._held, []
+        if held:
+            try:
+                await self.store.release_leases(held, holder=self.holder)
+            except Exception as exc:  # the store is away: the leases simply expire
+                log.warning("could not release the metrics leases: %s", exc)
 
     async def _guarded(self, step: Any, queue: str = "") -> bool:
         """Run a latency or age step; its failure goes to ``on_latency_error``."""
@@ -187,19 +191,13 @@ class MetricsRecorder(Periodic):
             return False
         return True
 
-    async def _leases(self, ctx: Context, queues: Sequence[str]) -> set[str]:
+    async def _leases(self, queues: Sequence[str]) -> set[str]:
         """The queues this recorder samples on this tick (their lease is its own)."""
-        if not queues:
-            return set()
         keys = [self._key(q) for q in queues]
-        rows = await retry.run(
-            ctx,
-            sql.take_leases(ctx.schema, self.store.prefix),
-            holder=self.holder,
-            seconds=self.interval_seconds * 1.5,
-            queues=keys,
+        got = await self.store.take_leases(
+            keys, holder=self.holder, seconds=self.interval_seconds * 1.5
         )
-        got = {str(r["queue"]) for r in rows}
+        self._held = [k for k in keys if k in got]
         return {q for q, k in zip(queues, keys, strict=True) if k in got}
 
     async def _check_indexes(self, queues: Sequence[str]) -> None:
@@ -232,23 +230,22 @@ class MetricsRecorder(Periodic):
         else:
             log.warning("%s", message)
 
-    async def _first_minute(self, ctx: Context, key: str, clock: Clock) -> int:
-        oldest = clock.closed - self.retention.minutes * _MINUTES_PER_DAY
+    async def _first_minute(self, key: str, clock: Clock) -> int:
+        oldest = clock.closed - self.retention.minutes * MINUTES_PER_DAY
         if key in self._next:
             return max(self._next[key], oldest)
-        statement = sql.newest_minute(ctx.schema, self.store.prefix)
-        [row] = await retry.run(ctx, statement, queue=key)
-        if row["minute"] is not None:
-            return max(int(row["minute"]), oldest)  # counted again: the diff adds only news
+        newest = await self.store.newest_minute(key)
+        if newest is not None:
+            return max(newest, oldest)  # counted again: the diff adds only news
         return oldest
 
-    async def _record_finished(self, ctx: Context, queue: str, clock: Clock) -> int:
+    async def _record_finished(self, queue: str, clock: Clock) -> int:
         """The minutes closed since the last tick: counts and latency samples read, then
-        written in one transaction (one write per row). A failed latency read leaves the
-        counts to be written alone and the watermark where it was, so the next tick
-        samples those minutes again."""
+        written in one atomic step. A failed latency read leaves the counts to be written
+        alone and the watermark where it was, so the next tick samples those minutes
+        again."""
         key = self._key(queue)
-        first = await self._first_minute(ctx, key, clock)
+        first = await self._first_minute(key, clock)
         if first >= clock.closed:
             return 0
         counts = await self.sources.finished(queue, first, clock.closed)
@@ -257,13 +254,15 @@ class MetricsRecorder(Periodic):
             samples = await self._sampled(queue, counts)
         changed = 0
         if counts:
-            changed = await locks.run_locked(
-                ctx,
-                f"metrics:{self.store.prefix}:{key}",
-                lambda db: _add_difference(
-                    db, self.store, self.sources.namespace, key, counts, samples or {}
-                ),
+            snapshot = Snapshot(
+                key=key,
+                rollup=self.sources.namespace + GLOBAL,
+                counts=counts,
+                latency=samples or {},
+                minute=clock.current,
+                retention=self.retention,
             )
+            changed = await self.store.add_snapshot(snapshot)
         if samples is not None:
             self._next[key] = clock.closed
         return changed
@@ -277,123 +276,38 @@ class MetricsRecorder(Periodic):
 
         return samples if await self._guarded(read(), queue) else None
 
-    async def _record_ages(self, ctx: Context, queues: list[str], clock: Clock) -> None:
-        ages = await self.sources.queue_ages(queues)
-        if not ages:
-            return
-        rows: dict[_Row, float] = {}
-        rollup = self.sources.namespace + sql.GLOBAL
-        for queue, age in ages.items():
-            for who in (self._key(queue), rollup):
-                for tier, minutes in sql.TIERS.items():
-                    row = (who, tier, clock.current // minutes)
-                    rows[row] = max(rows.get(row, 0.0), age)
-        await retry.run(
-            ctx,
-            sql.add_ages(ctx.schema, self.store.prefix),
-            **_columns(rows, age=list(rows.values())),
-        )
-
-    async def _prune(self, ctx: Context, last: int) -> None:
-        statement = sql.prune_tier(ctx.schema, self.store.prefix)
-        for tier, minutes in sql.TIERS.items():
-            oldest = last - self.retention.keeps(tier) * _MINUTES_PER_DAY
-            await retry.run(ctx, statement, tier=tier, before=oldest // minutes)
-
-
-def _columns(rows: dict[_Row, Any], **values: list[Any]) -> dict[str, list[Any]]:
-    """The row keys as the parallel arrays the additive writes take, with ``values``."""
-    keys = list(rows)
-    return {
-        "queues": [k[0] for k in keys],
-        "tiers": [k[1] for k in keys],
-        "buckets": [k[2] for k in keys],
-        **values,
-    }
-
-
-def _spread(key: str, rollup: str, minute: int) -> list[_Row]:
-    """The rows one minute of a queue adds to: each tier of the queue and of the rollup."""
-    return [(who, tier, minute // m) for who in (key, rollup) for tier, m in sql.TIERS.items()]
-
-
-async def _add_difference(
-    db: Database,
-    store: PostgresMetricsStore,
-    namespace: str,
-    key: str,
-    counts: Counts,
-    latency: Latency,
-) -> int:
-    """Inside the snapshot's transaction: what ``counts`` and ``latency`` add over the
-    stored minute rows, added to every tier of the queue and of the rollup in one write;
-    minutes whose counts changed."""
-    stored = await _stored(db, store, key, sorted(set(counts) | set(latency)))
-    width = 2 * histogram.SLOTS
-    sums: dict[_Row, tuple[list[int], list[int] | None]] = {}
-    changed = 0
-    for minute in sorted(set(counts) | set(latency)):
-        had = stored.get(minute, {})
-        completed, failed = counts.get(minute, (0, 0))
-        add = [max(completed - had.get("completed", 0), 0), max(failed - had.get("failed", 0), 0)]
-        histograms = None
-        if minute in latency:
-            wait, run = latency[minute]
-            histograms = histogram.subtract([*wait, *run], had.get("latency") or [0] * width)
-            histograms = histograms if any(histograms) else None
-        if add == [0, 0] and histograms is None:
-            continue
-        changed += add != [0, 0]
-        for row in _spread(key, namespace + sql.GLOBAL, minute):
-            total, packed = sums.get(row, ([0, 0], None))
-            total = [total[0] + add[0], total[1] + add[1]]
-            if histograms is not None:
-                packed = histogram.merge([packed or [0] * width, histograms])
-            sums[row] = (total, packed)
-    if sums:
-        write = sql.add_measures(store.schema, store.prefix)
-        values = list(sums.values())
-        columns = _columns(
-            sums,
-            completed=[v[0][0] for v in values],
-            failed=[v[0][1] for v in values],
-            latency=[
-                None if v[1] is None else "{" + ",".join(map(str, v[1])) + "}" for v in values
-            ],
-        )
-        await db.execute(write.sql, write.bind(**columns))
-    return changed
-
-
-async def _stored(
-    db: Database, store: PostgresMetricsStore, key: str, minutes: list[int]
-) -> dict[int, dict[str, Any]]:
-    read = sql.stored_minutes(store.schema, store.prefix)
-    rows = await db.execute(read.sql, read.bind(queue=key, buckets=minutes))
-    return {int(r["bucket"]): dict(r) for r in rows}
+    async def _record_ages(self, queues: list[str], clock: Clock) -> None:
+        ages = {self._key(q): age for q, age in (await self.sources.queue_ages(queues)).items()}
+        if ages:
+            ages[self.sources.namespace + GLOBAL] = max(ages.values())
+            await self.store.add_ages(ages, minute=clock.current, retention=self.retention)
 
 
 async def record_metrics(
     boss: Boss,
     *,
+    store: MetricsStore | None = None,
     schema: str | None = None,
     table_prefix: str = "qcore_metrics_",
     allow: Collection[str] | None = None,
     **options: Any,
 ) -> None:
     """Record ``boss``'s queues while it runs: a :class:`MetricsRecorder` started and
-    stopped with it, on its connection, storing in ``schema`` (default: the queues'
-    own), its warnings and errors on the boss's events. ``options`` are the
+    stopped with it, its warnings and errors on the boss's events, into ``store``
+    (default: a :class:`PostgresMetricsStore` on the boss's connection, in ``schema``,
+    default the queues' own, tables named with ``table_prefix``). ``options`` are the
     recorder's, checked now."""
+    if store is not None and (schema is not None or table_prefix != "qcore_metrics_"):
+        raise ValidationError("give a store, or the schema and table_prefix of one, not both")
     MetricsRecorder(cast(Any, None), cast(Any, None), **options)  # bad options fail here
 
     def make(ctx: Context, events: Events) -> MetricsRecorder:
-        store = PostgresMetricsStore(
+        into = store or PostgresMetricsStore(
             ctx.db,
             schema=schema or ctx.schema_spec,
             backend=ctx.backend,
             table_prefix=table_prefix,
         )
-        return MetricsRecorder(store, PgBossQueues(ctx, allow=allow), events=events, **options)
+        return MetricsRecorder(into, PgBossQueues(ctx, allow=allow), events=events, **options)
 
     await boss.add_service(make)

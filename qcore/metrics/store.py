@@ -1,31 +1,32 @@
-"""Where the history is kept: :class:`PostgresMetricsStore`, tables of its own in the
-database the queues use, and :func:`migrate_metrics`, the deploy step that creates them.
+"""What every metrics store keeps and answers: :class:`MetricsStore`, the contract the
+recorder writes through and the provider and admin read through, the three tiers, the
+rollup key, and :class:`Retention`.
 
-The tables (:mod:`qcore.sql.metrics`) are created on first use with ``migrate=True``
-(and a store of an older layout upgraded), in one transaction under the backend's lock
-(pg-boss's advisory lock where the engine has it, qcore's lease elsewhere), the schema
-only if it is missing. A store whose meta table records a newer layout than this qcore
-writes is refused to writers before anything is written, naming both versions; readers
-still read it.
+A store holds buckets of queue keys (``pgboss:<schema>:<queue>``, and each namespace's
+``__global__`` rollup) at three tiers: ``m`` (minutes), ``h`` (hours) and ``d`` (days),
+bucket numbers counted in that tier's units since the epoch (UTC). A bucket carries the
+completed and failed counts, both latency histograms (wait, then run, ``SLOTS`` each)
+and the queue-age gauge. Two stores ship: :class:`~qcore.metrics.PostgresMetricsStore`
+(tables in the queues' database) and :class:`~qcore.metrics.RedisMetricsStore`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
-from qcore import backends, locks, retry
-from qcore.backend import Backend
-from qcore.context import Context
-from qcore.db import Database, connect
-from qcore.errors import ConfigError, SchemaVersionError, ValidationError
-from qcore.identifiers import schema_name
-from qcore.metrics.sources import namespace_of
-from qcore.sql import metrics as sql
-from qcore.sql.probes import table_in_schema
+from qcore.errors import ValidationError
+from qcore.metrics.sources import Counts, Latency
 
-__all__ = ["PostgresMetricsStore", "Retention", "migrate_metrics"]
+__all__ = ["GLOBAL", "TIERS", "Bucket", "KeyUsage", "MetricsStore", "Retention", "Snapshot"]
 
-_PREFIX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+#: the rollup across a namespace's queues
+GLOBAL = "__global__"
+
+#: tier letter -> minutes per bucket
+TIERS = {"m": 1, "h": 60, "d": 1440}
+
+MINUTES_PER_DAY = 1440
 
 
 @dataclass(frozen=True)
@@ -54,122 +55,95 @@ class Retention:
         """Days kept of a tier (``m``, ``h`` or ``d``)."""
         return {"m": self.minutes, "h": self.hours, "d": self.days}[tier]
 
+    def oldest(self, tier: str, minute: int) -> int:
+        """The oldest bucket of ``tier`` still kept when the clock reads ``minute``."""
+        return (minute - self.keeps(tier) * MINUTES_PER_DAY) // TIERS[tier]
 
-class PostgresMetricsStore:
-    """The history's tables in ``schema`` (default ``pgboss``), named with
-    ``table_prefix`` (two boards with their own prefixes keep apart in one schema); on
-    ``db_or_dsn`` (a URL: the store opens and closes its pool; an adapter: the caller's
-    to close)."""
 
-    def __init__(
-        self,
-        db_or_dsn: Database | str,
-        *,
-        schema: str = "pgboss",
-        backend: Backend | str = "postgres",
-        table_prefix: str = "qcore_metrics_",
-        migrate: bool = True,
-    ) -> None:
-        if not table_prefix or not set(table_prefix) <= _PREFIX_CHARS:
-            raise ValidationError(
-                "table_prefix must be lower-case letters, digits and underscores,"
-                f" got {table_prefix!r}"
-            )
-        self.schema = schema_name(schema)
-        self.prefix = table_prefix
-        self.migrate = migrate
-        self._backend = backends.get(backend)
-        self._given = db_or_dsn if not isinstance(db_or_dsn, str) else None
-        self._dsn = db_or_dsn if isinstance(db_or_dsn, str) else None
-        self._ctx: Context | None = None
-        self._version = sql.METRICS_LAYOUT_VERSION
+@dataclass(frozen=True)
+class Bucket:
+    """One stored bucket: counts, the packed histograms (None: no sample) and the age of
+    the oldest waiting job in seconds (None: none waited)."""
 
-    async def context(self, *, writing: bool = True) -> Context:
-        """The store's context, its tables checked (and created or upgraded with
-        ``migrate``) on the first call. A store of a newer layout is refused to every
-        writer, every call; a reader (``writing=False``) still reads it."""
-        if self._ctx is None:
-            db = self._given if self._given is not None else await connect(str(self._dsn), max=4)
-            ctx = Context(db=db, backend=self._backend, schema_spec=self.schema)
-            try:
-                self._version = await _ready(ctx, self.prefix, migrate=self.migrate)
-            except BaseException:
-                if self._given is None:
-                    await db.close()
-                raise
-            self._ctx = ctx
-        if writing:
-            _refuse_newer(self._ctx, self._version)
-        return self._ctx
+    completed: int = 0
+    failed: int = 0
+    latency: list[int] | None = None
+    age: float | None = None
+
+
+@dataclass(frozen=True)
+class KeyUsage:
+    """The footprint of one key's tier: rows (buckets), bytes, oldest and newest bucket."""
+
+    key: str
+    tier: str
+    rows: int
+    bytes: int
+    oldest: int
+    newest: int
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What a tick read of one queue: its key and its namespace's rollup key, the counts
+    and histograms of closed minutes, and the clock (the current minute) it was read by."""
+
+    key: str
+    rollup: str
+    counts: Counts
+    latency: Latency
+    minute: int
+    retention: Retention
+
+
+class MetricsStore(Protocol):
+    """A place the history lives. Writes are additive and idempotent: a snapshot adds,
+    to every tier of the queue and of the rollup, only what its minutes hold beyond the
+    minutes already stored, atomically."""
+
+    #: the key prefix readers show by default (``pgboss:<schema>:`` of one job schema)
+    default_namespace: str
+
+    async def ready(self, *, writing: bool = True) -> None:
+        """Check (and, where allowed, create) the store; a store of a newer layout is
+        refused to writers (:class:`~qcore.errors.SchemaVersionError`), read by readers."""
+
+    async def now_minute(self) -> int:
+        """The current UTC minute on the store's own clock (what a board reads by)."""
+
+    async def take_leases(self, keys: list[str], *, holder: str, seconds: float) -> set[str]:
+        """Of ``keys``, those whose sampling lease ``holder`` holds for ``seconds`` more
+        (taken where free, expired or already its own), on the store's clock."""
+
+    async def release_leases(self, keys: list[str], *, holder: str) -> None:
+        """Give up ``holder``'s leases of ``keys`` (another recorder takes them at once)."""
+
+    async def newest_minute(self, key: str) -> int | None:
+        """The newest minute holding finished jobs stored for ``key``."""
+
+    async def add_snapshot(self, snapshot: Snapshot) -> int:
+        """Add what ``snapshot`` holds beyond the stored minutes, in one atomic step; the
+        number of minutes whose counts changed."""
+
+    async def add_ages(self, ages: dict[str, float], *, minute: int, retention: Retention) -> None:
+        """Raise the age gauge of each key's buckets covering ``minute`` to its value."""
+
+    async def prune(self, retention: Retention, *, minute: int) -> None:
+        """Drop the buckets past each tier's retention when the clock reads ``minute``."""
+
+    async def read_series(self, key: str, tier: str, first: int) -> dict[int, Bucket]:
+        """``key``'s buckets of ``tier`` from bucket ``first`` on."""
+
+    async def keys(self, namespace: str) -> list[str]:
+        """Every key under ``namespace`` holding buckets."""
+
+    async def usage(self, namespace: str) -> tuple[list[KeyUsage], bool]:
+        """The footprint of every key and tier under ``namespace``, and whether its bytes
+        are estimated (the parts add up to the store's real size where it can say)."""
+
+    async def purge(self, namespace: str, key: str | None, before: int | None) -> None:
+        """Delete the buckets of ``key`` (None: every key of ``namespace``) that ended by
+        minute ``before`` (None: all); one key's first subtracted from its rollup."""
 
     async def close(self) -> None:
-        """Close the pool if the store opened it."""
-        ctx, self._ctx = self._ctx, None
-        if ctx is not None and self._given is None:
-            await ctx.db.close()
-
-
-async def _layout_version(ctx: Context, prefix: str) -> int | None:
-    rows = await retry.run(ctx, table_in_schema, schema=ctx.schema, name=prefix + "meta")
-    if not rows[0]["present"]:
-        return None
-    rows = await retry.run(ctx, sql.read_layout_version(ctx.schema, prefix))
-    return int(rows[0]["value"]) if rows else None
-
-
-def _refuse_newer(ctx: Context, version: int) -> None:
-    if version > sql.METRICS_LAYOUT_VERSION:
-        raise SchemaVersionError(
-            f"the metrics store in schema {ctx.schema!r} was written with layout version"
-            f" {version}; this qcore writes version {sql.METRICS_LAYOUT_VERSION}: upgrade qcore"
-        )
-
-
-async def _ready(ctx: Context, prefix: str, *, migrate: bool) -> int:
-    """Check the store's layout, creating or upgrading it where ``migrate`` allows; the
-    version found (a newer one is left for the caller to refuse or read)."""
-    version = await _layout_version(ctx, prefix)
-    if version is not None and version >= sql.METRICS_LAYOUT_VERSION:
-        return version
-    if not migrate:
-        raise ConfigError(
-            f"the metrics store in schema {ctx.schema!r} (tables {prefix}*) is"
-            f" {'not set up' if version is None else f'at layout version {version}'}"
-            " and migrate=False forbids changing it; run the deploy step"
-            f" `await qcore.metrics.migrate_metrics(url, schema={ctx.schema!r})` with a role"
-            " allowed to create tables"
-        )
-
-    async def create(db: Database) -> int:
-        locked = ctx.with_db(db)
-        found = await _layout_version(locked, prefix)
-        if found is not None and found >= sql.METRICS_LAYOUT_VERSION:
-            return found  # another process migrated it meanwhile
-        await db.execute(f"CREATE SCHEMA IF NOT EXISTS {ctx.q}")
-        steps = sql.create_tables(ctx.schema, prefix)
-        if found == 1:
-            steps = sql.upgrade_from_1(ctx.schema, prefix, namespace_of(ctx.schema))
-        for statement in steps:
-            await db.execute(statement)
-        write = sql.write_layout_version(ctx.schema, prefix)
-        await db.execute(write.sql, write.bind(version=str(sql.METRICS_LAYOUT_VERSION)))
-        return sql.METRICS_LAYOUT_VERSION
-
-    return await locks.run_locked(ctx, f"metrics:{prefix}", create)
-
-
-async def migrate_metrics(
-    db_or_dsn: Database | str,
-    *,
-    schema: str = "pgboss",
-    backend: Backend | str = "postgres",
-    table_prefix: str = "qcore_metrics_",
-) -> None:
-    """The deploy step: create (or check) the store's tables, then close what it opened."""
-    store = PostgresMetricsStore(
-        db_or_dsn, schema=schema, backend=backend, table_prefix=table_prefix, migrate=True
-    )
-    try:
-        await store.context()
-    finally:
-        await store.close()
+        """Close what the store opened itself."""

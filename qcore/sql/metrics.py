@@ -19,9 +19,7 @@ from qcore.identifiers import quote
 from qcore.sql._statement import Params, Statement
 
 __all__ = [
-    "GLOBAL",
     "METRICS_LAYOUT_VERSION",
-    "TIERS",
     "add_ages",
     "add_measures",
     "clock",
@@ -39,6 +37,7 @@ __all__ = [
     "read_layout_version",
     "read_series",
     "recorded_queues",
+    "release_leases",
     "series_usage",
     "stored_minutes",
     "subtract_from_rollup",
@@ -51,12 +50,6 @@ __all__ = [
 
 #: the layout this qcore writes (the meta table's ``schema_version``)
 METRICS_LAYOUT_VERSION = 2
-
-#: the rollup across a namespace's queues
-GLOBAL = "__global__"
-
-#: tier letter -> minutes per bucket
-TIERS = {"m": 1, "h": 60, "d": 1440}
 
 #: a histogram slot's ceiling (``integer``): a sum past it stays there
 _SLOT_MAX = 2_147_483_647
@@ -268,6 +261,15 @@ def take_leases(schema: str, prefix: str) -> Statement:
         f" FROM unnest({p('queues')}::text[]) AS k"
         " ON CONFLICT (queue) DO UPDATE SET holder = excluded.holder, until = excluded.until"
         " WHERE l.until < now() OR l.holder = excluded.holder RETURNING l.queue"
+    )
+
+
+def release_leases(schema: str, prefix: str) -> Statement:
+    """Drop ``holder``'s sampling leases of ``queues`` (a recorder stopping cleanly)."""
+    p = Params()
+    return p.statement(
+        f"DELETE FROM {_table(schema, prefix, 'lease')}"
+        f" WHERE holder = {p('holder')} AND queue = ANY({p('queues')}::text[])"
     )
 
 

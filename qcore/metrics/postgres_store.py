@@ -1,0 +1,335 @@
+"""The history in PostgreSQL: :class:`PostgresMetricsStore`, tables of its own in the
+database the queues use, and :func:`migrate_metrics`, the deploy step that creates them.
+
+The tables (:mod:`qcore.sql.metrics`) are created on first use with ``migrate=True``
+(and a store of an older layout upgraded), in one transaction under the backend's lock
+(pg-boss's advisory lock where the engine has it, qcore's lease elsewhere), the schema
+only if it is missing. A store whose meta table records a newer layout than this qcore
+writes is refused to writers before anything is written, naming both versions; readers
+still read it.
+
+A snapshot reads the queue's stored minute rows ``FOR UPDATE`` under the queue's lock,
+diffs the incoming minutes against them in Python and adds the difference to every tier
+of the queue and of the rollup in one write, all in one transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qcore import backends, locks, retry
+from qcore.backend import Backend
+from qcore.context import Context
+from qcore.db import Database, connect
+from qcore.errors import ConfigError, SchemaVersionError, ValidationError
+from qcore.identifiers import schema_name
+from qcore.metrics import histogram
+from qcore.metrics.sources import namespace_of
+from qcore.metrics.store import GLOBAL, TIERS, Bucket, KeyUsage, Retention, Snapshot
+from qcore.sql import metrics as sql
+from qcore.sql.probes import table_in_schema
+
+__all__ = ["PostgresMetricsStore", "migrate_metrics"]
+
+_PREFIX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+class PostgresMetricsStore:
+    """The history's tables in ``schema`` (default ``pgboss``), named with
+    ``table_prefix`` (two boards with their own prefixes keep apart in one schema); on
+    ``db_or_dsn`` (a URL: the store opens and closes its pool; an adapter: the caller's
+    to close)."""
+
+    def __init__(
+        self,
+        db_or_dsn: Database | str,
+        *,
+        schema: str = "pgboss",
+        backend: Backend | str = "postgres",
+        table_prefix: str = "qcore_metrics_",
+        migrate: bool = True,
+    ) -> None:
+        if not table_prefix or not set(table_prefix) <= _PREFIX_CHARS:
+            raise ValidationError(
+                "table_prefix must be lower-case letters, digits and underscores,"
+                f" got {table_prefix!r}"
+            )
+        self.schema = schema_name(schema)
+        self.prefix = table_prefix
+        self.default_namespace = namespace_of(self.schema)
+        self.migrate = migrate
+        self._backend = backends.get(backend)
+        self._given = db_or_dsn if not isinstance(db_or_dsn, str) else None
+        self._dsn = db_or_dsn if isinstance(db_or_dsn, str) else None
+        self._ctx: Context | None = None
+        self._version = sql.METRICS_LAYOUT_VERSION
+
+    async def context(self, *, writing: bool = True) -> Context:
+        """The store's context, its tables checked (and created or upgraded with
+        ``migrate``) on the first call. A store of a newer layout is refused to every
+        writer, every call; a reader (``writing=False``) still reads it."""
+        if self._ctx is None:
+            db = self._given if self._given is not None else await connect(str(self._dsn), max=4)
+            ctx = Context(db=db, backend=self._backend, schema_spec=self.schema)
+            try:
+                self._version = await _ready(ctx, self.prefix, migrate=self.migrate)
+            except BaseException:
+                if self._given is None:
+                    await db.close()
+                raise
+            self._ctx = ctx
+        if writing:
+            _refuse_newer(self._ctx, self._version)
+        return self._ctx
+
+    async def close(self) -> None:
+        """Close the pool if the store opened it."""
+        ctx, self._ctx = self._ctx, None
+        if ctx is not None and self._given is None:
+            await ctx.db.close()
+
+    # -- the store contract (qcore.metrics.store.MetricsStore)
+
+    async def ready(self, *, writing: bool = True) -> None:
+        await self.context(writing=writing)
+
+    async def _write(self, statement: Any, **values: Any) -> list[Any]:
+        return list(await retry.run(await self.context(), statement, **values))
+
+    async def _read(self, statement: Any, **values: Any) -> list[Any]:
+        return list(await retry.run(await self.context(writing=False), statement, **values))
+
+    async def now_minute(self) -> int:
+        [row] = await self._read(sql.database_minute())
+        return int(row["minute"])
+
+    async def take_leases(self, keys: list[str], *, holder: str, seconds: float) -> set[str]:
+        if not keys:
+            return set()
+        statement = sql.take_leases(self.schema, self.prefix)
+        rows = await self._write(statement, holder=holder, seconds=seconds, queues=keys)
+        return {str(r["queue"]) for r in rows}
+
+    async def release_leases(self, keys: list[str], *, holder: str) -> None:
+        statement = sql.release_leases(self.schema, self.prefix)
+        await self._write(statement, holder=holder, queues=keys)
+
+    async def newest_minute(self, key: str) -> int | None:
+        [row] = await self._write(sql.newest_minute(self.schema, self.prefix), queue=key)
+        return None if row["minute"] is None else int(row["minute"])
+
+    async def add_snapshot(self, snapshot: Snapshot) -> int:
+        ctx = await self.context()
+        return await locks.run_locked(
+            ctx,
+            f"metrics:{self.prefix}:{snapshot.key}",
+            lambda db: self._add_difference(db, snapshot),
+        )
+
+    async def _add_difference(self, db: Database, snapshot: Snapshot) -> int:
+        """Inside the snapshot's transaction: what the snapshot adds over the stored minute
+        rows, added to every tier of the queue and of the rollup in one write; minutes
+        whose counts changed."""
+        minutes = sorted(set(snapshot.counts) | set(snapshot.latency))
+        read = sql.stored_minutes(self.schema, self.prefix)
+        rows = await db.execute(read.sql, read.bind(queue=snapshot.key, buckets=minutes))
+        stored = {int(r["bucket"]): dict(r) for r in rows}
+        width = 2 * histogram.SLOTS
+        sums: dict[_Row, tuple[list[int], list[int] | None]] = {}
+        changed = 0
+        for minute in minutes:
+            had = stored.get(minute, {})
+            completed, failed = snapshot.counts.get(minute, (0, 0))
+            add = [
+                max(completed - had.get("completed", 0), 0),
+                max(failed - had.get("failed", 0), 0),
+            ]
+            histograms = None
+            if minute in snapshot.latency:
+                wait, run = snapshot.latency[minute]
+                histograms = histogram.subtract([*wait, *run], had.get("latency") or [0] * width)
+                histograms = histograms if any(histograms) else None
+            if add == [0, 0] and histograms is None:
+                continue
+            changed += add != [0, 0]
+            for row in _spread([snapshot.key, snapshot.rollup], minute):
+                total, packed = sums.get(row, ([0, 0], None))
+                total = [total[0] + add[0], total[1] + add[1]]
+                if histograms is not None:
+                    packed = histogram.merge([packed or [0] * width, histograms])
+                sums[row] = (total, packed)
+        if sums:
+            write = sql.add_measures(self.schema, self.prefix)
+            values = list(sums.values())
+            columns = _columns(
+                sums,
+                completed=[v[0][0] for v in values],
+                failed=[v[0][1] for v in values],
+                latency=[None if v[1] is None else _array(v[1]) for v in values],
+            )
+            await db.execute(write.sql, write.bind(**columns))
+        return changed
+
+    async def add_ages(self, ages: dict[str, float], *, minute: int, retention: Retention) -> None:
+        rows = {row: age for key, age in ages.items() for row in _spread([key], minute)}
+        if rows:
+            statement = sql.add_ages(self.schema, self.prefix)
+            await self._write(statement, **_columns(rows, age=list(rows.values())))
+
+    async def prune(self, retention: Retention, *, minute: int) -> None:
+        statement = sql.prune_tier(self.schema, self.prefix)
+        for tier in TIERS:
+            await self._write(statement, tier=tier, before=retention.oldest(tier, minute))
+
+    async def read_series(self, key: str, tier: str, first: int) -> dict[int, Bucket]:
+        statement = sql.read_series(self.schema, self.prefix)
+        rows = await self._read(statement, queue=key, tier=tier, first=first)
+        return {
+            int(r["bucket"]): Bucket(
+                completed=int(r["completed"]),
+                failed=int(r["failed"]),
+                latency=None if r["latency"] is None else [int(n) for n in r["latency"]],
+                age=None if r["age"] is None else float(r["age"]),
+            )
+            for r in rows
+        }
+
+    async def keys(self, namespace: str) -> list[str]:
+        return sorted({str(r["queue"]) for r in await self._usage_rows(namespace)})
+
+    async def _usage_rows(self, namespace: str) -> list[dict[str, Any]]:
+        statement = sql.series_usage(self.schema, self.prefix)
+        return [dict(r) for r in await self._read(statement, namespace=namespace)]
+
+    async def usage(self, namespace: str) -> tuple[list[KeyUsage], bool]:
+        """Row bytes (``pg_column_size``) scaled so the parts add up to the table's size
+        on disk (``pg_total_relation_size``: indexes and TOAST included), shared by every
+        namespace in it; the row bytes alone (estimated) where the backend cannot say."""
+        rows = await self._usage_rows(namespace)
+        row_bytes = sum(int(r["row_bytes"]) for r in rows)
+        scale, estimated = 1.0, True
+        ctx = await self.context(writing=False)
+        if ctx.backend.capabilities.drift_catalog and row_bytes:
+            [size] = await self._read(sql.table_bytes(self.schema, self.prefix))
+            every = row_bytes if namespace == "" else await self._all_row_bytes()
+            scale, estimated = int(size["bytes"]) / every, False
+        return [
+            KeyUsage(
+                key=str(r["queue"]),
+                tier=str(r["tier"]),
+                rows=int(r["rows"]),
+                bytes=round(int(r["row_bytes"]) * scale),
+                oldest=int(r["oldest"]),
+                newest=int(r["newest"]),
+            )
+            for r in rows
+        ], estimated
+
+    async def _all_row_bytes(self) -> int:
+        return sum(int(r["row_bytes"]) for r in await self._usage_rows("")) or 1
+
+    async def purge(self, namespace: str, key: str | None, before: int | None) -> None:
+        values = {"namespace": namespace, "before": before}
+        if key is None:
+            await self._write(sql.purge_keys(self.schema, self.prefix), queue=None, **values)
+            return
+
+        async def purge_one(db: Database) -> None:
+            subtract = sql.subtract_from_rollup(self.schema, self.prefix)
+            rollup = namespace + GLOBAL
+            await db.execute(subtract.sql, subtract.bind(rollup=rollup, queue=key, before=before))
+            delete = sql.purge_keys(self.schema, self.prefix)
+            await db.execute(delete.sql, delete.bind(queue=key, **values))
+
+        await locks.run_locked(await self.context(), f"metrics:{self.prefix}:{key}", purge_one)
+
+
+#: (queue key, tier, bucket)
+_Row = tuple[str, str, int]
+
+
+def _spread(keys: list[str], minute: int) -> list[_Row]:
+    """The rows one minute of ``keys`` adds to: each tier of each key."""
+    return [(key, tier, minute // m) for key in keys for tier, m in TIERS.items()]
+
+
+def _columns(rows: dict[_Row, Any], **values: list[Any]) -> dict[str, list[Any]]:
+    """The row keys as the parallel arrays the additive writes take, with ``values``."""
+    keys = list(rows)
+    return {
+        "queues": [k[0] for k in keys],
+        "tiers": [k[1] for k in keys],
+        "buckets": [k[2] for k in keys],
+        **values,
+    }
+
+
+def _array(values: list[int]) -> str:
+    """An ``integer[]`` literal."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+async def _layout_version(ctx: Context, prefix: str) -> int | None:
+    rows = await retry.run(ctx, table_in_schema, schema=ctx.schema, name=prefix + "meta")
+    if not rows[0]["present"]:
+        return None
+    rows = await retry.run(ctx, sql.read_layout_version(ctx.schema, prefix))
+    return int(rows[0]["value"]) if rows else None
+
+
+def _refuse_newer(ctx: Context, version: int) -> None:
+    if version > sql.METRICS_LAYOUT_VERSION:
+        raise SchemaVersionError(
+            f"the metrics store in schema {ctx.schema!r} was written with layout version"
+            f" {version}; this qcore writes version {sql.METRICS_LAYOUT_VERSION}: upgrade qcore"
+        )
+
+
+async def _ready(ctx: Context, prefix: str, *, migrate: bool) -> int:
+    """Check the store's layout, creating or upgrading it where ``migrate`` allows; the
+    version found (a newer one is left for the caller to refuse or read)."""
+    version = await _layout_version(ctx, prefix)
+    if version is not None and version >= sql.METRICS_LAYOUT_VERSION:
+        return version
+    if not migrate:
+        raise ConfigError(
+            f"the metrics store in schema {ctx.schema!r} (tables {prefix}*) is"
+            f" {'not set up' if version is None else f'at layout version {version}'}"
+            " and migrate=False forbids changing it; run the deploy step"
+            f" `await qcore.metrics.migrate_metrics(url, schema={ctx.schema!r})` with a role"
+            " allowed to create tables"
+        )
+
+    async def create(db: Database) -> int:
+        locked = ctx.with_db(db)
+        found = await _layout_version(locked, prefix)
+        if found is not None and found >= sql.METRICS_LAYOUT_VERSION:
+            return found  # another process migrated it meanwhile
+        await db.execute(f"CREATE SCHEMA IF NOT EXISTS {ctx.q}")
+        steps = sql.create_tables(ctx.schema, prefix)
+        if found == 1:
+            steps = sql.upgrade_from_1(ctx.schema, prefix, namespace_of(ctx.schema))
+        for statement in steps:
+            await db.execute(statement)
+        write = sql.write_layout_version(ctx.schema, prefix)
+        await db.execute(write.sql, write.bind(version=str(sql.METRICS_LAYOUT_VERSION)))
+        return sql.METRICS_LAYOUT_VERSION
+
+    return await locks.run_locked(ctx, f"metrics:{prefix}", create)
+
+
+async def migrate_metrics(
+    db_or_dsn: Database | str,
+    *,
+    schema: str = "pgboss",
+    backend: Backend | str = "postgres",
+    table_prefix: str = "qcore_metrics_",
+) -> None:
+    """The deploy step: create (or check) the store's tables, then close what it opened."""
+    store = PostgresMetricsStore(
+        db_or_dsn, schema=schema, backend=backend, table_prefix=table_prefix, migrate=True
+    )
+    try:
+        await store.context()
+    finally:
+        await store.close()
