@@ -20,6 +20,7 @@ from qcore.metrics.history import (
 )
 from qcore.metrics.postgres_store import PostgresMetricsStore, migrate_metrics
 from qcore.metrics.recorder import MetricsRecorder, record_metrics
+from qcore.metrics.redis_store import RedisMetricsStore
 from qcore.metrics.sources import PgBossQueues, namespace_of
 from qcore.metrics.store import Bucket, KeyUsage, MetricsStore, Retention
 
@@ -36,6 +37,7 @@ __all__ = [
     "PgBossQueues",
     "PostgresMetricsStore",
     "QueueTotals",
+    "RedisMetricsStore",
     "Retention",
     "ThroughputPoint",
     "TierUsage",

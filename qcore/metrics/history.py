@@ -155,7 +155,7 @@ class MetricsHistoryProvider:
         now = await self.store.now_minute()
         kept = self.retention.keeps(tier) * 1440
         first, newest = (now - min(minutes, kept) + 1) // width, now // width
-        found = await self.store.read_series(self._key(queue), tier, first)
+        found = await self.store.read_series(self._key(queue), tier, first, newest)
         return _Rows(range(first, newest + 1), width, newest, found)
 
     @staticmethod

@@ -181,9 +181,9 @@ class PostgresMetricsStore:
         for tier in TIERS:
             await self._write(statement, tier=tier, before=retention.oldest(tier, minute))
 
-    async def read_series(self, key: str, tier: str, first: int) -> dict[int, Bucket]:
+    async def read_series(self, key: str, tier: str, first: int, last: int) -> dict[int, Bucket]:
         statement = sql.read_series(self.schema, self.prefix)
-        rows = await self._read(statement, queue=key, tier=tier, first=first)
+        rows = await self._read(statement, queue=key, tier=tier, first=first, last=last)
         return {
             int(r["bucket"]): Bucket(
                 completed=int(r["completed"]),

@@ -131,8 +131,8 @@ class MetricsStore(Protocol):
     async def prune(self, retention: Retention, *, minute: int) -> None:
         """Drop the buckets past each tier's retention when the clock reads ``minute``."""
 
-    async def read_series(self, key: str, tier: str, first: int) -> dict[int, Bucket]:
-        """``key``'s buckets of ``tier`` from bucket ``first`` on."""
+    async def read_series(self, key: str, tier: str, first: int, last: int) -> dict[int, Bucket]:
+        """``key``'s buckets of ``tier`` from bucket ``first`` to ``last``, oldest first."""
 
     async def keys(self, namespace: str) -> list[str]:
         """Every key under ``namespace`` holding buckets."""

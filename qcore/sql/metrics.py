@@ -353,12 +353,12 @@ def prune_tier(schema: str, prefix: str) -> Statement:
 
 
 def read_series(schema: str, prefix: str) -> Statement:
-    """One queue key's rows of a tier from bucket ``first`` on, oldest first."""
+    """One queue key's rows of a tier from bucket ``first`` to ``last``, oldest first."""
     p = Params()
     return p.statement(
         f"SELECT bucket, completed, failed, latency, age FROM {_table(schema, prefix, 'series')}"
-        f" WHERE queue = {p('queue')} AND tier = {p('tier')} AND bucket >= {p('first')}"
-        " ORDER BY bucket"
+        f" WHERE queue = {p('queue')} AND tier = {p('tier')}"
+        f" AND bucket BETWEEN {p('first')} AND {p('last')} ORDER BY bucket"
     )
 
 

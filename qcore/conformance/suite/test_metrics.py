@@ -2,15 +2,21 @@
 hour and day tiers and the rollup, idempotently (a second recorder, a restart, the same
 minutes counted again add nothing), each tier pruned past its retention on the schema's
 controllable clock, and a store of a newer layout refused before anything is written.
+The tests of the store contract run against both stores (``metrics_store``: PostgreSQL
+in the test's schema, and Redis at ``QCORE_TEST_REDIS_URL``, default the local server).
 Jobs are written finished at chosen minutes, so nothing here waits on a worker."""
 
 from __future__ import annotations
 
 import datetime as dt
 import math
+import os
+import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from qcore.conformance.helpers import set_clock, until
 from qcore.context import Context
@@ -20,13 +26,16 @@ from qcore.metrics import (
     MetricsHistoryAdmin,
     MetricsHistoryProvider,
     MetricsRecorder,
+    MetricsStore,
     PgBossQueues,
     PostgresMetricsStore,
+    RedisMetricsStore,
     Retention,
     namespace_of,
     record_metrics,
 )
 from qcore.metrics.histogram import slot_of
+from qcore.metrics.store import TIERS
 from qcore.ops.drift import detect_schema_drift
 
 pytestmark = pytest.mark.feature("metrics")
@@ -75,33 +84,79 @@ def _store(ctx: Context, **options: Any) -> PostgresMetricsStore:
     return PostgresMetricsStore(ctx.db, schema=ctx.schema, backend=ctx.backend, **options)
 
 
+REDIS_URL = os.environ.get("QCORE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+async def redis_client() -> Any:
+    """A client of the test Redis server; skips the test when none answers there."""
+    try:
+        import redis.asyncio as aioredis
+    except ImportError:
+        pytest.skip("redis-py is not installed (pip install 'qcore[redis]')")
+    client = aioredis.from_url(REDIS_URL)
+    try:
+        await client.ping()
+    except Exception as exc:
+        await client.aclose()
+        pytest.skip(f"no Redis server answers at {REDIS_URL}: {exc}")
+    return client
+
+
+async def drop_prefix(client: Any, prefix: str) -> None:
+    async for key in client.scan_iter(match=prefix + ":*", count=1000):
+        await client.delete(key)
+
+
+@pytest_asyncio.fixture(params=["postgres-store", "redis-store"])
+async def metrics_store(request: pytest.FixtureRequest, ctx: Context) -> AsyncIterator[Any]:
+    """The store under test: tables in the test's schema, or a Redis prefix of its own."""
+    if request.param == "postgres-store":
+        yield _store(ctx)
+        return
+    client = await redis_client()
+    prefix = f"qcore-test:{uuid.uuid4().hex[:12]}"
+    store = RedisMetricsStore(client, prefix=prefix, schema=ctx.schema)
+    try:
+        yield store
+    finally:
+        await drop_prefix(client, prefix)
+        await client.aclose()
+
+
 def _totals(points: list[Any]) -> tuple[int, int]:
     return sum(p.completed for p in points), sum(p.failed for p in points)
 
 
-async def _tiers(ctx: Context, queue: str) -> dict[str, tuple[int, int]]:
-    rows = await ctx.db.execute(
-        f"SELECT tier, sum(completed) AS c, sum(failed) AS f FROM {ctx.q}.qcore_metrics_series"
-        " WHERE queue = $1 AND (completed > 0 OR failed > 0) GROUP BY tier",
-        [namespace_of(ctx.schema) + queue],
-    )
-    return {r["tier"]: (int(r["c"]), int(r["f"])) for r in rows}
+async def _tiers(store: MetricsStore, ctx: Context, queue: str) -> dict[str, tuple[int, int]]:
+    """Completed and failed stored per tier for ``queue`` (tiers holding some)."""
+    now = await store.now_minute()
+    key = namespace_of(ctx.schema) + queue
+    found = {}
+    for tier, width in TIERS.items():
+        rows = await store.read_series(key, tier, (now - 100 * 1440) // width, now // width)
+        counts = (sum(b.completed for b in rows.values()), sum(b.failed for b in rows.values()))
+        if counts != (0, 0):
+            found[tier] = counts
+    return found
 
 
-async def _expire_leases(ctx: Context) -> None:
-    await ctx.db.execute(
-        f"UPDATE {ctx.q}.qcore_metrics_lease SET until = now() - interval '1 second'"
-    )
+async def _hand_over(store: MetricsStore, ctx: Context, recorder: MetricsRecorder) -> None:
+    """``recorder`` gives up its leases (as when it stops): another may sample at once."""
+    queues = await PgBossQueues(ctx).names()
+    keys = [namespace_of(ctx.schema) + q for q in queues]
+    await store.release_leases(keys, holder=recorder.holder)
 
 
-async def test_counts_land_in_every_tier_and_the_rollup_once(ctx: Context) -> None:
+async def test_counts_land_in_every_tier_and_the_rollup_once(
+    ctx: Context, metrics_store: MetricsStore
+) -> None:
     for name in ("mail", "sms"):
         await _queue(ctx, name)
     await _finished(ctx, "mail", "completed", 10, n=3)
     await _finished(ctx, "mail", "failed", 10)
     await _finished(ctx, "mail", "completed", 30, n=2)
     await _finished(ctx, "sms", "completed", 20)
-    store = _store(ctx)
+    store = metrics_store
     first = MetricsRecorder(store, PgBossQueues(ctx))
 
     assert await first.tick() == 3  # three queue-minutes held finished jobs
@@ -112,25 +167,27 @@ async def test_counts_land_in_every_tier_and_the_rollup_once(ctx: Context) -> No
     assert _totals(mail) == (5, 1)
     assert _totals(await provider.throughput(window="60m")) == (6, 1)  # the rollup
     expected = {"m": (5, 1), "h": (5, 1), "d": (5, 1)}
-    assert await _tiers(ctx, "mail") == expected
+    assert await _tiers(store, ctx, "mail") == expected
 
     # a second recorder: the queues' leases are the first one's; once they expired, its
     # snapshot of the same minutes adds nothing; nor does the first one's again
     second = MetricsRecorder(store, PgBossQueues(ctx))
     assert await second.tick() == 0
-    await _expire_leases(ctx)
+    await _hand_over(store, ctx, first)
     assert await second.tick() == 0
-    await _expire_leases(ctx)
+    await _hand_over(store, ctx, second)
     assert await first.tick() == 0
-    assert await _tiers(ctx, "mail") == expected
-    assert await _tiers(ctx, "__global__") == {"m": (6, 1), "h": (6, 1), "d": (6, 1)}
+    assert await _tiers(store, ctx, "mail") == expected
+    assert await _tiers(store, ctx, "__global__") == {"m": (6, 1), "h": (6, 1), "d": (6, 1)}
 
 
-async def test_a_restart_resumes_from_the_newest_minute_stored(ctx: Context) -> None:
+async def test_a_restart_resumes_from_the_newest_minute_stored(
+    ctx: Context, metrics_store: MetricsStore
+) -> None:
     await _queue(ctx, "mail")
     await _finished(ctx, "mail", "completed", 30)
     await _finished(ctx, "mail", "completed", 10)
-    store = _store(ctx)
+    store = metrics_store
     await MetricsRecorder(store, PgBossQueues(ctx), holder="worker-1").tick()
     # the older minute's job is deleted (retention), a late one lands in the newest minute
     await ctx.db.execute(
@@ -140,30 +197,34 @@ async def test_a_restart_resumes_from_the_newest_minute_stored(ctx: Context) -> 
 
     # restarted under its name, it takes its leases back at once
     assert await MetricsRecorder(store, PgBossQueues(ctx), holder="worker-1").tick() == 1
-    assert await _tiers(ctx, "mail") == {"m": (2, 1), "h": (2, 1), "d": (2, 1)}
+    assert await _tiers(store, ctx, "mail") == {"m": (2, 1), "h": (2, 1), "d": (2, 1)}
 
 
-async def test_each_tier_is_pruned_past_its_retention(ctx: Context) -> None:
+async def test_each_tier_is_pruned_past_its_retention(
+    ctx: Context, metrics_store: MetricsStore
+) -> None:
     await _queue(ctx, "mail")
     await _finished(ctx, "mail", "completed", 20 * 60)  # 20 hours ago
-    store = _store(ctx)
+    store = metrics_store
     keep = Retention(minutes=1, hours=2, days=3)
     await MetricsRecorder(store, PgBossQueues(ctx), retention=keep).tick()
-    assert await _tiers(ctx, "mail") == {"m": (1, 0), "h": (1, 0), "d": (1, 0)}
+    assert await _tiers(store, ctx, "mail") == {"m": (1, 0), "h": (1, 0), "d": (1, 0)}
     try:
         await set_clock(ctx, 2 * 86400)  # the job is now 68 hours old
         await MetricsRecorder(store, PgBossQueues(ctx), retention=keep).tick()
     finally:
         await set_clock(ctx, 0)
-    assert await _tiers(ctx, "mail") == {"d": (1, 0)}
+    assert await _tiers(store, ctx, "mail") == {"d": (1, 0)}
 
 
-async def test_the_allowlist_and_a_queue_created_later(ctx: Context) -> None:
+async def test_the_allowlist_and_a_queue_created_later(
+    ctx: Context, metrics_store: MetricsStore
+) -> None:
     await _queue(ctx, "mail")
     await _queue(ctx, "secret")
     await _finished(ctx, "mail", "completed", 5)
     await _finished(ctx, "secret", "completed", 5)
-    store = _store(ctx)
+    store = metrics_store
     recorder = MetricsRecorder(store, PgBossQueues(ctx, allow={"mail", "later"}))
     await recorder.tick()
     await _queue(ctx, "later")
@@ -175,17 +236,23 @@ async def test_the_allowlist_and_a_queue_created_later(ctx: Context) -> None:
     assert _totals(await provider.throughput()) == (2, 0)
 
 
-async def test_a_newer_layout_is_refused_to_writers_and_still_read(ctx: Context) -> None:
-    with pytest.raises(ConfigError, match="migrate_metrics"):
-        await _store(ctx, migrate=False).context()
+async def test_a_newer_layout_is_refused_to_writers_and_still_read(
+    ctx: Context, metrics_store: MetricsStore
+) -> None:
     await _queue(ctx, "mail")
     await _finished(ctx, "mail", "completed", 5)
-    await MetricsRecorder(_store(ctx), PgBossQueues(ctx)).tick()
-    await ctx.db.execute(
-        f"UPDATE {ctx.q}.qcore_metrics_meta SET value = '99' WHERE key = 'schema_version'"
-    )
-    store = _store(ctx)
-    refusal = r"layout version 99.*writes version 2"
+    await MetricsRecorder(metrics_store, PgBossQueues(ctx)).tick()
+    if isinstance(metrics_store, RedisMetricsStore):
+        await metrics_store.client.hset(f"{metrics_store.prefix}:__meta__", "layout", 99)
+        store: MetricsStore = RedisMetricsStore(
+            metrics_store.client, prefix=metrics_store.prefix, schema=ctx.schema
+        )
+    else:
+        await ctx.db.execute(
+            f"UPDATE {ctx.q}.qcore_metrics_meta SET value = '99' WHERE key = 'schema_version'"
+        )
+        store = _store(ctx)
+    refusal = r"layout version 99.*writes version \d"
     with pytest.raises(SchemaVersionError, match=refusal):
         await MetricsRecorder(store, PgBossQueues(ctx)).tick()
     with pytest.raises(SchemaVersionError, match=refusal):
@@ -206,6 +273,8 @@ async def test_a_layout_1_store_is_upgraded_in_place(ctx: Context) -> None:
         f" INSERT INTO {ctx.q}.qcore_metrics_series"
         " SELECT 'qcore', 'mail', 'd', floor(extract(epoch FROM now()) / 86400), 7, 2"
     )
+    with pytest.raises(ConfigError, match="migrate_metrics"):
+        await PostgresMetricsStore(ctx.db, schema=f"{ctx.schema}_none", migrate=False).context()
     with pytest.raises(ConfigError, match="layout version 1"):
         await _store(ctx, migrate=False).context()
     provider = MetricsHistoryProvider(_store(ctx))
@@ -231,7 +300,9 @@ def _exact(values: list[float], p: float) -> float:
     return ordered[max(math.ceil(p / 100 * len(ordered)) - 1, 0)]
 
 
-async def test_latency_percentiles_fall_in_the_slot_of_the_exact_ones(ctx: Context) -> None:
+async def test_latency_percentiles_fall_in_the_slot_of_the_exact_ones(
+    ctx: Context, metrics_store: MetricsStore
+) -> None:
     await _queue(ctx, "mail")
     waits = [3.0] * 10 + [40.0] * 50 + [700.0] * 30 + [20_000.0] * 9 + [4_000_000.0]
     runs = [1_500.0] * 60 + [8_000.0] * 40
@@ -239,7 +310,7 @@ async def test_latency_percentiles_fall_in_the_slot_of_the_exact_ones(ctx: Conte
         await _finished(ctx, "mail", "completed", 10, wait_ms=wait, run_ms=run)
     # retried jobs: their run time counts, their wait time (a later attempt's) does not
     await _finished(ctx, "mail", "failed", 10, n=5, wait_ms=900_000, run_ms=8_000, retries=2)
-    store = _store(ctx)
+    store = metrics_store
     await MetricsRecorder(store, PgBossQueues(ctx)).tick()
 
     [point] = [p for p in await MetricsHistoryProvider(store).latency("mail") if p.wait.samples]
@@ -258,12 +329,12 @@ async def test_latency_percentiles_fall_in_the_slot_of_the_exact_ones(ctx: Conte
 
 
 async def test_a_busy_minute_is_sampled_and_scaled_back_the_same_each_time(
-    ctx: Context,
+    ctx: Context, metrics_store: MetricsStore
 ) -> None:
     await _queue(ctx, "mail")
     await _finished(ctx, "mail", "completed", 10, n=600, wait_ms=30, run_ms=200)
     await _finished(ctx, "mail", "completed", 10, n=600, wait_ms=3_000, run_ms=200)
-    store = _store(ctx)
+    store = metrics_store
     recorder = MetricsRecorder(store, PgBossQueues(ctx), max_samples_per_tick=60, holder="r")
     await recorder.tick()
     provider = MetricsHistoryProvider(store)
@@ -275,7 +346,9 @@ async def test_a_busy_minute_is_sampled_and_scaled_back_the_same_each_time(
     assert await provider.totals("mail", window="7d") == first
 
 
-async def test_the_queue_age_gauge_reports_a_stalled_queue(ctx: Context) -> None:
+async def test_the_queue_age_gauge_reports_a_stalled_queue(
+    ctx: Context, metrics_store: MetricsStore
+) -> None:
     await _queue(ctx, "mail")
     await _queue(ctx, "idle")
     for minutes, priority in ((30, 0), (50, -5), (5, 10)):
@@ -290,7 +363,7 @@ async def test_the_queue_age_gauge_reports_a_stalled_queue(ctx: Context) -> None
         f"INSERT INTO {ctx.q}.job (name, created_on, start_after) SELECT 'mail',"
         f" {ctx.q}.job_now() - interval '5 hours', {ctx.q}.job_now() + interval '1 hour'"
     )
-    store = _store(ctx)
+    store = metrics_store
     assert await MetricsRecorder(store, PgBossQueues(ctx)).tick() == 0  # nothing finished
     provider = MetricsHistoryProvider(store)
     newest = (await provider.latency("mail"))[-1]
@@ -299,20 +372,22 @@ async def test_the_queue_age_gauge_reports_a_stalled_queue(ctx: Context) -> None
     assert all(p.age is None for p in await provider.latency("idle"))
 
 
-async def test_one_recorder_samples_a_queue_until_its_lease_expires(ctx: Context) -> None:
+async def test_one_recorder_samples_a_queue_until_its_lease_expires(
+    ctx: Context, metrics_store: MetricsStore
+) -> None:
     await _queue(ctx, "mail")
     await _finished(ctx, "mail", "completed", 20)
-    store = _store(ctx)
+    store = metrics_store
     first = MetricsRecorder(store, PgBossQueues(ctx))
     second = MetricsRecorder(store, PgBossQueues(ctx))
     assert await first.tick() == 1
     await _finished(ctx, "mail", "completed", 10)
     assert await second.tick() == 0  # the lease is the first one's
-    assert await _tiers(ctx, "mail") == {"m": (1, 0), "h": (1, 0), "d": (1, 0)}
-    await _expire_leases(ctx)  # the first recorder stopped: the second takes over
+    assert await _tiers(store, ctx, "mail") == {"m": (1, 0), "h": (1, 0), "d": (1, 0)}
+    await first.stop()  # the first recorder stops and hands over: the second samples
     assert await second.tick() == 1
     assert await first.tick() == 0
-    assert await _tiers(ctx, "mail") == {"m": (2, 0), "h": (2, 0), "d": (2, 0)}
+    assert await _tiers(store, ctx, "mail") == {"m": (2, 0), "h": (2, 0), "d": (2, 0)}
 
 
 async def _drop_completed_indexes(ctx: Context) -> None:
@@ -339,24 +414,26 @@ async def test_without_the_index_counts_stay_off_and_the_warning_says_how_to_bui
         store, PgBossQueues(ctx), on_warning=lambda m, s: warnings.append((m, s))
     )
     assert await recorder.tick() == 0
-    await _expire_leases(ctx)
+    await _hand_over(store, ctx, recorder)
     assert await recorder.tick() == 0
     [(message, statements)] = warnings  # once
     assert "'mail'" in message and "CREATE INDEX CONCURRENTLY" in message
     assert await PgBossQueues(ctx).build_indexes(["mail"]) == statements  # they build it
-    await _expire_leases(ctx)
+    await _hand_over(store, ctx, recorder)
     assert await MetricsRecorder(store, PgBossQueues(ctx)).tick() == 1
     report = await detect_schema_drift(ctx)
     assert not report.missing and not report.extra_indexes  # pg-boss's own index, back
 
 
-async def test_a_purged_queue_leaves_the_rollup_and_stats_add_up(ctx: Context) -> None:
+async def test_a_purged_queue_leaves_the_rollup_and_stats_add_up(
+    ctx: Context, metrics_store: MetricsStore
+) -> None:
     for name in ("mail", "sms"):
         await _queue(ctx, name)
     await _finished(ctx, "mail", "completed", 10, n=4, run_ms=50)
     await _finished(ctx, "sms", "failed", 10, n=2, run_ms=50)
     await _finished(ctx, "sms", "completed", 3 * 1440, n=1)  # three days ago
-    store = _store(ctx)
+    store = metrics_store
     await MetricsRecorder(store, PgBossQueues(ctx)).tick()
     admin = MetricsHistoryAdmin(store)
     usage = await admin.stats()
@@ -364,7 +441,13 @@ async def test_a_purged_queue_leaves_the_rollup_and_stats_add_up(ctx: Context) -
     assert usage.bytes == sum(u.bytes for u in usage.queues)
     assert usage.rows == sum(u.rows for u in usage.queues)
     assert usage.tiers["minute"].rows == usage.minutes
-    if not usage.estimated:
+    if isinstance(store, RedisMetricsStore):  # every hash's own MEMORY USAGE, summed
+        assert not usage.estimated
+        total = 0
+        async for name in store.client.scan_iter(match=store.prefix + ":pgboss:*"):
+            total += await store.client.memory_usage(name, samples=0)
+        assert usage.bytes == total
+    elif not usage.estimated:
         [size] = await ctx.db.execute(
             f"SELECT pg_total_relation_size('{ctx.q}.qcore_metrics_series') AS b"
         )
@@ -387,12 +470,14 @@ async def test_a_purged_queue_leaves_the_rollup_and_stats_add_up(ctx: Context) -
         await admin.purge(before=dt.datetime(2026, 1, 1))
 
 
-async def test_a_namespaced_view_and_the_breakdown(ctx: Context) -> None:
+async def test_a_namespaced_view_and_the_breakdown(
+    ctx: Context, metrics_store: MetricsStore
+) -> None:
     for name in ("mail", "sms"):
         await _queue(ctx, name)
     await _finished(ctx, "mail", "completed", 10, n=3)
     await _finished(ctx, "sms", "completed", 10, n=5)
-    store = _store(ctx)
+    store = metrics_store
     await MetricsRecorder(store, PgBossQueues(ctx)).tick()
     raw = MetricsHistoryProvider(store, namespace="")
     assert _totals(await raw.throughput("mail")) == (0, 0)  # keys carry the prefix
@@ -401,12 +486,17 @@ async def test_a_namespaced_view_and_the_breakdown(ctx: Context) -> None:
     assert [t.queue for t in await view.breakdown(window="7d")] == ["sms", "mail"]
 
 
-async def test_a_boss_records_its_queues_while_it_runs(boss: Any) -> None:
+async def test_a_boss_records_its_queues_while_it_runs(
+    boss: Any, metrics_store: MetricsStore
+) -> None:
     ctx = boss.context()
     await boss.create_queue("mail")
     await _finished(ctx, "mail", "completed", 10, n=2)
-    await record_metrics(boss, interval_seconds=3600)
-    provider = MetricsHistoryProvider(_store(ctx))
+    if isinstance(metrics_store, RedisMetricsStore):
+        await record_metrics(boss, store=metrics_store, interval_seconds=3600)
+    else:  # the default: tables in the boss's own schema
+        await record_metrics(boss, interval_seconds=3600)
+    provider = MetricsHistoryProvider(metrics_store)
 
     async def recorded() -> bool:
         return _totals(await provider.throughput("mail")) == (2, 0)
@@ -421,10 +511,12 @@ class _BrokenLatency(PgBossQueues):
         raise RuntimeError("the latency scan broke")
 
 
-async def test_a_failing_latency_read_keeps_the_counts_and_is_retried(ctx: Context) -> None:
+async def test_a_failing_latency_read_keeps_the_counts_and_is_retried(
+    ctx: Context, metrics_store: MetricsStore
+) -> None:
     await _queue(ctx, "mail")
     await _finished(ctx, "mail", "completed", 10, n=3, run_ms=40)
-    store = _store(ctx)
+    store = metrics_store
     heard: list[tuple[str, str]] = []
     broken = MetricsRecorder(
         store,
