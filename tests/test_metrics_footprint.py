@@ -2,12 +2,16 @@
 minute active, every histogram slot of both histograms used) written through the real
 recorder, then the store's own ``stats()``. The ratios are asserted (a day of minute
 rows against a day of hour rows); the bytes are printed (``-s``) and quoted in
-docs/guide/metrics.md. PostgreSQL only: sizes are the engine's."""
+docs/guide/metrics.md. The same week in the Redis store, measured by its ``MEMORY
+USAGE``."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
+from qcore.conformance.suite.test_metrics import drop_prefix, redis_client
 from qcore.context import Context
 from qcore.metrics import (
     BOUNDS_MS,
@@ -15,6 +19,7 @@ from qcore.metrics import (
     MetricsRecorder,
     PgBossQueues,
     PostgresMetricsStore,
+    RedisMetricsStore,
 )
 
 pytestmark = pytest.mark.postgres
@@ -26,7 +31,8 @@ def _default_retention(per_day: dict[str, float]) -> float:
     return 7 * per_day["minute"] + 90 * (per_day["hour"] + per_day["day"])
 
 
-async def test_a_busy_week_costs_what_the_docs_say(ctx: Context) -> None:
+async def _busy_week(ctx: Context) -> None:
+    """A queue ``busy`` whose every minute of the week finished jobs in every slot."""
     await ctx.db.execute(f"SELECT {ctx.q}.create_queue('busy', '{{}}'::jsonb)")
     # per minute of the week, one job per slot: wait and run both in that slot
     samples = [b / 2 for b in BOUNDS_MS] + [BOUNDS_MS[-1] * 2.0]
@@ -39,6 +45,10 @@ async def test_a_busy_week_costs_what_the_docs_say(ctx: Context) -> None:
         " unnest($2::float8[]) AS ms",
         [DAYS * 1440 - 2, samples],
     )
+
+
+async def test_a_busy_week_costs_what_the_docs_say(ctx: Context) -> None:
+    await _busy_week(ctx)
     store = PostgresMetricsStore(ctx.db, schema=ctx.schema, backend=ctx.backend)
     await MetricsRecorder(store, PgBossQueues(ctx)).tick()
     await ctx.db.execute(f"VACUUM ANALYZE {ctx.q}.qcore_metrics_series")
@@ -61,3 +71,33 @@ async def test_a_busy_week_costs_what_the_docs_say(ctx: Context) -> None:
     )
     # 60 minute rows to an hour row of the same size: a day of minutes costs ~60 hours'
     assert 50 <= per_day["minute"] / per_day["hour"] <= 70
+
+
+async def test_a_busy_week_in_redis_costs_what_the_docs_say(ctx: Context) -> None:
+    client = await redis_client()
+    prefix = f"qcore-footprint:{uuid.uuid4().hex[:12]}"
+    try:
+        await _busy_week(ctx)
+        store = RedisMetricsStore(client, prefix=prefix, schema=ctx.schema)
+        await MetricsRecorder(store, PgBossQueues(ctx)).tick()
+        usage = await MetricsHistoryAdmin(store).stats()
+    finally:
+        await drop_prefix(client, prefix)
+        await client.aclose()
+    [busy] = [u for u in usage.queues if u.queue == "busy"]
+    minute, hour = busy.tiers["minute"], busy.tiers["hour"]
+    assert minute.rows == DAYS * 1440 - 2
+    per_day = {
+        "minute": minute.bytes / DAYS,
+        "hour": hour.bytes / DAYS,
+        "day": busy.tiers["day"].bytes / busy.tiers["day"].rows,
+    }
+    print(
+        f"\nmetrics footprint in Redis, one busy queue: {per_day['minute'] / 1024:.1f} KiB/day"
+        f" of minute buckets, {per_day['hour'] / 1024:.2f} KiB/day of hour buckets,"
+        f" {per_day['day']:.0f} B/day of day buckets (MEMORY USAGE); at the default"
+        f" retention: {_default_retention(per_day) / 2**20:.2f} MiB per queue, and as much"
+        " again once for the rollup"
+    )
+    # a minute hash holds an hour of minutes as an hour hash holds a day of hours
+    assert 25 <= per_day["minute"] / per_day["hour"] <= 80
