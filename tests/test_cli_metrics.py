@@ -1,6 +1,6 @@
 """``qcore metrics`` in a subprocess against the local PostgreSQL: a recorder tick, the
 footprint table and its JSON, a purge that asks for ``--yes``, and the index check that
-prints, then builds, what a queue lacks."""
+prints, then builds, what a queue lacks; the same verbs on a Redis store."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from qcore import Boss
+from qcore.conformance.suite.test_metrics import REDIS_URL, drop_prefix, redis_client
 from tests.cli import run_qcore
 from tests.conftest import admin_execute
 
@@ -79,3 +80,30 @@ def test_index_prints_then_builds_what_a_queue_lacks(pg_dsn: str, filled: str) -
     assert "every queue has the index" in run_qcore(*index).stdout
     unknown = run_qcore(*index, "nope")
     assert unknown.returncode == 1 and "no such queue: nope" in unknown.stderr
+
+
+def test_the_same_verbs_on_a_redis_store(pg_dsn: str, filled: str) -> None:
+    prefix = f"qcore-cli:{uuid.uuid4().hex[:8]}"
+    redis = ["--redis", REDIS_URL, "--redis-prefix", prefix]
+    common = ["--url", pg_dsn, "--schema", filled, *redis]
+    asyncio.run(_drop(prefix))  # skips the test when no Redis server answers
+    try:
+        done = run_qcore("metrics", "record", "--once", *common)
+        assert done.returncode == 0, done.stderr
+        assert "1 queue-minute(s) changed" in done.stdout
+        usage = json.loads(run_qcore("metrics", "stats", "--json", *common).stdout)
+        assert usage["rows"] == 6 and not usage["estimated"]
+        assert run_qcore("metrics", "purge", "--yes", *common).returncode == 0
+        assert json.loads(run_qcore("metrics", "stats", "--json", *common).stdout)["rows"] == 0
+        both = run_qcore("metrics", "stats", "--store-schema", "x", *common)
+        assert both.returncode == 1 and "not both" in both.stderr
+    finally:
+        asyncio.run(_drop(prefix))
+
+
+async def _drop(prefix: str) -> None:
+    client = await redis_client()
+    try:
+        await drop_prefix(client, prefix)
+    finally:
+        await client.aclose()

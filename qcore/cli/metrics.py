@@ -5,7 +5,7 @@ seconds until interrupted; ``--once``: one tick), ``stats`` prints the store's
 footprint by tier and queue, ``purge [QUEUE] [--before DATE] --yes`` deletes history,
 ``index [QUEUE ...] [--run]`` prints (or runs) the statements that give queues the
 index their counts need. The store lives in ``--store-schema`` (default: the queues'
-schema). Exit status 0; 1 when the database cannot be read or qcore refuses; 2 for a
+schema), or in Redis with ``--redis URL`` (``--redis-prefix``, ``--redis-cluster``). Exit status 0; 1 when the database cannot be read or qcore refuses; 2 for a
 usage error (a purge without ``--yes``).
 """
 
@@ -21,7 +21,14 @@ from qcore.cli.connection import Target, add_database_arguments, open_context, r
 from qcore.cli.table import format_table, print_json
 from qcore.context import Context
 from qcore.errors import ValidationError
-from qcore.metrics import MetricsHistoryAdmin, MetricsRecorder, PgBossQueues, PostgresMetricsStore
+from qcore.metrics import (
+    MetricsHistoryAdmin,
+    MetricsRecorder,
+    MetricsStore,
+    PgBossQueues,
+    PostgresMetricsStore,
+    RedisMetricsStore,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -51,18 +58,27 @@ def add_parser(commands: Any) -> None:
     for verb in (record, stats, purge, index):
         add_database_arguments(verb)
         verb.add_argument("--store-schema", default=None, help="the store's schema")
+        verb.add_argument("--redis", default=None, metavar="URL", help="keep history in Redis")
+        verb.add_argument("--redis-prefix", default="qcore:metrics", help="its key prefix")
+        verb.add_argument("--redis-cluster", action="store_true", help="URL is a cluster node")
         verb.set_defaults(run=run)
 
 
-def _store(ctx: Context, args: argparse.Namespace) -> PostgresMetricsStore:
+def _store(ctx: Context, args: argparse.Namespace) -> MetricsStore:
+    if args.redis is not None:
+        if args.store_schema is not None:
+            raise ValidationError("give --store-schema or --redis, not both")
+        return RedisMetricsStore(
+            args.redis, prefix=args.redis_prefix, schema=ctx.schema, cluster=args.redis_cluster
+        )
     return PostgresMetricsStore(
         ctx.db, schema=args.store_schema or ctx.schema_spec, backend=ctx.backend
     )
 
 
-async def _record(ctx: Context, args: argparse.Namespace) -> int:
+async def _record(ctx: Context, store: MetricsStore, args: argparse.Namespace) -> int:
     recorder = MetricsRecorder(
-        _store(ctx, args),
+        store,
         PgBossQueues(ctx),
         interval_seconds=args.interval,
         retention_days=args.retention_days,
@@ -79,8 +95,8 @@ async def _record(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _stats(ctx: Context, args: argparse.Namespace) -> int:
-    usage = await MetricsHistoryAdmin(_store(ctx, args)).stats()
+async def _stats(ctx: Context, store: MetricsStore, args: argparse.Namespace) -> int:
+    usage = await MetricsHistoryAdmin(store).stats()
     if args.json:
         print_json(dataclasses.asdict(usage))
         return 0
@@ -100,7 +116,7 @@ async def _stats(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _purge(ctx: Context, args: argparse.Namespace) -> int:
+async def _purge(ctx: Context, store: MetricsStore, args: argparse.Namespace) -> int:
     before = None
     if args.before is not None:
         try:
@@ -114,12 +130,12 @@ async def _purge(ctx: Context, args: argparse.Namespace) -> int:
     if not args.yes:
         print(f"qcore metrics purge: this deletes the metrics history of {what}; add --yes")
         return 2
-    await MetricsHistoryAdmin(_store(ctx, args)).purge(args.queue, before=before)
+    await MetricsHistoryAdmin(store).purge(args.queue, before=before)
     print(f"deleted the metrics history of {what}")
     return 0
 
 
-async def _index(ctx: Context, args: argparse.Namespace) -> int:
+async def _index(ctx: Context, store: MetricsStore, args: argparse.Namespace) -> int:
     sources = PgBossQueues(ctx)
     indexed = await sources.indexed()
     wanted = args.queues or sorted(indexed)
@@ -144,6 +160,10 @@ _VERBS = {"record": _record, "stats": _stats, "purge": _purge, "index": _index}
 def run(args: argparse.Namespace) -> int:
     async def work(target: Target) -> int:
         async with open_context(target) as ctx:
-            return await _VERBS[args.verb](ctx, args)
+            store = _store(ctx, args)
+            try:
+                return await _VERBS[args.verb](ctx, store, args)
+            finally:
+                await store.close()
 
     return run_command(args, work)
