@@ -5,8 +5,9 @@ seconds until interrupted; ``--once``: one tick), ``stats`` prints the store's
 footprint by tier and queue, ``purge [QUEUE] [--before DATE] --yes`` deletes history,
 ``index [QUEUE ...] [--run]`` prints (or runs) the statements that give queues the
 index their counts need. The store lives in ``--store-schema`` (default: the queues'
-schema), or in Redis with ``--redis URL`` (``--redis-prefix``, ``--redis-cluster``). Exit status 0; 1 when the database cannot be read or qcore refuses; 2 for a
-usage error (a purge without ``--yes``).
+schema), or in Redis with ``--redis URL`` (``--redis-prefix``, ``--redis-cluster``).
+Exit status 0; 1 when the database cannot be read or qcore refuses; 2 for a usage error
+(a purge without ``--yes``).
 """
 
 from __future__ import annotations

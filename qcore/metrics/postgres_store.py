@@ -63,6 +63,7 @@ class PostgresMetricsStore:
         self._dsn = db_or_dsn if isinstance(db_or_dsn, str) else None
         self._ctx: Context | None = None
         self._version = sql.METRICS_LAYOUT_VERSION
+        self._ids: dict[str, int] = {}  # queue key -> its id in the key table
 
     async def context(self, *, writing: bool = True) -> Context:
         """The store's context, its tables checked (and created or upgraded with
@@ -114,25 +115,46 @@ class PostgresMetricsStore:
         statement = sql.release_leases(self.schema, self.prefix)
         await self._write(statement, holder=holder, queues=keys)
 
+    async def _key_ids(self, keys: list[str], *, create: bool) -> dict[str, int]:
+        """The ids of ``keys`` (given to those without one with ``create``; else only the
+        keys that have one), cached: an id never changes."""
+        missing = [k for k in dict.fromkeys(keys) if k not in self._ids]
+        if missing:
+            if create:
+                await self._write(sql.add_keys(self.schema, self.prefix), keys=missing)
+            statement = sql.key_ids(self.schema, self.prefix)
+            for r in await self._read(statement, keys=missing):
+                self._ids[str(r["key"])] = int(r["id"])
+        return {k: self._ids[k] for k in keys if k in self._ids}
+
+    async def _key_id(self, key: str) -> int | None:
+        return (await self._key_ids([key], create=False)).get(key)
+
     async def newest_minute(self, key: str) -> int | None:
-        [row] = await self._write(sql.newest_minute(self.schema, self.prefix), queue=key)
+        key_id = await self._key_id(key)
+        if key_id is None:
+            return None
+        [row] = await self._read(sql.newest_minute(self.schema, self.prefix), key=key_id)
         return None if row["minute"] is None else int(row["minute"])
 
     async def add_snapshot(self, snapshot: Snapshot) -> int:
         ctx = await self.context()
+        ids = await self._key_ids([snapshot.key, snapshot.rollup], create=True)
         return await locks.run_locked(
             ctx,
             f"metrics:{self.prefix}:{snapshot.key}",
-            lambda db: self._add_difference(db, snapshot),
+            lambda db: self._add_difference(db, snapshot, ids[snapshot.key], ids[snapshot.rollup]),
         )
 
-    async def _add_difference(self, db: Database, snapshot: Snapshot) -> int:
+    async def _add_difference(
+        self, db: Database, snapshot: Snapshot, key_id: int, rollup_id: int
+    ) -> int:
         """Inside the snapshot's transaction: what the snapshot adds over the stored minute
         rows, added to every tier of the queue and of the rollup in one write; minutes
         whose counts changed."""
         minutes = sorted(set(snapshot.counts) | set(snapshot.latency))
         read = sql.stored_minutes(self.schema, self.prefix)
-        rows = await db.execute(read.sql, read.bind(queue=snapshot.key, buckets=minutes))
+        rows = await db.execute(read.sql, read.bind(key=key_id, buckets=minutes))
         stored = {int(r["bucket"]): dict(r) for r in rows}
         width = 2 * histogram.SLOTS
         sums: dict[_Row, tuple[list[int], list[int] | None]] = {}
@@ -152,7 +174,7 @@ class PostgresMetricsStore:
             if add == [0, 0] and histograms is None:
                 continue
             changed += add != [0, 0]
-            for row in _spread([snapshot.key, snapshot.rollup], minute):
+            for row in _spread([key_id, rollup_id], minute):
                 total, packed = sums.get(row, ([0, 0], None))
                 total = [total[0] + add[0], total[1] + add[1]]
                 if histograms is not None:
@@ -171,7 +193,8 @@ class PostgresMetricsStore:
         return changed
 
     async def add_ages(self, ages: dict[str, float], *, minute: int, retention: Retention) -> None:
-        rows = {row: age for key, age in ages.items() for row in _spread([key], minute)}
+        ids = await self._key_ids(list(ages), create=True)
+        rows = {row: age for key, age in ages.items() for row in _spread([ids[key]], minute)}
         if rows:
             statement = sql.add_ages(self.schema, self.prefix)
             await self._write(statement, **_columns(rows, age=list(rows.values())))
@@ -182,8 +205,11 @@ class PostgresMetricsStore:
             await self._write(statement, tier=tier, before=retention.oldest(tier, minute))
 
     async def read_series(self, key: str, tier: str, first: int, last: int) -> dict[int, Bucket]:
+        key_id = await self._key_id(key)
+        if key_id is None:
+            return {}
         statement = sql.read_series(self.schema, self.prefix)
-        rows = await self._read(statement, queue=key, tier=tier, first=first, last=last)
+        rows = await self._read(statement, key=key_id, tier=tier, first=first, last=last)
         return {
             int(r["bucket"]): Bucket(
                 completed=int(r["completed"]),
@@ -231,24 +257,29 @@ class PostgresMetricsStore:
     async def purge(self, namespace: str, key: str | None, before: int | None) -> None:
         values = {"namespace": namespace, "before": before}
         if key is None:
-            await self._write(sql.purge_keys(self.schema, self.prefix), queue=None, **values)
+            await self._write(sql.purge_keys(self.schema, self.prefix), key=None, **values)
             return
+        rollup = namespace + GLOBAL
+        ids = await self._key_ids([key, rollup], create=False)
+        if key not in ids:
+            return  # never recorded
 
         async def purge_one(db: Database) -> None:
-            subtract = sql.subtract_from_rollup(self.schema, self.prefix)
-            rollup = namespace + GLOBAL
-            await db.execute(subtract.sql, subtract.bind(rollup=rollup, queue=key, before=before))
+            if rollup in ids:
+                subtract = sql.subtract_from_rollup(self.schema, self.prefix)
+                bound = subtract.bind(rollup=ids[rollup], key=ids[key], before=before)
+                await db.execute(subtract.sql, bound)
             delete = sql.purge_keys(self.schema, self.prefix)
-            await db.execute(delete.sql, delete.bind(queue=key, **values))
+            await db.execute(delete.sql, delete.bind(key=ids[key], **values))
 
         await locks.run_locked(await self.context(), f"metrics:{self.prefix}:{key}", purge_one)
 
 
-#: (queue key, tier, bucket)
-_Row = tuple[str, str, int]
+#: (key id, tier, bucket)
+_Row = tuple[int, str, int]
 
 
-def _spread(keys: list[str], minute: int) -> list[_Row]:
+def _spread(keys: list[int], minute: int) -> list[_Row]:
     """The rows one minute of ``keys`` adds to: each tier of each key."""
     return [(key, tier, minute // m) for key in keys for tier, m in TIERS.items()]
 
@@ -257,7 +288,7 @@ def _columns(rows: dict[_Row, Any], **values: list[Any]) -> dict[str, list[Any]]
     """The row keys as the parallel arrays the additive writes take, with ``values``."""
     keys = list(rows)
     return {
-        "queues": [k[0] for k in keys],
+        "keys": [k[0] for k in keys],
         "tiers": [k[1] for k in keys],
         "buckets": [k[2] for k in keys],
         **values,
@@ -309,6 +340,8 @@ async def _ready(ctx: Context, prefix: str, *, migrate: bool) -> int:
         steps = sql.create_tables(ctx.schema, prefix)
         if found == 1:
             steps = sql.upgrade_from_1(ctx.schema, prefix, namespace_of(ctx.schema))
+        elif found == 2:
+            steps = sql.upgrade_from_2(ctx.schema, prefix)
         for statement in steps:
             await db.execute(statement)
         write = sql.write_layout_version(ctx.schema, prefix)

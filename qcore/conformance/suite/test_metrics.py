@@ -280,7 +280,34 @@ async def test_a_layout_1_store_is_upgraded_in_place(ctx: Context) -> None:
     provider = MetricsHistoryProvider(_store(ctx))
     assert _totals(await provider.throughput("mail", window="30d")) == (7, 2)
     [row] = await ctx.db.execute(f"SELECT value FROM {ctx.q}.qcore_metrics_meta")
-    assert row["value"] == "2"
+    assert row["value"] == "3"
+
+
+async def test_a_layout_2_store_is_upgraded_in_place(ctx: Context) -> None:
+    """The second layout (the queue key as text in every row) keeps every measure."""
+    key = namespace_of(ctx.schema) + "mail"
+    await ctx.db.execute_script(
+        f"CREATE TABLE {ctx.q}.qcore_metrics_meta (key text PRIMARY KEY, value text NOT NULL);"
+        f" INSERT INTO {ctx.q}.qcore_metrics_meta VALUES ('schema_version', '2');"
+        f" CREATE TABLE {ctx.q}.qcore_metrics_series (queue text NOT NULL, tier text NOT NULL,"
+        " bucket integer NOT NULL, completed bigint NOT NULL DEFAULT 0,"
+        " failed bigint NOT NULL DEFAULT 0, latency integer[], age real,"
+        " PRIMARY KEY (queue, tier, bucket));"
+        f" CREATE TABLE {ctx.q}.qcore_metrics_lease (queue text PRIMARY KEY,"
+        " holder text NOT NULL, until timestamptz NOT NULL);"
+        f" INSERT INTO {ctx.q}.qcore_metrics_series SELECT '{key}', 'd',"
+        " floor(extract(epoch FROM now()) / 86400), 7, 2,"
+        " array_fill(0, ARRAY[18]) || array_fill(3, ARRAY[18]), 42.5"
+    )
+    with pytest.raises(ConfigError, match="layout version 2"):
+        await _store(ctx, migrate=False).context()
+    provider = MetricsHistoryProvider(_store(ctx))
+    totals = await provider.totals("mail", window="30d")
+    assert (totals.completed, totals.failed, totals.run.samples) == (7, 2, 54)
+    [point] = [p for p in await provider.latency("mail", window="30d") if p.age is not None]
+    assert point.age == 42.5
+    [row] = await ctx.db.execute(f"SELECT value FROM {ctx.q}.qcore_metrics_meta")
+    assert row["value"] == "3"
 
 
 async def test_bad_options_are_refused(ctx: Context) -> None:
@@ -449,7 +476,8 @@ async def test_a_purged_queue_leaves_the_rollup_and_stats_add_up(
         assert usage.bytes == total
     elif not usage.estimated:
         [size] = await ctx.db.execute(
-            f"SELECT pg_total_relation_size('{ctx.q}.qcore_metrics_series') AS b"
+            f"SELECT pg_total_relation_size('{ctx.q}.qcore_metrics_series')"
+            f" + pg_total_relation_size('{ctx.q}.qcore_metrics_key') AS b"
         )
         assert abs(usage.bytes - int(size["b"])) <= len(usage.queues) * 3
 
