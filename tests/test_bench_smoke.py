@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from qcore.conformance.suite.test_metrics import REDIS_URL
+
 pytestmark = [pytest.mark.feature("bench"), pytest.mark.postgres]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -180,15 +182,18 @@ def test_the_affinity_bench_runs_both_scenarios(pg_dsn: str) -> None:
     assert any("10 matching behind 200 (each its own pattern), behind:" in x for x in lines)
 
 
-def test_the_metrics_bench_measures_a_tick(pg_dsn: str) -> None:
+@pytest.mark.parametrize("store", ["postgres", "redis"])
+def test_the_metrics_bench_measures_a_tick(pg_dsn: str, store: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "bench.metrics", "--dsn", pg_dsn, "--queues", "2", "--rates", "5"],
+        [sys.executable, "-m", "bench.metrics", "--dsn", pg_dsn, "--queues", "2", "--rates", "5",
+         "--store", store, "--redis", REDIS_URL],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
-    )
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
     [result] = json.loads(done.stdout.splitlines()[-1])
-    assert (result["queues"], result["jobs_per_minute"]) == (2, 5)
+    assert (result["store"], result["queues"], result["jobs_per_minute"]) == (store, 2, 5)
     assert result["round_trips"] > 0 and result["tick_ms"] > 0
+    assert (result["redis_commands"] > 0) == (store == "redis")
