@@ -87,10 +87,14 @@ async def test_the_layout_marker_is_written_on_the_first_write_and_a_newer_one_r
     await newer.ready(writing=False)  # a reader still reads
 
 
-async def test_bad_arguments_are_refused(redis: Any) -> None:
+async def test_bad_arguments_are_refused(ctx: Context, redis: Any) -> None:
     client, _ = redis
     with pytest.raises(ValidationError, match="prefix"):
         RedisMetricsStore(client, prefix="has space")
+    provider = MetricsHistoryProvider(RedisMetricsStore(client, schema=ctx.schema))
+    with pytest.raises(ValidationError, match="pass jobs="):  # depth lives in the job schema
+        await provider.depth("mail")
+    assert await provider.depth("mail", jobs=ctx) == []
     with pytest.raises(ValidationError, match=r"redis:// URL or a redis\.asyncio client"):
         RedisMetricsStore(42)
 

@@ -203,6 +203,7 @@ class PostgresMetricsStore:
         statement = sql.prune_tier(self.schema, self.prefix)
         for tier in TIERS:
             await self._write(statement, tier=tier, before=retention.oldest(tier, minute))
+        await self._write(sql.prune_leases(self.schema, self.prefix))
 
     async def read_series(self, key: str, tier: str, first: int, last: int) -> dict[int, Bucket]:
         key_id = await self._key_id(key)

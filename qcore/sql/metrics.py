@@ -34,6 +34,7 @@ __all__ = [
     "latency_samples",
     "newest_minute",
     "oldest_waiting",
+    "prune_leases",
     "prune_tier",
     "purge_keys",
     "queue_tables",
@@ -293,6 +294,13 @@ def take_leases(schema: str, prefix: str) -> Statement:
         f" FROM unnest({p('queues')}::text[]) AS k"
         " ON CONFLICT (queue) DO UPDATE SET holder = excluded.holder, until = excluded.until"
         " WHERE l.until < now() OR l.holder = excluded.holder RETURNING l.queue"
+    )
+
+
+def prune_leases(schema: str, prefix: str) -> Statement:
+    """Delete leases expired a day ago (their queues were deleted or left unrecorded)."""
+    return Statement(
+        f"DELETE FROM {_table(schema, prefix, 'lease')} WHERE until < now() - interval '1 day'"
     )
 
 

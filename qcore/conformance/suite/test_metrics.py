@@ -215,6 +215,14 @@ async def test_each_tier_is_pruned_past_its_retention(
     finally:
         await set_clock(ctx, 0)
     assert await _tiers(store, ctx, "mail") == {"d": (1, 0)}
+    if isinstance(store, PostgresMetricsStore):  # Redis leases expire on their own
+        await ctx.db.execute(
+            f"INSERT INTO {ctx.q}.qcore_metrics_lease"
+            " VALUES ('gone', 'r', now() - interval '2 days')"
+        )
+        await store.prune(keep, minute=await store.now_minute())
+        rows = await ctx.db.execute(f"SELECT queue FROM {ctx.q}.qcore_metrics_lease")
+        assert "gone" not in {r["queue"] for r in rows}  # a deleted queue's lease goes
 
 
 async def test_the_allowlist_and_a_queue_created_later(
