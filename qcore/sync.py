@@ -270,6 +270,8 @@ class SyncBoss:
     touch = _blocking(Boss.touch)
     get_job_by_id = _blocking(Boss.get_job_by_id)
     find_jobs = _blocking(Boss.find_jobs)
+    browse_jobs = _blocking(Boss.browse_jobs)
+    get_warnings = _blocking(Boss.get_warnings)
 
     work = _blocking(Boss.work)
     work_handlers = _blocking(Boss.work_handlers)

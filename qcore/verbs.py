@@ -58,6 +58,7 @@ from qcore.services.maintenance import Maintenance
 from qcore.services.monitor import Supervisor
 from qcore.services.queue_stats import QueueStats
 from qcore.services.timekeeper import ClockSkew, Timekeeper
+from qcore.services.warnings import StoredWarning, read_warnings
 
 __all__ = ["FlowVerbs", "MaintenanceVerbs", "QueueAndJobVerbs", "ScheduleVerbs"]
 
@@ -403,6 +404,23 @@ class QueueAndJobVerbs:
             limit=limit,
         )
 
+    @verb()
+    async def browse_jobs(
+        self,
+        name: str,
+        *,
+        states: list[JobState | str] | None = None,
+        before: tuple[dt.datetime, uuid.UUID | str] | None = None,
+        limit: int = 50,
+        db: Any = None,
+    ) -> list[Job]:
+        """A page of a queue's jobs, newest first (``states``: only those); the next page
+        is ``before=(job.created_on, job.id)`` of this page's last job. At most ``limit``
+        (1 to 1,000); a deep page costs what the first does (keyset, not offset)."""
+        return await job_ops.browse_jobs(
+            self.context(db), name, states=states, before=before, limit=limit
+        )
+
 
 class MaintenanceVerbs:
     """The verbs of the supervise pass (a part of ``Boss``): run one now, the counts it
@@ -510,6 +528,18 @@ class MaintenanceVerbs:
         if cached is None:
             raise missing_queue(name)
         return [cached]
+
+    @verb()
+    async def get_warnings(
+        self,
+        *,
+        limit: int = 100,
+        before: tuple[dt.datetime, uuid.UUID | str] | None = None,
+        db: Any = None,
+    ) -> list[StoredWarning]:
+        """Warnings written with ``persist_warnings``, newest first: at most ``limit`` (1
+        to 1,000); the next page is ``before=(w.created_on, w.id)`` of this page's last."""
+        return await read_warnings(self.context(db), limit=limit, before=before)
 
     @verb()
     async def supervise(

@@ -55,7 +55,9 @@ async def row(ctx: Context, job_id: Any) -> dict[str, Any]:
 
 
 async def states(ctx: Context, queue: str) -> dict[str, int]:
-    rows = await ctx.db.execute(
+    """A queue's jobs counted by state, read through the retry policy as ``row`` is."""
+    rows = await retry.execute(
+        ctx,
         f"SELECT state::text AS state, count(*)::int AS n FROM {ctx.q}.job WHERE name = $1"
         " GROUP BY state ORDER BY state",
         [queue],

@@ -48,7 +48,7 @@ from qcore.jobs.failing import (
     fail,
 )
 from qcore.jobs.locked import LockedBatch, locked_fetch
-from qcore.jobs.reads import find_jobs, get_job_by_id
+from qcore.jobs.reads import browse_jobs, find_jobs, get_job_by_id
 from qcore.jobs.routes import Ids
 
 __all__ = [
@@ -59,6 +59,7 @@ __all__ = [
     "ExpiryBatch",
     "Ids",
     "LockedBatch",
+    "browse_jobs",
     "cancel",
     "complete",
     "complete_and_fetch",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -17,7 +18,7 @@ from qcore.options import (
     job_id,
     queue_name,
 )
-from qcore.queues import missing_queue
+from qcore.queues import get_queue, missing_queue
 from qcore.sql import jobs as sql
 
 #: the most jobs one ``find_jobs`` call returns when given a ``limit``
@@ -94,3 +95,50 @@ async def find_jobs(
     if not rows:
         raise missing_queue(name)
     return [Job.from_row(r) for r in rows if r["id"] is not None]
+
+
+#: the most jobs one ``browse_jobs`` page holds
+MAX_PAGE = 1_000
+
+
+async def browse_jobs(
+    ctx: Context,
+    name: str,
+    *,
+    states: Sequence[JobState | str] | None = None,
+    before: tuple[dt.datetime, uuid.UUID | str] | None = None,
+    limit: int = 50,
+) -> list[Job]:
+    """A page of a queue's jobs, newest first (``states``: only those), after ``before``,
+    the ``(created_on, id)`` of the previous page's last job; at most ``limit`` (1 to
+    1,000). Each page costs the same however deep it is."""
+    queue_name(name)
+    wanted = _states(states)
+    check_count("limit", limit, MAX_PAGE)
+    created: dt.datetime | None = None
+    anchor: uuid.UUID | None = None
+    if before is not None:
+        if (
+            not isinstance(before, tuple)
+            or len(before) != 2
+            or not isinstance(before[0], dt.datetime)
+            or before[0].tzinfo is None
+        ):
+            raise ValidationError(
+                "before must be (created_on, id) of a job: an aware datetime and a UUID,"
+                f" got {before!r}"
+            )
+        created, anchor = before[0], job_id(before[1])
+    statement = sql.browse_jobs(
+        ctx.q,
+        by_states=wanted is not None,
+        paged=before is not None,
+        attributed=ctx.affinity.installed,
+    )
+    params = statement.bind(
+        queue=name, states=wanted, before_created=created, before_id=anchor, limit=limit
+    )
+    rows = await retrying.execute(ctx, statement.sql, params)
+    if not rows and await get_queue(ctx, name) is None:
+        raise missing_queue(name)
+    return [Job.from_row(r) for r in rows]

@@ -11,9 +11,10 @@ recorder that stops hands its leases back). A queue's counts and histograms of a
 are one atomic write in the store: the incoming minutes are diffed against the stored
 minute rows and only the difference goes to every tier, so a second recorder, a
 restart, or the same minutes counted again add nothing; a failing latency read never
-undoes the counts. A restarted recorder resumes from the newest minute stored (jobs
-counted before may have been deleted since). Minutes with nothing to record are never
-written. Each tier is pruned past its retention once a day.
+undoes the counts. A long stretch (a first tick reads up to seven days) is written
+oldest first in parts of ``SNAPSHOT_MINUTES``. A restarted recorder resumes from the
+newest minute stored (jobs counted before may have been deleted since). Minutes with
+nothing to record are never written. Each tier is pruned past its retention once a day.
 
 Counts and latency need an index on ``(name, completed_on)`` (pg-boss's ``job_i16``);
 a queue without one is left out of both, said once through a ``warning`` with the
@@ -43,6 +44,9 @@ if TYPE_CHECKING:
 __all__ = ["MetricsRecorder", "record_metrics"]
 
 log = logging.getLogger("qcore.metrics")
+
+#: the most minutes one store write carries (a first tick reads up to seven days of them)
+SNAPSHOT_MINUTES = 720
 
 
 def _number(name: str, value: object, low: float, high: float) -> float:
@@ -253,16 +257,20 @@ class MetricsRecorder(Periodic):
         if self.latency and counts:
             samples = await self._sampled(queue, counts)
         changed = 0
-        if counts:
+        minutes = sorted(counts)
+        for start in range(0, len(minutes), SNAPSHOT_MINUTES):
+            # oldest first: a write cut short leaves the newest stored minute where the
+            # next tick resumes, and no single write outlasts a client's socket timeout
+            part = minutes[start : start + SNAPSHOT_MINUTES]
             snapshot = Snapshot(
                 key=key,
                 rollup=self.sources.namespace + GLOBAL,
-                counts=counts,
-                latency=samples or {},
+                counts={m: counts[m] for m in part},
+                latency={m: samples[m] for m in part if samples and m in samples},
                 minute=clock.current,
                 retention=self.retention,
             )
-            changed = await self.store.add_snapshot(snapshot)
+            changed += await self.store.add_snapshot(snapshot)
         if samples is not None:
             self._next[key] = clock.closed
         return changed

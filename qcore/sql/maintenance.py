@@ -26,6 +26,7 @@ __all__ = [
     "insert_warning",
     "prune_queue_stats",
     "prune_warnings",
+    "recent_warnings",
     "reduce_counts",
     "release_maintenance",
     "retention_batch",
@@ -118,6 +119,25 @@ def insert_warning(q: str) -> Statement:
     sql = (
         f"INSERT INTO {q}.warning (type, message, data, created_on)"
         f" VALUES ({p('type')}::text, {p('message')}::text, {p('data')}::jsonb, {q}.job_now())"
+    )
+    return p.statement(sql)
+
+
+@lru_cache(maxsize=8)
+def recent_warnings(q: str, *, paged: bool) -> Statement:
+    """Persisted warnings, newest first, after the keyset ``(before_created, before_id)``
+    of the previous page (``warning_i1`` serves the order; a plain read everywhere)."""
+    p = Params()
+    where = ""
+    if paged:
+        created, before = p("before_created"), p("before_id")
+        where = (
+            f" WHERE created_on <= {created}::timestamptz"
+            f" AND (created_on < {created}::timestamptz OR id < {before}::uuid)"
+        )
+    sql = (
+        f"SELECT id, type, message, data, created_on FROM {q}.warning{where}"
+        f" ORDER BY created_on DESC, id DESC LIMIT {p('limit')}::int"
     )
     return p.statement(sql)
 

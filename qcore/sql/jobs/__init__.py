@@ -42,7 +42,7 @@ from qcore.sql.jobs.fail import (
 from qcore.sql.jobs.fetch import fetch_jobs
 from qcore.sql.jobs.held import claim_held, complete_held, fail_held, hold_longer
 from qcore.sql.jobs.insert import insert_jobs, send_job
-from qcore.sql.jobs.reads import find_jobs, get_job
+from qcore.sql.jobs.reads import browse_jobs, find_jobs, get_job
 from qcore.sql.jobs.settle import (
     cancel_jobs,
     complete_each,
@@ -59,6 +59,7 @@ __all__ = [
     "JOB_COLUMNS",
     "JOB_COLUMN_TYPES",
     "REINSERT_COLUMNS",
+    "browse_jobs",
     "cancel_jobs",
     "claim_held",
     "complete_each",
