@@ -36,7 +36,11 @@ DEV_TOOLS = {
     "testcontainers",
     "docker",
     "pglast",
+    "selenium",
+    "httpx",
 }
+#: what only the dashboard extra (``qcore[web]``) brings
+WEB_ONLY = {"starlette", "uvicorn", "jinja2", "prometheus-client", "python-multipart"}
 
 
 def _run(args: list[str], cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
@@ -105,6 +109,9 @@ def test_the_wheel_holds_qcore_packages_and_no_self_loading_plugin(wheel: Path) 
     assert top_level == {"qcore", "qcore_backends"}
     assert "qcore/conformance/suite/test_job_lifecycle.py" in names  # the vendor's kit ships
     assert not [n for n in names if "node_modules" in n]
+    # the dashboard ships whole: templates and assets inside the package, nothing fetched
+    assert "qcore/web/templates/base.html" in names
+    assert "qcore/web/static/board.js" in names
     groups = {line.strip("[]") for line in text.splitlines() if line.startswith("[")}
     assert groups == {"console_scripts", "qcore.backends"}  # no pytest11
 
@@ -113,6 +120,7 @@ def test_a_user_install_pulls_no_dev_tools(user_env: Env) -> None:
     installed = user_env.installed()
     assert "qcore" in installed and "psycopg" in installed
     assert not installed & DEV_TOOLS
+    assert not installed & WEB_ONLY
     where = _ok(
         _run([user_env.python, "-c", "import qcore; print(qcore.__file__)"], user_env.scratch)
     )

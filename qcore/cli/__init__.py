@@ -1,6 +1,6 @@
 """The ``qcore`` command line: one module per command or family (``demo``, ``work``,
 ``instances``, ``jobs`` for the queue and job commands, ``schema`` for version, create,
-migrate and plans, ``doctor``, ``metrics``), each giving its
+migrate and plans, ``doctor``, ``metrics``, ``dashboard``), each giving its
 arguments (``add_parser``) and its run (``run(args) -> exit status``).
 
 Exit status as argparse gives it for the command line itself: 0 after ``--help`` or
@@ -13,7 +13,7 @@ import argparse
 import sys
 
 from qcore import __version__
-from qcore.cli import demo, doctor, instances, jobs, metrics, schema, work
+from qcore.cli import dashboard, demo, doctor, instances, jobs, metrics, schema, work
 
 __all__ = ["main"]
 
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="qcore", description="qcore: a job queue on PostgreSQL")
     parser.add_argument("--version", action="version", version=f"qcore {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in (demo, work, instances, jobs, schema, doctor, metrics):
+    for command in (demo, work, instances, jobs, schema, doctor, metrics, dashboard):
         command.add_parser(commands)
     args = parser.parse_args(argv)
     if args.command is None:

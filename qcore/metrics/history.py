@@ -200,8 +200,20 @@ class MetricsHistoryProvider:
 
     async def totals(self, queue: str | None = None, *, window: str = "7d") -> QueueTotals:
         """A window's totals: counts summed, percentiles over its merged histograms."""
-        rows = await self._read(queue, window, "day" if window in ("30d", "90d") else "hour")
+        rows = await self._read(queue, window, WINDOWS[window][1] if window in WINDOWS else None)
         return _totals(queue or GLOBAL, rows.found.values())
+
+    async def histograms(
+        self, queue: str | None = None, *, window: str = "90d"
+    ) -> tuple[list[int], list[int]]:
+        """A window's wait and run histograms, merged slot by slot (``BOUNDS_MS``)."""
+        rows = await self._read(queue, window, WINDOWS[window][1] if window in WINDOWS else None)
+        waits, runs = (
+            zip(*(_split(row) for row in rows.found.values()), strict=True)
+            if rows.found
+            else ((), ())
+        )
+        return histogram.merge(list(waits)), histogram.merge(list(runs))
 
     async def breakdown(self, *, window: str = "7d") -> list[QueueTotals]:
         """Every queue's totals over a window, busiest (most runs) first."""

@@ -93,7 +93,8 @@ async def redis_client() -> Any:
         import redis.asyncio as aioredis
     except ImportError:
         pytest.skip("redis-py is not installed (pip install 'qcore[redis]')")
-    client = aioredis.from_url(REDIS_URL)
+    # a generous timeout: a busy week's first write is a long script on a busy machine
+    client = aioredis.from_url(REDIS_URL, socket_timeout=120)
     try:
         await client.ping()
     except Exception as exc:

@@ -1,0 +1,93 @@
+"""``qcore dashboard``: the web board (``qcore[web]``), served by uvicorn.
+
+Listens on 127.0.0.1:8080 by default. Anywhere else it needs credentials: ``--token``
+(or ``QCORE_DASHBOARD_TOKEN``) or ``--basic-auth user:password`` (or
+``QCORE_DASHBOARD_BASIC_AUTH``). ``--read-only`` hides and refuses every action;
+``--history`` adds the metrics-history views, read from the store in
+``--store-schema`` (default: the queues' schema). Exit status 2 when the extra is
+missing or the options are refused, 1 when the database cannot be used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from qcore.boss import Boss
+from qcore.cli.connection import Target, add_database_arguments, run_command
+from qcore.errors import ConfigError
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "dashboard",
+        help="serve the web dashboard (pip install 'qcore[web]')",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    add_database_arguments(parser)
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--read-only", action="store_true", help="no actions")
+    parser.add_argument("--history", action="store_true", help="metrics-history views")
+    parser.add_argument("--store-schema", default=None, help="the metrics store's schema")
+    parser.add_argument("--token", default=None, help="a bearer token (16+ characters)")
+    parser.add_argument("--basic-auth", default=None, metavar="USER:PASSWORD")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from qcore.web import create_app
+        from qcore.web.security import Access, check_bind
+    except ImportError as exc:
+        print(f"qcore dashboard: {exc.name} is missing: pip install 'qcore[web]'", file=sys.stderr)
+        return 2
+    token = args.token or os.environ.get("QCORE_DASHBOARD_TOKEN") or None
+    basic = args.basic_auth or os.environ.get("QCORE_DASHBOARD_BASIC_AUTH") or None
+    try:
+        access = Access.basic(basic) if basic else Access()
+        check_bind(args.host, Access(token=token, user=access.user, password=access.password))
+    except ConfigError as exc:
+        print(f"qcore dashboard: {exc}", file=sys.stderr)
+        return 2
+
+    async def serve(target: Target) -> int:
+        from qcore.metrics import MetricsHistoryAdmin, MetricsHistoryProvider, PostgresMetricsStore
+
+        boss = Boss(
+            target.url,
+            schema=target.schema,
+            backend=target.backend,
+            migrate=False,
+            supervise=False,
+            schedule=False,
+            register_instance=False,
+            max=4,
+        )
+        async with boss:
+            history = admin = None
+            if args.history:
+                store = PostgresMetricsStore(
+                    boss.db, schema=args.store_schema or target.schema, backend=boss.backend
+                )
+                history, admin = MetricsHistoryProvider(store), MetricsHistoryAdmin(store)
+            app = create_app(
+                boss,
+                history=history,
+                admin=admin,
+                read_only=args.read_only,
+                token=token,
+                basic_auth=basic,
+            )
+            config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
+            print(f"qcore dashboard on http://{args.host}:{args.port}/", flush=True)
+            await uvicorn.Server(config).serve()
+        return 0
+
+    return run_command(args, serve)

@@ -1,0 +1,510 @@
+"""The dashboard's ASGI application: :func:`create_app`.
+
+Pages are rendered on the server (Jinja2, autoescaped; charts are SVG drawn by
+:mod:`qcore.web.charts`); one small script of the package's own refreshes the parts of
+a page marked live and toggles chart series. Every state change is a POST carrying the
+browser's CSRF token; ``read_only`` hides every action and refuses every POST. No SQL
+travels from the browser: each action is one of the ``Boss``'s verbs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import urllib.parse
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from qcore.boss import Boss
+from qcore.errors import QcoreError, QueueNotFoundError, ValidationError
+from qcore.metrics import MetricsHistoryAdmin, MetricsHistoryProvider
+from qcore.web import charts, prometheus
+from qcore.web.board import RANGES, STATES, Board
+from qcore.web.security import HEADERS, Access, Csrf
+
+__all__ = ["create_app"]
+
+HERE = Path(__file__).parent
+#: how often an open page refreshes its live parts (seconds)
+REFRESH_SECONDS = 10
+#: what a history purge keeps, by choice on the storage panel
+KEEP_CHOICES = {"7d": 7, "30d": 30, "90d": 90}
+JOB_ACTIONS = ("cancel", "retry", "resume", "delete")
+INSTANCE_ACTIONS = ("pause", "resume", "remove")
+SESSION_COOKIE = "qcore_session"
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _when(value: dt.datetime | None) -> str:
+    return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if value else "–"
+
+
+def _age(value: dt.datetime | None) -> str:
+    if value is None:
+        return "–"
+    seconds = (dt.datetime.now(dt.timezone.utc) - value).total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return f"{max(seconds, 0):.0f} s ago"
+
+
+def _pretty(value: Any) -> str:
+    if value is None:
+        return ""
+    return json.dumps(value, indent=2, sort_keys=True, default=str, ensure_ascii=False)
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(["html"], default=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["when"] = _when
+    env.filters["age"] = _age
+    env.filters["pretty"] = _pretty
+    env.filters["ms"] = lambda v: charts.format_duration_ms(v) if v is not None else "–"
+    env.filters["seconds"] = lambda v: charts.format_duration_ms(v * 1000) if v is not None else "–"
+    env.filters["bytes"] = _bytes
+    env.globals["split_bar"] = lambda c, f, top: Markup(charts.split_bar(c, f, top))
+    env.globals["link"] = _link
+    return env
+
+
+def _link(path: str, **params: Any) -> str:
+    """``path`` with ``params`` (None left out) as its query, each value encoded."""
+    given = {k: str(v) for k, v in params.items() if v is not None}
+    return f"{path}?{urllib.parse.urlencode(given)}" if given else path
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "–"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+class _Guard:
+    """ASGI middleware: credentials, the browser's CSRF id, and the security headers."""
+
+    def __init__(self, app: ASGIApp, access: Access) -> None:
+        self.app = app
+        self.access = access
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        path = scope["path"]
+        open_path = path == "/login" or path.startswith("/static/")
+        if not open_path and not self.access.allows(
+            request.headers.get("authorization"), request.cookies.get(SESSION_COOKIE)
+        ):
+            await self._refuse(request)(scope, receive, send)
+            return
+        browser = request.cookies.get(Csrf.COOKIE)
+        fresh = None
+        if not browser:
+            browser = fresh = Csrf.new_id()
+        scope.setdefault("state", {})["browser"] = browser
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers += [(k.encode(), v.encode()) for k, v in HEADERS.items()]
+                if fresh is not None:
+                    cookie = f"{Csrf.COOKIE}={fresh}; Path=/; HttpOnly; SameSite=Strict"
+                    headers.append((b"set-cookie", cookie.encode()))
+                message["headers"] = headers
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+    def _refuse(self, request: Request) -> Response:
+        headers = dict(HEADERS)
+        if self.access.user is not None:
+            headers["www-authenticate"] = 'Basic realm="qcore dashboard", charset="UTF-8"'
+        elif request.method == "GET" and "text/html" in request.headers.get("accept", ""):
+            return RedirectResponse("/login", status_code=303, headers=headers)
+        return Response("authentication required\n", status_code=401, headers=headers)
+
+
+class Dashboard:
+    """The routes, bound to one :class:`~qcore.web.board.Board`."""
+
+    def __init__(self, board: Board, *, read_only: bool, access: Access, title: str) -> None:
+        self.board = board
+        self.read_only = read_only
+        self.access = access
+        self.title = title
+        self.csrf = Csrf()
+        self.env = _environment()
+
+    # -- rendering ---------------------------------------------------------------------
+
+    def render(self, request: Request, template: str, status: int = 200, **values: Any) -> Response:
+        browser = request.scope.get("state", {}).get("browser", "")
+        html = self.env.get_template(template).render(
+            request=request,
+            title=self.title,
+            read_only=self.read_only,
+            history_on=self.board.history is not None,
+            csrf_field=Csrf.FIELD,
+            csrf_token=self.csrf.token(browser),
+            refresh_seconds=REFRESH_SECONDS,
+            notice=request.query_params.get("done"),
+            path=request.url.path,
+            **values,
+        )
+        return HTMLResponse(html, status_code=status)
+
+    def error(self, request: Request, exc: Exception, status: int) -> Response:
+        return self.render(request, "error.html", status=status, message=str(exc))
+
+    async def form(self, request: Request) -> dict[str, str]:
+        """A POST's fields, once the request is allowed to change anything: not read
+        only, same origin (when the browser says), and carrying this browser's token."""
+        if self.read_only:
+            raise _Refused("this dashboard is read-only")
+        origin = request.headers.get("origin")
+        if origin is not None and origin != "null":
+            expected = f"{request.url.scheme}://{request.headers.get('host', '')}"
+            if origin != expected:
+                raise _Refused("cross-origin request refused")
+        form = await request.form()
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        browser = request.cookies.get(Csrf.COOKIE)
+        if not self.csrf.valid(browser, fields.get(Csrf.FIELD)):
+            raise _Refused("missing or invalid CSRF token: reload the page and try again")
+        return fields
+
+    def handle(self, handler: Handler) -> Handler:
+        """``handler`` with qcore's errors shown as pages (bad input 400, missing 404,
+        refused 403) instead of tracebacks."""
+
+        async def run(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except _Refused as exc:
+                return self.error(request, exc, 403)
+            except QueueNotFoundError as exc:
+                return self.error(request, exc, 404)
+            except ValidationError as exc:
+                return self.error(request, exc, 400)
+            except QcoreError as exc:
+                return self.error(request, exc, 500)
+
+        return run
+
+    @staticmethod
+    def back(to: str, done: str, **params: str) -> Response:
+        """A redirect after an action to ``to``, which shows ``done`` as its notice."""
+        query = urllib.parse.urlencode({**params, "done": done})
+        return RedirectResponse(f"{to}?{query}", status_code=303)
+
+    # -- pages -------------------------------------------------------------------------
+
+    async def overview(self, request: Request) -> Response:
+        return self.render(request, "overview.html", overview=await self.board.overview())
+
+    async def queues(self, request: Request) -> Response:
+        return self.render(request, "queues.html", queues=await self.board.queues())
+
+    async def queue(self, request: Request) -> Response:
+        name = request.query_params.get("name", "")
+        state = request.query_params.get("state") or None
+        span = request.query_params.get("range", "60m")
+        page = await self.board.queue(name, state=state, before=request.query_params.get("before"))
+        history = await self.board.queue_history(name, span)
+        return self.render(
+            request,
+            "queue.html",
+            q=page.queue,
+            page=page.page,
+            states=STATES,
+            ranges=RANGES,
+            range=span,
+            depth_chart=Markup(_depth_chart(page.depth)) if page.depth else None,
+            charts=_history_charts(history, name) if history else None,
+            dead_letter_for=page.dead_letter_for,
+        )
+
+    async def job(self, request: Request) -> Response:
+        name, ident = request.query_params.get("queue", ""), request.query_params.get("id", "")
+        job, parents, children = await self.board.job(name, ident)
+        return self.render(request, "job.html", job=job, parents=parents, children=children)
+
+    async def instances(self, request: Request) -> Response:
+        return self.render(request, "instances.html", instances=await self.board.instances())
+
+    async def warnings(self, request: Request) -> Response:
+        rows, more = await self.board.warnings(before=request.query_params.get("before"))
+        return self.render(request, "warnings.html", warnings=rows, next_before=more)
+
+    async def schedules(self, request: Request) -> Response:
+        return self.render(request, "schedules.html", schedules=await self.board.schedules())
+
+    async def history(self, request: Request) -> Response:
+        span = request.query_params.get("range", "7d")
+        history = await self.board.queue_history(None, span)
+        if history is None:
+            raise ValidationError("no metrics history is configured for this dashboard")
+        busiest = max((t.completed + t.failed for t in history.breakdown), default=0)
+        return self.render(
+            request,
+            "history.html",
+            history=history,
+            ranges=RANGES,
+            range=span,
+            busiest=busiest,
+            charts=_history_charts(history, "all queues"),
+            tab=request.query_params.get("tab", "throughput"),
+        )
+
+    async def storage(self, request: Request) -> Response:
+        usage = await self.board.storage()
+        if usage is None:
+            raise ValidationError("no metrics history is configured for this dashboard")
+        return self.render(request, "storage.html", usage=usage, keeps=KEEP_CHOICES)
+
+    async def confirm_purge(self, request: Request) -> Response:
+        keep = request.query_params.get("keep", "")
+        usage = await self.board.storage()
+        if usage is None:
+            raise ValidationError("no metrics history is configured for this dashboard")
+        if keep != "all" and keep not in KEEP_CHOICES:
+            raise ValidationError(f"keep must be one of {', '.join(KEEP_CHOICES)} or all")
+        cutoff = _cutoff(keep)
+        return self.render(request, "purge.html", keep=keep, cutoff=cutoff, usage=usage)
+
+    async def metrics(self, request: Request) -> Response:
+        text = await prometheus.exposition(self.board)
+        return Response(text, media_type=prometheus.CONTENT_TYPE)
+
+    async def login(self, request: Request) -> Response:
+        if request.method == "GET":
+            return self.render(request, "login.html", failed=False)
+        form = await request.form()
+        given = form.get("token")
+        if (
+            self.access.token is None
+            or not isinstance(given, str)
+            or not self.access.allows(f"Bearer {given}", None)
+        ):
+            return self.render(request, "login.html", status=401, failed=True)
+        response = RedirectResponse("/", status_code=303)
+        secure = "; Secure" if request.url.scheme == "https" else ""
+        response.headers.append(
+            "set-cookie",
+            f"{SESSION_COOKIE}={self.access.session_value()}; Path=/; HttpOnly;"
+            f" SameSite=Strict{secure}",
+        )
+        return response
+
+    # -- actions -----------------------------------------------------------------------
+
+    async def job_action(self, request: Request) -> Response:
+        fields = await self.form(request)
+        name, ident, action = (
+            fields.get("queue", ""),
+            fields.get("id", ""),
+            fields.get("action", ""),
+        )
+        if action not in JOB_ACTIONS:
+            raise ValidationError(
+                f"unknown job action {action!r}; actions: {', '.join(JOB_ACTIONS)}"
+            )
+        verb = {"delete": self.board.boss.delete_job}.get(action) or getattr(
+            self.board.boss, action
+        )
+        result = await verb(name, [ident])
+        done = f"{action}: {result.affected} job(s)"
+        if action == "delete":
+            return self.back("/queue", done, name=name)
+        return self.back("/job", done, queue=name, id=ident)
+
+    async def create_job(self, request: Request) -> Response:
+        fields = await self.form(request)
+        name = fields.get("queue", "")
+        text = fields.get("data", "").strip()
+        try:
+            data = json.loads(text) if text else None
+        except ValueError as exc:
+            raise ValidationError(f"data must be JSON: {exc}") from None
+        options: dict[str, Any] = {}
+        if fields.get("priority"):
+            options["priority"] = _integer("priority", fields["priority"])
+        if fields.get("start_after"):
+            options["start_after"] = _integer("start_after (seconds)", fields["start_after"])
+        if fields.get("singleton_key"):
+            options["singleton_key"] = fields["singleton_key"]
+        job = await self.board.boss.send(name, data, **options)
+        if job is None:
+            return self.back("/queue", "not created: the queue's policy refused it", name=name)
+        return self.back("/job", "created", queue=name, id=str(job))
+
+    async def redrive(self, request: Request) -> Response:
+        name = (await self.form(request)).get("queue", "")
+        moved = await self.board.boss.redrive(name)
+        return self.back("/queue", f"redrove {moved} job(s)", name=name)
+
+    async def instance_action(self, request: Request) -> Response:
+        fields = await self.form(request)
+        action, key = fields.get("action", ""), fields.get("key", "")
+        if action not in INSTANCE_ACTIONS:
+            raise ValidationError(
+                f"unknown instance action {action!r}; actions: {', '.join(INSTANCE_ACTIONS)}"
+            )
+        verb = getattr(self.board.boss, f"{action}_instance")
+        await verb(key)
+        return self.back("/instances", f"{action}d {key}")
+
+    async def purge(self, request: Request) -> Response:
+        fields = await self.form(request)
+        if self.board.admin is None:
+            raise ValidationError("no metrics history is configured for this dashboard")
+        keep = fields.get("keep", "")
+        if keep != "all" and keep not in KEEP_CHOICES:
+            raise ValidationError(f"keep must be one of {', '.join(KEEP_CHOICES)} or all")
+        cutoff = _cutoff(keep)
+        await self.board.admin.purge(before=cutoff)
+        what = "all history" if cutoff is None else f"history before {cutoff.isoformat()}"
+        return self.back("/history/storage", f"purged {what}")
+
+
+class _Refused(Exception):
+    """A request the board will not carry out (403)."""
+
+
+def _integer(name: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValidationError(f"{name} must be a whole number, got {text!r}") from None
+
+
+def _cutoff(keep: str) -> dt.date | None:
+    if keep == "all":
+        return None
+    return dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=KEEP_CHOICES[keep])
+
+
+def _depth_chart(depth: list[dict[str, Any]]) -> str:
+    def series(name: str, column: str, css: str) -> charts.Series:
+        return charts.Series(
+            name, [(row["captured_on"], float(row.get(column) or 0)) for row in depth], css=css
+        )
+
+    return charts.line_chart(
+        [
+            series("queued", "queued_count", "s1"),
+            series("active", "active_count", "s2"),
+            series("failed", "failed_count", "failed"),
+        ],
+        title="depth",
+    )
+
+
+def _history_charts(history: Any, label: str) -> dict[str, Markup]:
+    points = history.throughput
+    latency = history.latency
+    filling = bool(latency) and latency[-1].filling
+
+    def line(
+        name: str, pick: Callable[[Any], float | None], css: str, hidden: bool = False
+    ) -> charts.Series:
+        return charts.Series(
+            name, [(p.start, pick(p)) for p in latency], css=css, hidden=hidden, filling=filling
+        )
+
+    return {
+        "throughput": Markup(
+            charts.throughput_chart(
+                [(p.start, p.completed, p.failed, p.filling) for p in points],
+                title=f"throughput, {label}",
+            )
+        ),
+        "latency": Markup(
+            charts.line_chart(
+                [
+                    line("p95 run", lambda p: p.run.p95, "s1"),
+                    line("p95 wait", lambda p: p.wait.p95, "s2"),
+                    line("queue age", lambda p: p.age * 1000 if p.age is not None else None, "s3"),
+                    line("p50 run", lambda p: p.run.p50, "s4", hidden=True),
+                    line("p99 run", lambda p: p.run.p99, "s5", hidden=True),
+                    line("p50 wait", lambda p: p.wait.p50, "s6", hidden=True),
+                    line("p99 wait", lambda p: p.wait.p99, "s6", hidden=True),
+                ],
+                title=f"latency, {label}",
+                unit="ms",
+                log_scale=True,
+            )
+        ),
+    }
+
+
+def create_app(
+    boss: Boss,
+    *,
+    history: MetricsHistoryProvider | None = None,
+    admin: MetricsHistoryAdmin | None = None,
+    read_only: bool = False,
+    token: str | None = None,
+    basic_auth: str | None = None,
+    title: str = "qcore",
+) -> Starlette:
+    """The dashboard as an ASGI app, for ``boss``'s job schema (its verbs only; the
+    boss need not run workers), with the metrics-history views when ``history`` (and
+    the storage panel when ``admin``) is given. ``token`` or ``basic_auth``
+    (``user:password``) guard every page; ``read_only`` hides and refuses every action.
+    Mount it in a Starlette or FastAPI app, or serve it with ``qcore dashboard``."""
+    access = Access(token=token, user=None, password=None)
+    if basic_auth is not None:
+        basic = Access.basic(basic_auth)
+        access = Access(token=token, user=basic.user, password=basic.password)
+    board = Board(boss, history=history, admin=admin)
+    ui = Dashboard(board, read_only=read_only, access=access, title=title)
+    h = ui.handle
+    routes = [
+        Route("/", h(ui.overview)),
+        Route("/queues", h(ui.queues)),
+        # a queue name may hold "/": queues and jobs are named in the query, not the path
+        Route("/queue", h(ui.queue)),
+        Route("/queue/create", h(ui.create_job), methods=["POST"]),
+        Route("/queue/redrive", h(ui.redrive), methods=["POST"]),
+        Route("/job", h(ui.job)),
+        Route("/job/action", h(ui.job_action), methods=["POST"]),
+        Route("/instances", h(ui.instances)),
+        Route("/instances", h(ui.instance_action), methods=["POST"]),
+        Route("/warnings", h(ui.warnings)),
+        Route("/schedules", h(ui.schedules)),
+        Route("/history", h(ui.history)),
+        Route("/history/storage", h(ui.storage)),
+        Route("/history/purge", h(ui.confirm_purge)),
+        Route("/history/purge", h(ui.purge), methods=["POST"]),
+        Route("/metrics", h(ui.metrics)),
+        Route("/login", h(ui.login), methods=["GET", "POST"]),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    app = Starlette(routes=routes)
+    app.add_middleware(_Guard, access=access)
+    app.state.board = board
+    return app

@@ -1,0 +1,261 @@
+"""What the dashboard shows, read through the public verbs of a ``Boss`` and the metrics
+history's provider and admin: one method per page, each returning plain values for the
+templates. Nothing here renders HTML or knows about HTTP; no SQL text is written here.
+
+A board needs a ``Boss`` on the job schema (started or not: only its verbs are used)
+and, for the history views, a :class:`~qcore.metrics.MetricsHistoryProvider` and
+:class:`~qcore.metrics.MetricsHistoryAdmin` over a store.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from qcore.boss import Boss
+from qcore.errors import QueueNotFoundError, ValidationError
+from qcore.job import Instance, Job, JobState, Queue
+from qcore.metrics import (
+    LatencyPoint,
+    MetricsHistoryAdmin,
+    MetricsHistoryProvider,
+    QueueTotals,
+    ThroughputPoint,
+    Usage,
+)
+from qcore.schedules import Schedule
+from qcore.services.warnings import StoredWarning
+
+__all__ = [
+    "RANGES",
+    "STATES",
+    "Board",
+    "History",
+    "JobPage",
+    "Overview",
+    "Problem",
+    "QueuePage",
+]
+
+#: the history ranges a chart offers
+RANGES = ("60m", "7d", "30d", "90d")
+
+#: job states in the order the board lists them
+STATES = tuple(s.value for s in JobState)
+
+#: a queue whose oldest ready job waited longer than this is "stalled" (seconds)
+STALLED_AFTER_SECONDS = 300
+
+#: an instance heard from longer ago than this may be removed (seed 003)
+REMOVABLE_AFTER = dt.timedelta(minutes=30)
+
+#: jobs per page of a queue's job list
+PAGE_SIZE = 50
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A queue that needs a look, and why (``backlog``, ``failing`` or ``stalled``)."""
+
+    queue: str
+    kind: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Overview:
+    queues: list[Queue]
+    totals: dict[str, int]
+    problems: list[Problem]
+    warnings: list[StoredWarning]
+    instances_live: int
+    instances_total: int
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """A page of jobs, newest first, and the keyset of the next page (None: last)."""
+
+    jobs: list[Job]
+    state: str | None
+    next_before: str | None
+
+
+@dataclass(frozen=True)
+class QueuePage:
+    queue: Queue
+    page: JobPage
+    depth: list[dict[str, Any]]
+    dead_letter_for: list[str]
+
+
+@dataclass(frozen=True)
+class History:
+    """A range of the history: throughput and latency series, totals, and per queue."""
+
+    range: str
+    throughput: list[ThroughputPoint]
+    latency: list[LatencyPoint]
+    totals: QueueTotals
+    breakdown: list[QueueTotals] = field(default_factory=list)
+
+
+def cursor(job: Job) -> str:
+    """The keyset of the page after ``job``: its created_on and id, as one URL value."""
+    assert job.created_on is not None
+    return f"{job.created_on.isoformat()}_{job.id}"
+
+
+def parse_cursor(value: str) -> tuple[dt.datetime, uuid.UUID]:
+    """A :func:`cursor` back as ``(created_on, id)``; ``ValidationError`` when malformed."""
+    created, _, ident = value.rpartition("_")
+    try:
+        when = dt.datetime.fromisoformat(created)
+        return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc), uuid.UUID(ident)
+    except ValueError:
+        raise ValidationError(f"not a page cursor: {value!r}") from None
+
+
+def problems_of(queues: list[Queue]) -> list[Problem]:
+    """Queues with a backlog past their warning size, failed jobs, or a stalled head."""
+    found = []
+    for q in queues:
+        if q.warning_queue_size and q.queued_count >= q.warning_queue_size:
+            found.append(
+                Problem(
+                    q.name,
+                    "backlog",
+                    f"{q.queued_count:,} queued (warns at {q.warning_queue_size:,})",
+                )
+            )
+        if q.failed_count:
+            found.append(Problem(q.name, "failing", f"{q.failed_count:,} failed jobs kept"))
+        if (q.ready_oldest_seconds or 0) >= STALLED_AFTER_SECONDS:
+            found.append(
+                Problem(q.name, "stalled", f"oldest ready job waited {q.ready_oldest_seconds:,} s")
+            )
+    return found
+
+
+class Board:
+    """The dashboard's reads and actions on one job schema (and, optionally, its
+    metrics history)."""
+
+    def __init__(
+        self,
+        boss: Boss,
+        *,
+        history: MetricsHistoryProvider | None = None,
+        admin: MetricsHistoryAdmin | None = None,
+    ) -> None:
+        self.boss = boss
+        self.history = history
+        self.admin = admin
+
+    # -- pages -------------------------------------------------------------------------
+
+    async def overview(self) -> Overview:
+        queues = await self.boss.get_queues()
+        totals = {
+            "queues": len(queues),
+            "queued": sum(q.queued_count for q in queues),
+            "active": sum(q.active_count for q in queues),
+            "failed": sum(q.failed_count for q in queues),
+            "total": sum(q.total_count for q in queues),
+        }
+        instances = await self.boss.get_instances(limit=1000)
+        return Overview(
+            queues=queues,
+            totals=totals,
+            problems=problems_of(queues),
+            warnings=await self.boss.get_warnings(limit=10),
+            instances_live=sum(1 for i in instances if i.live),
+            instances_total=instances.total,
+        )
+
+    async def queues(self) -> list[Queue]:
+        return await self.boss.get_queues()
+
+    async def queue(self, name: str, *, state: str | None, before: str | None) -> QueuePage:
+        queue = await self.boss.get_queue(name)
+        if queue is None:
+            raise QueueNotFoundError(f"queue {name!r} does not exist")
+        page = await self.jobs(name, state=state, before=before)
+        try:
+            depth = await self.boss.get_queue_stats(name, limit=120)
+        except ValidationError:
+            depth = []
+        queues = await self.boss.get_queues()
+        return QueuePage(
+            queue=queue,
+            page=page,
+            depth=depth[::-1],
+            dead_letter_for=sorted(q.name for q in queues if q.dead_letter == name),
+        )
+
+    async def jobs(self, name: str, *, state: str | None, before: str | None) -> JobPage:
+        if state is not None and state not in STATES:
+            raise ValidationError(f"unknown job state {state!r}; states: {', '.join(STATES)}")
+        jobs = await self.boss.browse_jobs(
+            name,
+            states=[state] if state else None,
+            before=parse_cursor(before) if before else None,
+            limit=PAGE_SIZE + 1,
+        )
+        more = len(jobs) > PAGE_SIZE
+        jobs = jobs[:PAGE_SIZE]
+        return JobPage(jobs=jobs, state=state, next_before=cursor(jobs[-1]) if more else None)
+
+    async def job(
+        self, name: str, id: str
+    ) -> tuple[Job, list[tuple[str, uuid.UUID]], list[tuple[str, uuid.UUID]]]:
+        job = await self.boss.get_job_by_id(name, id)
+        if job is None:
+            raise ValidationError(f"queue {name!r} has no job {id}")
+        parents = await self.boss.get_dependencies(name, job.id, limit=100)
+        children = await self.boss.get_dependents(name, job.id, limit=100)
+        return job, parents, children
+
+    async def instances(self) -> list[tuple[Instance, bool]]:
+        """Every registered instance and whether it may be removed now."""
+        now = dt.datetime.now(dt.timezone.utc)
+        rows = await self.boss.get_instances(limit=1000)
+        return [
+            (
+                i,
+                i.instance_key is not None
+                and not i.live
+                and now - i.heartbeat_on > REMOVABLE_AFTER,
+            )
+            for i in rows
+        ]
+
+    async def warnings(self, *, before: str | None) -> tuple[list[StoredWarning], str | None]:
+        rows = await self.boss.get_warnings(
+            limit=PAGE_SIZE + 1, before=parse_cursor(before) if before else None
+        )
+        more = len(rows) > PAGE_SIZE
+        rows = rows[:PAGE_SIZE]
+        last = rows[-1] if more else None
+        return rows, f"{last.created_on.isoformat()}_{last.id}" if last else None
+
+    async def schedules(self) -> list[Schedule]:
+        return await self.boss.get_schedules(limit=1000)
+
+    async def queue_history(self, name: str | None, range: str) -> History | None:
+        if self.history is None:
+            return None
+        if range not in RANGES:
+            raise ValidationError(f"range must be one of {', '.join(RANGES)}, got {range!r}")
+        return History(
+            range=range,
+            throughput=await self.history.throughput(name, window=range),
+            latency=await self.history.latency(name, window=range),
+            totals=await self.history.totals(name, window=range),
+            breakdown=await self.history.breakdown(window=range) if name is None else [],
+        )
+
+    async def storage(self) -> Usage | None:
+        return await self.admin.stats() if self.admin is not None else None

@@ -1,0 +1,67 @@
+// qcore dashboard: live refresh of the parts of a page marked data-live, chart series
+// toggles, tabs, and confirmations. Loaded from the package (no CDN); no inline scripts.
+"use strict";
+
+function refreshLive() {
+  if (document.hidden) return;
+  const parts = document.querySelectorAll("[data-live]");
+  if (!parts.length) return;
+  fetch(location.href, { headers: { "X-Requested-With": "refresh" }, credentials: "same-origin" })
+    .then((r) => (r.ok ? r.text() : Promise.reject(r.status)))
+    .then((html) => {
+      const fresh = new DOMParser().parseFromString(html, "text/html");
+      for (const part of parts) {
+        const next = fresh.querySelector(`[data-live="${part.dataset.live}"]`);
+        if (next) part.replaceWith(document.importNode(next, true));
+      }
+      bindConfirms(document);
+    })
+    .catch(() => {});
+}
+
+function toggleSeries(event) {
+  const item = event.target.closest(".legend-item[data-series]");
+  if (!item) return;
+  const svg = item.closest("svg");
+  const name = item.getAttribute("data-series");
+  const off = !item.classList.contains("off");
+  for (const el of svg.querySelectorAll("[data-series]")) {
+    if (el.getAttribute("data-series") === name) el.classList.toggle("off", off);
+  }
+}
+
+function bindTabs() {
+  for (const tab of document.querySelectorAll("nav.tabs [data-tab]")) {
+    tab.addEventListener("click", (event) => {
+      event.preventDefault();
+      for (const other of document.querySelectorAll("nav.tabs [data-tab]")) {
+        other.classList.toggle("here", other === tab);
+      }
+      for (const panel of document.querySelectorAll("[data-panel]")) {
+        panel.hidden = panel.dataset.panel !== tab.dataset.tab;
+      }
+      history.replaceState(null, "", tab.href);
+    });
+  }
+}
+
+function bindConfirms(root) {
+  for (const el of root.querySelectorAll("[data-confirm]")) {
+    if (el.dataset.bound) continue;
+    el.dataset.bound = "1";
+    const form = el.tagName === "FORM" ? el : el.form;
+    const ask = (event) => {
+      if (!window.confirm(el.dataset.confirm)) event.preventDefault();
+    };
+    if (el.tagName === "FORM") form.addEventListener("submit", ask);
+    else el.addEventListener("click", ask);
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  document.addEventListener("click", toggleSeries);
+  bindTabs();
+  bindConfirms(document);
+  const seconds = Number(document.body.dataset.refresh || 0);
+  if (seconds > 0) setInterval(refreshLive, seconds * 1000);
+});

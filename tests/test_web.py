@@ -1,0 +1,349 @@
+"""The dashboard over HTTP, in process, against a real database filled by real workers:
+every page renders its data, actions change the database, and what guards them holds
+(CSRF, read-only, credentials, escaping, the bind check). The same app in a real
+browser: ``tests/test_web_browser.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+from prometheus_client.parser import text_string_to_metric_families
+
+from qcore import Boss
+from qcore.conformance.helpers import set_clock
+from qcore.errors import ConfigError
+from qcore.job import Job
+from qcore.metrics import (
+    MetricsHistoryAdmin,
+    MetricsHistoryProvider,
+    MetricsRecorder,
+    PgBossQueues,
+    PostgresMetricsStore,
+)
+from qcore.web import create_app
+from qcore.web.security import Access, check_bind
+from tests.conftest import admin_execute
+
+pytestmark = [pytest.mark.postgres, pytest.mark.feature("dashboard")]
+
+XSS_DATA = {"note": "<script>window.pwned = 1</script>", "attr": '"><img src=x onerror=alert(1)>'}
+XSS_ERROR = '<script>alert("err")</script>"><img src=x onerror=alert(2)>'
+TOKEN = "a-dashboard-token-long-enough"
+
+
+class Fleet:
+    """A schema with queues, finished and failed jobs, a waiting backlog, a keyed
+    instance, a stored warning, a schedule and a recorded minute of history."""
+
+    def __init__(self, boss: Boss, store: PostgresMetricsStore, xss_job: uuid.UUID) -> None:
+        self.boss = boss
+        self.store = store
+        self.xss_job = xss_job
+
+    def app(self, **options: Any) -> Any:
+        return create_app(
+            self.boss,
+            history=MetricsHistoryProvider(self.store),
+            admin=MetricsHistoryAdmin(self.store),
+            **options,
+        )
+
+
+async def fill(boss: Boss) -> uuid.UUID:
+    """Queues ``mail`` (completed and failed jobs, a backlog) and ``mail/dlq`` (its dead
+    letter queue); the id of a failed job whose data and error carry markup."""
+    await boss.create_queue("mail/dlq")
+    await boss.create_queue("mail", retry_limit=0, dead_letter="mail/dlq")
+    await boss.create_queue("idle")
+    for n in range(30):
+        await boss.send("mail", {"n": n})
+    xss = await boss.send("mail", XSS_DATA)
+    assert xss is not None
+
+    async def handler(jobs: list[Job]) -> None:
+        for job in jobs:
+            if job.data == XSS_DATA or job.data.get("n", 0) % 10 == 9:
+                raise RuntimeError(XSS_ERROR)
+
+    await boss.work("mail", handler, batch_size=1, local_concurrency=4)
+    deadline = asyncio.get_running_loop().time() + 120
+    while asyncio.get_running_loop().time() < deadline:
+        jobs = await boss.find_jobs("mail", states=["created", "retry", "active"], limit=1)
+        if not jobs:
+            break
+        await asyncio.sleep(0.2)
+    await boss.off_work("mail")
+    for n in range(120):  # a backlog long enough for three pages
+        await boss.send("mail", {"waiting": n})
+    await boss.schedule("idle", "*/5 * * * *", {"from": "cron"})
+    boss.events.warn("test_warning", "a warning stored for the board <b>bold?</b>")
+    await boss.events.drain()
+    await boss.supervise()
+    return xss
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def fleet(pg_dsn: str) -> AsyncIterator[Fleet]:
+    schema = f"web_{uuid.uuid4().hex[:10]}"
+    boss = Boss(
+        pg_dsn,
+        schema=schema,
+        supervise=False,
+        schedule=False,
+        persist_warnings=True,
+        persist_queue_stats=True,
+        instance_key="web-test:host-1",
+        max=6,
+    )
+    await boss.start()
+    try:
+        xss = await fill(boss)
+        store = PostgresMetricsStore(boss.db, schema=schema, backend=boss.backend)
+        # the schema's clock two minutes on, so the minute the jobs finished in is closed
+        await set_clock(boss.context(), 120)
+        await MetricsRecorder(store, PgBossQueues(boss.context()), margin_seconds=0).tick()
+        await set_clock(boss.context(), 0)
+        yield Fleet(boss, store, xss)
+    finally:
+        await boss.stop(graceful=False)
+        admin_execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE', pg_dsn)
+
+
+def client(app: Any, **headers: str) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8080", headers=headers
+    )
+
+
+def token_of(html: str) -> str:
+    found = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+    assert found, "no CSRF field on the page"
+    return found.group(1)
+
+
+async def test_every_page_renders_its_data(fleet: Fleet) -> None:
+    async with client(fleet.app()) as http:
+        pages = {
+            "/": ["Problem queues", "mail", "failing", "test_warning"],
+            "/queues": ["mail/dlq", "idle", "standard"],
+            "/queue?name=mail": ["Jobs", "older", "Create a job", "<svg"],
+            "/queue?name=mail%2Fdlq": ["Redrive to source queues"],
+            f"/job?queue=mail&id={fleet.xss_job}": ["Retry", "Delete", "failed"],
+            "/instances": ["web-test:host-1", "Pause"],
+            "/warnings": ["test_warning"],
+            "/schedules": ["*/5 * * * *", "idle"],
+            "/history": ["Metrics history", "By queue", "mail", "log scale"],
+            "/history/storage": ["By tier", "Keep only the last 7d", "Clear all history"],
+        }
+        for path, texts in pages.items():
+            page = await http.get(path)
+            assert page.status_code == 200, (path, page.text[:500])
+            for text in texts:
+                assert text in page.text, (path, text)
+            assert page.headers["x-frame-options"] == "DENY"
+            assert "script-src 'self'" in page.headers["content-security-policy"]
+            assert "unsafe-inline" not in page.headers["content-security-policy"]
+
+
+async def test_markup_in_data_errors_and_warnings_is_shown_as_text(fleet: Fleet) -> None:
+    async with client(fleet.app()) as http:
+        job = (await http.get(f"/job?queue=mail&id={fleet.xss_job}")).text
+        listing = (await http.get("/queue?name=mail&state=failed")).text
+        overview = (await http.get("/")).text
+    for html in (job, listing):
+        assert "<script>window.pwned" not in html and "<img src=x" not in html
+    assert "&lt;script&gt;window.pwned = 1&lt;/script&gt;" in job
+    assert "&lt;img src=x onerror=alert(2)&gt;" in job  # the error, escaped
+    assert "<b>bold?</b>" not in overview and "&lt;b&gt;bold?&lt;/b&gt;" in overview
+    assert "<script" not in job.replace('<script src="/static/board.js" defer></script>', "")
+
+
+async def test_job_pages_are_keyset_pages(fleet: Fleet) -> None:
+    async with client(fleet.app()) as http:
+        seen: list[str] = []
+        url = "/queue?name=mail&state=created"
+        for _ in range(5):
+            html = (await http.get(url)).text
+            seen += re.findall(r'href="/job\?queue=mail&amp;id=([0-9a-f-]{36})"', html)
+            older = re.search(r'href="([^"]+)" id="older"', html)
+            if older is None:
+                break
+            url = older.group(1).replace("&amp;", "&")
+        assert len(seen) == len(set(seen)) == 120  # 50 + 50 + 20, none twice
+        bad = await http.get("/queue?name=mail&before=not-a-cursor")
+        assert bad.status_code == 400 and "not a page cursor" in bad.text
+        missing = await http.get("/queue?name=nope")
+        assert missing.status_code == 404
+
+
+async def test_a_post_without_this_browsers_token_is_refused(fleet: Fleet) -> None:
+    async with client(fleet.app()) as http:
+        html = (await http.get(f"/job?queue=mail&id={fleet.xss_job}")).text
+        good = token_of(html)
+        form = {"queue": "mail", "id": str(fleet.xss_job), "action": "retry"}
+        missing = await http.post("/job/action", data=form)
+        forged = await http.post("/job/action", data={**form, "csrf": "0" * 64})
+        assert missing.status_code == forged.status_code == 403
+        assert "CSRF" in forged.text
+        cross = await http.post(
+            "/job/action", data={**form, "csrf": good}, headers={"origin": "http://evil.example"}
+        )
+        assert cross.status_code == 403
+        job = await fleet.boss.get_job_by_id("mail", fleet.xss_job)
+        assert job is not None and job.state is not None and job.state.value == "failed"
+    # another browser's token does not pass in this one
+    async with client(fleet.app()) as other:
+        await other.get("/")
+        stolen = await other.post("/job/action", data={**form, "csrf": good})
+        assert stolen.status_code == 403
+
+
+async def test_actions_change_the_database(fleet: Fleet) -> None:
+    async with client(fleet.app()) as http:
+        html = (await http.get("/queue?name=idle")).text
+        token = token_of(html)
+        made = await http.post(
+            "/queue/create",
+            data={"csrf": token, "queue": "idle", "data": '{"made": "here"}', "priority": "3"},
+        )
+        assert made.status_code == 303
+        created = made.headers["location"]
+        job_id = re.search(r"id=([0-9a-f-]{36})", created)
+        assert job_id
+        job = await fleet.boss.get_job_by_id("idle", job_id.group(1))
+        assert job is not None and job.data == {"made": "here"} and job.priority == 3
+        for action, state in (("cancel", "cancelled"), ("resume", "created")):
+            done = await http.post(
+                "/job/action",
+                data={"csrf": token, "queue": "idle", "id": job_id.group(1), "action": action},
+            )
+            assert done.status_code == 303
+            job = await fleet.boss.get_job_by_id("idle", job_id.group(1))
+            assert job is not None and job.state is not None and job.state.value == state
+        bad = await http.post(
+            "/queue/create", data={"csrf": token, "queue": "idle", "data": "{not json"}
+        )
+        assert bad.status_code == 400 and "data must be JSON" in bad.text
+        unknown = await http.post(
+            "/job/action",
+            data={"csrf": token, "queue": "idle", "id": job_id.group(1), "action": "drop"},
+        )
+        assert unknown.status_code == 400 and "unknown job action" in unknown.text
+        gone = await http.post(
+            "/job/action",
+            data={"csrf": token, "queue": "idle", "id": job_id.group(1), "action": "delete"},
+        )
+        assert gone.status_code == 303
+        assert await fleet.boss.get_job_by_id("idle", job_id.group(1)) is None
+
+
+async def test_read_only_shows_no_action_and_refuses_every_post(fleet: Fleet) -> None:
+    async with client(fleet.app(read_only=True)) as http:
+        for path in ("/", f"/job?queue=mail&id={fleet.xss_job}", "/instances", "/queue?name=mail"):
+            html = (await http.get(path)).text
+            assert 'method="post"' not in html, path
+        storage = (await http.get("/history/storage")).text
+        assert "Clear all history" not in storage
+        for path, form in (
+            ("/job/action", {"queue": "mail", "id": str(fleet.xss_job), "action": "retry"}),
+            ("/instances", {"key": "web-test:host-1", "action": "pause"}),
+            ("/history/purge", {"keep": "all"}),
+            ("/queue/create", {"queue": "idle", "data": "{}"}),
+        ):
+            refused = await http.post(path, data=form)
+            assert refused.status_code == 403 and "read-only" in refused.text, path
+
+
+async def test_credentials_guard_every_page(fleet: Fleet) -> None:
+    async with client(fleet.app(token=TOKEN)) as http:
+        assert (await http.get("/")).status_code == 401
+        assert (await http.get("/metrics")).status_code == 401
+        browser = await http.get("/queues", headers={"accept": "text/html"})
+        assert browser.status_code == 303 and browser.headers["location"] == "/login"
+        assert (
+            await http.get("/", headers={"authorization": f"Bearer {TOKEN}"})
+        ).status_code == 200
+        wrong = await http.post("/login", data={"token": "not-the-token-at-all"})
+        assert wrong.status_code == 401
+        signed = await http.post("/login", data={"token": TOKEN})
+        assert signed.status_code == 303
+        assert (await http.get("/")).status_code == 200  # the session cookie
+    async with client(fleet.app(basic_auth="ops:correct horse")) as http:
+        assert (await http.get("/")).status_code == 401
+        ok = await http.get("/", auth=("ops", "correct horse"))
+        assert ok.status_code == 200
+        assert (await http.get("/", auth=("ops", "wrong password"))).status_code == 401
+
+
+def test_the_board_listens_beyond_this_machine_only_with_credentials() -> None:
+    check_bind("127.0.0.1", Access())
+    check_bind("::1", Access())
+    with pytest.raises(ConfigError, match="needs --token"):
+        check_bind("0.0.0.0", Access())
+    check_bind("0.0.0.0", Access(token=TOKEN))
+    with pytest.raises(ConfigError, match="at least 16"):
+        Access(token="short")
+
+
+async def test_instances_pause_and_resume_from_the_board(fleet: Fleet) -> None:
+    async with client(fleet.app()) as http:
+        token = token_of((await http.get("/instances")).text)
+        for action, paused in (("pause", True), ("resume", False)):
+            done = await http.post(
+                "/instances", data={"csrf": token, "key": "web-test:host-1", "action": action}
+            )
+            assert done.status_code == 303
+            [row] = [
+                i for i in await fleet.boss.get_instances() if i.instance_key == "web-test:host-1"
+            ]
+            assert row.paused is paused
+        early = await http.post(
+            "/instances", data={"csrf": token, "key": "web-test:host-1", "action": "remove"}
+        )
+        assert early.status_code == 400  # seen less than 30 minutes ago
+
+
+async def test_prometheus_endpoint(fleet: Fleet) -> None:
+    async with client(fleet.app()) as http:
+        text = (await http.get("/metrics")).text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    queued = {
+        s.labels["queue"]: s.value
+        for s in families["qcore_queue_jobs"].samples
+        if s.labels["state"] == "queued"
+    }
+    assert queued["mail"] >= 120
+    finished = {
+        (s.labels["queue"], s.labels["outcome"]): s.value
+        for s in families["qcore_jobs_finished"].samples
+        if s.name == "qcore_jobs_finished_total"
+    }
+    assert finished[("mail", "completed")] + finished[("mail", "failed")] == 31
+    assert finished[("mail", "failed")] == 4
+    runs = [s for s in families["qcore_job_run_seconds"].samples if s.labels.get("le") == "+Inf"]
+    assert {s.labels["queue"]: s.value for s in runs}["mail"] == 31
+
+
+async def test_the_storage_panel_confirms_then_purges(fleet: Fleet) -> None:
+    async with client(fleet.app()) as http:
+        confirm = await http.get("/history/purge?keep=all")
+        assert confirm.status_code == 200 and "cannot be undone" in confirm.text
+        assert "All history" in confirm.text
+        keep = await http.get("/history/purge?keep=7d")
+        assert "before" in keep.text
+        assert (await http.get("/history/purge?keep=1y")).status_code == 400
+        before = await MetricsHistoryAdmin(fleet.store).stats()
+        assert before.rows > 0
+        done = await http.post(
+            "/history/purge", data={"csrf": token_of(confirm.text), "keep": "all"}
+        )
+        assert done.status_code == 303
+        after = await MetricsHistoryAdmin(fleet.store).stats()
+        assert after.rows == 0
