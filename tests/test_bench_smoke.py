@@ -197,3 +197,18 @@ def test_the_metrics_bench_measures_a_tick(pg_dsn: str, store: str) -> None:
     assert (result["store"], result["queues"], result["jobs_per_minute"]) == (store, 2, 5)
     assert result["round_trips"] > 0 and result["tick_ms"] > 0
     assert (result["redis_commands"] > 0) == (store == "redis")
+
+
+def test_the_dashboard_bench_counts_each_page(pg_dsn: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.dashboard", "--dsn", pg_dsn, "--queues", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = [line.split() for line in done.stdout.splitlines()[1:]]
+    assert [r[1] for r in rows] == ["/", "/queues", "/queue?name=q0", "/instances",
+                                    "/history?range=7d", "/metrics"]  # fmt: skip
+    assert all(int(r[3]) > 0 for r in rows)  # every page read the database

@@ -33,12 +33,12 @@ from qcore.metrics import (
 pytestmark = pytest.mark.postgres
 
 
-
 @pytest.fixture
 def ctx(shared: Context) -> Context:
     """What these tests check is the Redis store's, not a backend's: they run once, on
     PostgreSQL, instead of once per backend of the matrix."""
     return shared
+
 
 @pytest_asyncio.fixture
 async def redis() -> AsyncIterator[Any]:

@@ -179,7 +179,8 @@ def test_a_vendor_backend_passes_the_conformance_suite_and_is_marked_emulated(
     )
     assert quick.returncode == 0, quick.stdout + quick.stderr
     assert "passed" in quick.stdout and "test_backend_smoke" not in quick.stderr
-    # the whole suite, through the kit's runner, on plain PostgreSQL: emulated, not real
+    # the kit's runner, on plain PostgreSQL: emulated, not real (three groups of the
+    # suite: the matrix runs all of it against this backend from the checkout)
     run = _run(
         [
             user_env.python,
@@ -190,6 +191,9 @@ def test_a_vendor_backend_passes_the_conformance_suite_and_is_marked_emulated(
             "example",
             "--dsn",
             ADMIN_DSN,
+            "--pytest-args",
+            "-k",
+            "smoke or lifecycle or notify",
         ],
         work,
     )
@@ -197,7 +201,7 @@ def test_a_vendor_backend_passes_the_conformance_suite_and_is_marked_emulated(
     results = json.loads((work / "conformance-results" / "example.json").read_text())
     assert results["emulated"] is True and results["provisioner"] == "external"
     assert results["engine"].startswith("postgres")
-    assert results["totals"]["passed"] >= 100 and not results["totals"]["failed"]
+    assert results["totals"]["passed"] >= 30 and not results["totals"]["failed"]
     assert results["totals"]["unsupported"] >= 1  # listen_notify is off
     table = (work / "compatibility.md").read_text()
     header = next(line for line in table.splitlines() if line.startswith("| feature |"))

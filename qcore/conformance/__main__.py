@@ -4,6 +4,8 @@ compatibility table, or regenerate the table from results already written.
 python -m qcore.conformance run [--backends a,b|all] [--dsn DSN] [--tests PATH ...]
                                 [--results-dir DIR] [--output FILE] [--backend-tests-only]
                                 [--pytest-args ...]
+python -m qcore.conformance record BACKEND REPORT [--exit-status N] [--dsn DSN]
+                                   [--results-dir DIR] [--output FILE]
 python -m qcore.conformance table [--results-dir DIR] [--output FILE]
 """
 
@@ -13,7 +15,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from qcore.conformance.runner import RunOptions, default_paths, resolve_backends, run_matrix
+from qcore.conformance.runner import (
+    BackendOutcome,
+    RunOptions,
+    default_paths,
+    one_line,
+    record_report,
+    resolve_backends,
+    run_matrix,
+)
 from qcore.conformance.table import write_table
 from qcore.errors import ConfigError
 
@@ -75,6 +85,20 @@ def parser(
         help="everything after this goes to each pytest run (e.g. --pytest-args -x -k smoke)",
     )
     run.set_defaults(default_tests=tests)
+    record = commands.add_parser(
+        "record",
+        help="write a backend's results from the report of a plain pytest run",
+        description="Write BACKEND's results from REPORT, the file a pytest run given"
+        " --matrix-report wrote (when a plain run has just run that backend's tests, the"
+        " matrix need not run them again), and regenerate the table. Exits 1 if the"
+        " report shows a failure.",
+    )
+    record.add_argument("backend")
+    record.add_argument("report", type=Path)
+    record.add_argument("--exit-status", type=int, default=0, help="the run's exit status")
+    record.add_argument("--dsn", help="the engine the run used, if not the default")
+    record.add_argument("--results-dir", type=Path, default=results, help=f"default: {results}")
+    record.add_argument("--output", type=Path, default=table, help=f"default: {table}")
     table_cmd = commands.add_parser(
         "table", help="regenerate the table from the existing results files"
     )
@@ -95,6 +119,18 @@ def main(
         path = write_table(args.results_dir, args.output)
         print(f"wrote {path}")
         return 0
+    if args.command == "record":
+        summary = record_report(
+            args.backend,
+            args.report,
+            args.exit_status,
+            results_dir=args.results_dir,
+            dsn=args.dsn,
+        )
+        outcome = BackendOutcome(args.backend, summary, args.exit_status, 0.0)
+        print(f"{args.backend}: {one_line(outcome)}")
+        print(f"wrote {write_table(args.results_dir, args.output)}")
+        return 1 if outcome.failed else 0
     try:
         names = resolve_backends(args.backends or ["all"])
     except ConfigError as exc:

@@ -166,16 +166,42 @@ def _pytest_command(options: RunOptions, name: str, report: Path) -> list[str]:
     return command + list(options.pytest_args)
 
 
-def run_backend(options: RunOptions, name: str, index: int, count: int) -> BackendOutcome:
+def _fallback(name: str, dsn: str | None) -> dict[str, Any]:
+    """What a backend's results say of it when its run wrote no report of its own."""
     backend = registry.get(name)
-    provisioner = best_provisioner(backend, options.dsn)
-    fallback = {
+    provisioner = best_provisioner(backend, dsn)
+    return {
         "description": backend.description,
         "provisioner": provisioner.kind,
         "provisioner_detail": provisioner.describe(),
         "emulated": provisioner.emulated,
         "features": backend.features(),
     }
+
+
+def record_report(
+    name: str, report_path: Path, status: int, *, results_dir: Path, dsn: str | None = None
+) -> dict[str, Any]:
+    """Write backend ``name``'s results from the report a pytest run with
+    ``--matrix-report`` left (the matrix's own run, or a plain one that ran the same
+    tests, so that the matrix need not run them again); the summary."""
+    report: dict[str, Any] | None = None
+    error: str | None = None
+    try:
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        error = f"pytest exited with status {status} and wrote no report"
+    except ValueError as exc:
+        error = f"unreadable report: {exc}"
+    summary = summarise(
+        report, name, exit_status=status, error=error, fallback=_fallback(name, dsn)
+    )
+    write_results(summary, results_dir)
+    return summary
+
+
+def run_backend(options: RunOptions, name: str, index: int, count: int) -> BackendOutcome:
+    provisioner = best_provisioner(registry.get(name), options.dsn)
     _write(options, f"\n==> [{index}/{count}] {name}: {provisioner.describe()}\n")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="qcore-matrix-") as tmp:
@@ -200,23 +226,16 @@ def run_backend(options: RunOptions, name: str, index: int, count: int) -> Backe
             if proc.poll() is None:
                 proc.kill()
             raise
-        report: dict[str, Any] | None = None
-        error: str | None = None
-        try:
-            report = json.loads(report_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            error = f"pytest exited with status {status} and wrote no report"
-        except ValueError as exc:
-            error = f"unreadable report: {exc}"
-    summary = summarise(report, name, exit_status=status, error=error, fallback=fallback)
-    write_results(summary, options.results_dir)
+        summary = record_report(
+            name, report_path, status, results_dir=options.results_dir, dsn=options.dsn
+        )
     seconds = time.monotonic() - started
     outcome = BackendOutcome(name, summary, status, seconds)
-    _write(options, f"<== {name}: {_one_line(outcome)} ({seconds:.1f}s)\n")
+    _write(options, f"<== {name}: {one_line(outcome)} ({seconds:.1f}s)\n")
     return outcome
 
 
-def _one_line(outcome: BackendOutcome) -> str:
+def one_line(outcome: BackendOutcome) -> str:
     summary = outcome.summary
     if summary.get("error"):
         return f"RUN FAILED: {summary['error']}"
@@ -248,7 +267,7 @@ def run_matrix(options: RunOptions) -> int:
     out.write("\nmatrix summary:\n")
     width = max(len(o.backend) for o in outcomes) if outcomes else 0
     for outcome in outcomes:
-        out.write(f"  {outcome.backend:<{width}}  {_one_line(outcome)}\n")
+        out.write(f"  {outcome.backend:<{width}}  {one_line(outcome)}\n")
     missing = [o.backend for o in outcomes if not o.available]
     if missing:
         out.write(f"  not available here (not a failure, but not tested): {', '.join(missing)}\n")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from qcore.context import Context
 from qcore.errors import ValidationError
@@ -86,13 +86,16 @@ class LatencyPoint:
 
 @dataclass(frozen=True)
 class QueueTotals:
-    """A window's totals for one queue (or the rollup): counts, p95 wait and run."""
+    """A window's totals for one queue (or the rollup): counts, wait and run
+    percentiles, and the merged histograms they were read from (``BOUNDS_MS`` slots)."""
 
     queue: str
     completed: int
     failed: int
     wait: Percentiles
     run: Percentiles
+    wait_histogram: list[int] = field(default_factory=list, compare=False)
+    run_histogram: list[int] = field(default_factory=list, compare=False)
 
     @property
     def failure_rate(self) -> float:
@@ -203,18 +206,6 @@ class MetricsHistoryProvider:
         rows = await self._read(queue, window, WINDOWS[window][1] if window in WINDOWS else None)
         return _totals(queue or GLOBAL, rows.found.values())
 
-    async def histograms(
-        self, queue: str | None = None, *, window: str = "90d"
-    ) -> tuple[list[int], list[int]]:
-        """A window's wait and run histograms, merged slot by slot (``BOUNDS_MS``)."""
-        rows = await self._read(queue, window, WINDOWS[window][1] if window in WINDOWS else None)
-        waits, runs = (
-            zip(*(_split(row) for row in rows.found.values()), strict=True)
-            if rows.found
-            else ((), ())
-        )
-        return histogram.merge(list(waits)), histogram.merge(list(runs))
-
     async def breakdown(self, *, window: str = "7d") -> list[QueueTotals]:
         """Every queue's totals over a window, busiest (most runs) first."""
         keys = await self.store.keys(self.namespace)
@@ -264,10 +255,13 @@ def _totals(queue: str, rows: Iterable[Bucket]) -> QueueTotals:
         wait, run = _split(row)
         waits.append(wait)
         runs.append(run)
+    wait, run = histogram.merge(waits), histogram.merge(runs)
     return QueueTotals(
         queue=queue,
         completed=completed,
         failed=failed,
-        wait=Percentiles.of(histogram.merge(waits)),
-        run=Percentiles.of(histogram.merge(runs)),
+        wait=Percentiles.of(wait),
+        run=Percentiles.of(run),
+        wait_histogram=wait,
+        run_histogram=run,
     )

@@ -4,7 +4,7 @@ Grafana sees qcore.
 Every scrape reads the queues' cached counts (one statement: the counts the supervise
 pass keeps on each queue row, never a count over the job table) and the registry; with
 a metrics history, each queue's finished-job counters and latency histograms over the
-history's 90 days (two reads of the store per queue). The counters are sums over what
+history's 90 days (one read of the store per queue). The counters are sums over what
 the history keeps, so they drop when old days are pruned: Prometheus reads a drop as a
 counter reset, which ``rate()`` and ``increase()`` handle.
 
@@ -120,8 +120,7 @@ async def exposition(board: Board) -> bytes:
             totals = await board.history.totals(q.name, window=WINDOW)
             finished.add_metric([q.name, "completed"], totals.completed)
             finished.add_metric([q.name, "failed"], totals.failed)
-            waits, runs = await board.history.histograms(q.name, window=WINDOW)
-            for family, counts in ((wait, waits), (run, runs)):
+            for family, counts in ((wait, totals.wait_histogram), (run, totals.run_histogram)):
                 buckets, total = _buckets(counts)
                 family.add_metric([q.name], buckets, total)
         families += [finished, wait, run]

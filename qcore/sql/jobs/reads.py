@@ -74,10 +74,10 @@ def find_jobs(
 @lru_cache(maxsize=8)
 def browse_jobs(q: str, *, by_states: bool, paged: bool, attributed: bool = True) -> Statement:
     """A page of a queue's jobs, newest first, optionally in one of ``states``, after the
-    keyset ``(before_created, before_id)`` of the previous page's last job: the walk
-    down ``(name, created_on)`` (``job_i15``, on every job table) stops at ``limit``,
-    so a page costs the same on the first page and the thousandth (no OFFSET). A plain
-    read on every backend."""
+    keyset ``(before_created, before_id)`` of the previous page's last job: a walk down
+    ``(name, created_on)`` (``job_i15``, on every job table) that stops at ``limit``,
+    ties on ``created_on`` put in order by id as they come, so a page costs the same on
+    the first page and the thousandth (no OFFSET). A plain read on every backend."""
     p = Params()
     column, joined = _attribution(q, attributed)
     conditions = [f"j.name = {p('queue')}::text"]

@@ -1,0 +1,353 @@
+"""The dashboard in a real browser: Debian's chromium driven by selenium through
+chromedriver, against ``qcore dashboard`` serving a real database that real workers
+filled (the fleet of ``tests/test_web.py``). Clicks change the database; the markup
+in job data stays text; forged and read-only POSTs are refused.
+
+Screenshots of the main pages go to a temporary folder, or to the folder named by
+``QCORE_DASHBOARD_SCREENSHOTS`` (the docs' images are made that way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from qcore import Boss
+from qcore.conformance.helpers import set_clock
+from qcore.metrics import MetricsHistoryAdmin, MetricsRecorder, PgBossQueues, PostgresMetricsStore
+from tests.conftest import admin_execute
+from tests.test_web import XSS_DATA, fill
+
+pytestmark = [pytest.mark.postgres, pytest.mark.feature("dashboard")]
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+KEY = "browser-test:host-1"
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+    pytest.skip(
+        "no chromium and chromedriver here (Debian packages chromium, chromium-driver)",
+        allow_module_level=True,
+    )
+
+from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """``qcore dashboard`` in a subprocess, until stopped."""
+
+    def __init__(self, dsn: str, schema: str, *extra: str) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "qcore", "dashboard", "--url", dsn, "--schema", schema,
+             "--port", str(self.port), "--history", *extra],
+            stdout=self.log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.url}/static/board.css", timeout=5):
+                    return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.log.seek(0)
+                    output = self.log.read().decode()
+                    raise AssertionError(f"the dashboard did not start:\n{output}") from None
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+async def a_busy_week(boss: Boss) -> None:
+    """A week of finished jobs on three queues, busier by day than by night, so the
+    history's charts and the screenshots show a shape (rows as workers leave them)."""
+    q = boss.context().q
+    for name, per_slot, failing in (("mail", 6, 0.02), ("reports", 2, 0.10), ("sms", 4, 0.0)):
+        await boss.create_queue(name) if name != "mail" else None
+        await boss.db.execute(
+            f"INSERT INTO {q}.job (name, state, data, created_on, started_on, completed_on)"
+            " SELECT $1::text, CASE WHEN random() < $3::float8 THEN 'failed' ELSE 'completed'"
+            f" END::{q}.job_state, '{{}}'::jsonb, t - interval '1 second' * (1 + 20 * random()),"
+            " t - interval '1 millisecond' * (20 + 400 * random()), t"
+            " FROM generate_series(now() - interval '7 days', now() - interval '2 minutes',"
+            " interval '15 minutes') AS slot,"
+            " LATERAL (SELECT slot + interval '1 second' * k AS t FROM generate_series(1,"
+            " ($2::int * (1.2 + sin(extract(epoch FROM slot) / 13751.0)))::int) AS k) AS jobs",
+            [name, per_slot, failing],
+        )
+
+
+class World:
+    def __init__(self, boss: Boss, store: PostgresMetricsStore, xss: uuid.UUID, board: Server,
+                 read_only: Server, shots: Path) -> None:  # fmt: skip
+        self.boss, self.store, self.xss = boss, store, xss
+        self.board, self.read_only, self.shots = board, read_only, shots
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def world(pg_dsn: str) -> AsyncIterator[World]:
+    schema = f"webui_{uuid.uuid4().hex[:10]}"
+    boss = Boss(
+        pg_dsn,
+        schema=schema,
+        supervise=False,
+        schedule=False,
+        persist_warnings=True,
+        persist_queue_stats=True,
+        instance_key=KEY,
+        max=6,
+    )
+    await boss.start()
+    servers: list[Server] = []
+    try:
+        xss = await fill(boss)
+        await a_busy_week(boss)
+        for _ in range(3):  # depth snapshots for the queue's chart
+            await boss.supervise()
+        store = PostgresMetricsStore(boss.db, schema=schema, backend=boss.backend)
+        await set_clock(boss.context(), 120)
+        await MetricsRecorder(store, PgBossQueues(boss.context()), margin_seconds=0).tick()
+        await set_clock(boss.context(), 0)
+        servers.append(await asyncio.to_thread(Server, pg_dsn, schema))
+        servers.append(await asyncio.to_thread(Server, pg_dsn, schema, "--read-only"))
+        folder = os.environ.get("QCORE_DASHBOARD_SCREENSHOTS")
+        shots = Path(folder) if folder else Path(tempfile.mkdtemp(prefix="qcore-shots-"))
+        shots.mkdir(parents=True, exist_ok=True)
+        yield World(boss, store, xss, servers[0], servers[1], shots)
+    finally:
+        for server in servers:
+            server.stop()
+        await boss.stop(graceful=False)
+        admin_execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE', pg_dsn)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    profile = tempfile.mkdtemp(prefix="qcore-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--window-size=1400,1000",
+        f"--user-data-dir={profile}",
+    ):  # fmt: skip
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def _open(driver: Any, url: str) -> None:
+    driver.get(url)
+    assert "Error" not in driver.title, driver.find_element(By.TAG_NAME, "main").text
+
+
+def _click(driver: Any, element: Any) -> None:
+    """Click ``element`` and wait until the page it leads to has replaced this one."""
+    page = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(page))
+
+
+def _text(driver: Any) -> str:
+    return str(driver.find_element(By.TAG_NAME, "main").text)
+
+
+async def _run(function: Any, *args: Any) -> Any:
+    """A blocking browser step off the event loop the fleet's Boss runs on."""
+    return await asyncio.to_thread(function, *args)
+
+
+async def test_every_page_renders_in_the_browser(world: World, browser: Any) -> None:
+    def visit() -> None:
+        url = world.board.url
+        pages = {
+            "overview": ("/", ["Problem queues", "failing", "test_warning"]),
+            "queues": ("/queues", ["mail/dlq", "idle"]),
+            "queue": ("/queue?name=mail", ["Jobs", "Metrics", "Create a job"]),
+            "job": (f"/job?queue=mail&id={world.xss}", ["Data", "Error"]),
+            "instances": ("/instances", [KEY, "live"]),
+            "warnings": ("/warnings", ["test_warning"]),
+            "schedules": ("/schedules", ["*/5 * * * *"]),
+            "history": ("/history", ["Metrics history", "By queue"]),
+            "storage": ("/history/storage", ["By tier", "Clear all history"]),
+        }
+        for name, (path, texts) in pages.items():
+            _open(browser, url + path)
+            shown = _text(browser)
+            for text in texts:
+                assert text in shown, (path, text)
+            if name != "job":  # its error's stack names this machine's paths
+                browser.save_screenshot(str(world.shots / f"{name}.png"))
+        # the history page's charts are SVG in the page, with the log axis labelled
+        _open(browser, url + "/history?tab=latency")
+        assert "log scale" in browser.find_element(By.CSS_SELECTOR, "[data-panel=latency] svg").text
+
+    await _run(visit)
+
+
+async def test_markup_in_job_data_never_runs(world: World, browser: Any) -> None:
+    def look() -> None:
+        _open(browser, f"{world.board.url}/job?queue=mail&id={world.xss}")
+        with pytest.raises(NoAlertPresentException):
+            browser.switch_to.alert.text  # noqa: B018
+        assert browser.execute_script("return window.pwned === undefined") is True
+        assert not browser.find_elements(By.CSS_SELECTOR, "main img, main script")
+        assert XSS_DATA["note"] in browser.find_element(By.ID, "job-data").text
+        assert "onerror=alert(2)" in browser.find_element(By.ID, "job-output").text
+
+    await _run(look)
+
+
+async def test_pausing_an_instance_from_the_board(world: World, browser: Any) -> None:
+    def pause() -> str:
+        _open(browser, f"{world.board.url}/instances")
+        _click(browser, browser.find_element(By.CSS_SELECTOR, f'tr[data-key="{KEY}"] button.pause'))
+        return _text(browser)
+
+    shown = await _run(pause)
+    assert f"paused {KEY}" in shown
+    [row] = [i for i in await world.boss.get_instances() if i.instance_key == KEY]
+    assert row.paused
+
+    def resume() -> str:
+        row = browser.find_element(By.CSS_SELECTOR, f'tr[data-key="{KEY}"]')
+        assert "paused" in row.text
+        _click(browser, row.find_element(By.CSS_SELECTOR, "button.resume"))
+        return str(browser.find_element(By.CSS_SELECTOR, f'tr[data-key="{KEY}"]').text)
+
+    assert "paused" not in await _run(resume)
+    [row] = [i for i in await world.boss.get_instances() if i.instance_key == KEY]
+    assert not row.paused
+
+
+async def test_retrying_a_failed_job_requeues_it(world: World, browser: Any) -> None:
+    def retry() -> str:
+        _open(browser, f"{world.board.url}/job?queue=mail&id={world.xss}")
+        assert browser.find_element(By.ID, "job-state").text == "failed"
+        _click(browser, browser.find_element(By.ID, "action-retry"))
+        return str(browser.find_element(By.ID, "job-state").text)
+
+    assert await _run(retry) in ("retry", "created")
+    job = await world.boss.get_job_by_id("mail", world.xss)
+    assert job is not None and job.state is not None and job.state.value in ("retry", "created")
+
+
+async def test_the_range_selector_switches_series(world: World, browser: Any) -> None:
+    def switch() -> tuple[str, str, str]:
+        _open(browser, f"{world.board.url}/queue?name=mail")
+        before = browser.find_element(By.CSS_SELECTOR, "#history svg.throughput-chart")
+        ticks_60m = " ".join(t.text for t in before.find_elements(By.CSS_SELECTOR, ".x-tick"))
+        _click(browser, browser.find_element(By.CSS_SELECTOR, "nav.ranges a[data-range='7d']"))
+        after = browser.find_element(By.CSS_SELECTOR, "#history svg.throughput-chart")
+        ticks_7d = " ".join(t.text for t in after.find_elements(By.CSS_SELECTOR, ".x-tick"))
+        here = browser.find_element(By.CSS_SELECTOR, "nav.ranges a.here").text
+        return ticks_60m, ticks_7d, here
+
+    ticks_60m, ticks_7d, here = await _run(switch)
+    assert here == "7d"
+    assert ":" in ticks_60m  # hours and minutes over an hour
+    assert ":" not in ticks_7d and ticks_7d != ticks_60m  # days over a week
+
+
+async def test_the_storage_panel_confirms_before_it_purges(world: World, browser: Any) -> None:
+    assert (await MetricsHistoryAdmin(world.store).stats()).rows > 0
+
+    def open_confirmation() -> str:
+        _open(browser, f"{world.board.url}/history/storage")
+        _click(browser, browser.find_element(By.ID, "clear-all"))
+        return str(browser.find_element(By.ID, "confirm").text)
+
+    confirmation = await _run(open_confirmation)
+    assert "All history goes" in confirmation and "cannot be undone" in confirmation
+    assert (await MetricsHistoryAdmin(world.store).stats()).rows > 0  # nothing gone yet
+
+    def confirm() -> str:
+        _click(browser, browser.find_element(By.ID, "confirm-purge"))
+        return _text(browser)
+
+    assert "purged all history" in await _run(confirm)
+    assert (await MetricsHistoryAdmin(world.store).stats()).rows == 0
+
+
+_FORGE = """
+const form = document.createElement("form");
+form.method = "post"; form.action = "/job/action";
+for (const [k, v] of Object.entries(arguments[0])) {
+  const input = document.createElement("input");
+  input.type = "hidden"; input.name = k; input.value = v; form.appendChild(input);
+}
+document.body.appendChild(form); form.submit();
+"""
+
+
+async def test_a_forged_post_is_rejected(world: World, browser: Any) -> None:
+    def forge() -> str:
+        _open(browser, f"{world.board.url}/")
+        fields = {"queue": "mail", "id": str(world.xss), "action": "delete", "csrf": "f" * 64}
+        page = browser.find_element(By.TAG_NAME, "html")
+        browser.execute_script(_FORGE, fields)
+        WebDriverWait(browser, 30).until(expected_conditions.staleness_of(page))
+        return str(browser.find_element(By.ID, "error").text)
+
+    assert "CSRF" in await _run(forge)
+    assert await world.boss.get_job_by_id("mail", world.xss) is not None
+
+
+async def test_read_only_shows_no_action_and_refuses_posts(world: World, browser: Any) -> None:
+    def look() -> tuple[int, int, str]:
+        url = world.read_only.url
+        forms = 0
+        for path in ("/", "/instances", f"/job?queue=mail&id={world.xss}", "/queue?name=mail"):
+            _open(browser, url + path)
+            forms += len(browser.find_elements(By.CSS_SELECTOR, "form[method=post]"))
+        _open(browser, url + "/history/storage")
+        purges = len(browser.find_elements(By.ID, "clear-all"))
+        fields = {"queue": "mail", "id": str(world.xss), "action": "delete", "csrf": ""}
+        page = browser.find_element(By.TAG_NAME, "html")
+        browser.execute_script(_FORGE, fields)
+        WebDriverWait(browser, 30).until(expected_conditions.staleness_of(page))
+        return forms, purges, str(browser.find_element(By.ID, "error").text)
+
+    forms, purges, refused = await _run(look)
+    assert forms == 0 and purges == 0
+    assert "read-only" in refused
+    assert await world.boss.get_job_by_id("mail", world.xss) is not None
