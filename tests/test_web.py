@@ -347,3 +347,25 @@ async def test_the_storage_panel_confirms_then_purges(fleet: Fleet) -> None:
         assert done.status_code == 303
         after = await MetricsHistoryAdmin(fleet.store).stats()
         assert after.rows == 0
+
+
+async def test_mounted_under_a_prefix_every_link_and_redirect_keeps_it(fleet: Fleet) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    host = Starlette(routes=[Mount("/ops/board", app=fleet.app())])
+    async with client(host) as http:
+        page = await http.get("/ops/board/queue?name=idle")
+        assert page.status_code == 200
+        links = re.findall(r'(?:href|action|src)="(/[^"]*)"', page.text)
+        assert links and all(link.startswith("/ops/board/") for link in links), links
+        assert (await http.get("/ops/board/static/board.css")).status_code == 200
+        made = await http.post(
+            "/ops/board/queue/create", data={"csrf": token_of(page.text), "queue": "idle"}
+        )
+        assert made.status_code == 303 and made.headers["location"].startswith("/ops/board/job?")
+    guarded = Starlette(routes=[Mount("/ops/board", app=fleet.app(token=TOKEN))])
+    async with client(guarded) as http:
+        asked = await http.get("/ops/board/", headers={"accept": "text/html"})
+        assert asked.status_code == 303 and asked.headers["location"] == "/ops/board/login"
+        assert (await http.get("/ops/board/login")).status_code == 200

@@ -101,6 +101,17 @@ def _bytes(n: int | None) -> str:
     return f"{n} B"
 
 
+def _root(scope: Scope) -> str:
+    """Where the board is mounted (``""`` when it is the whole app)."""
+    return str(scope.get("root_path", "")).rstrip("/")
+
+
+def _route_path(scope: Scope) -> str:
+    """The request's path inside the board, wherever it is mounted."""
+    path, root = str(scope["path"]), _root(scope)
+    return path[len(root) :] or "/" if root and path.startswith(root) else path
+
+
 class _Guard:
     """ASGI middleware: credentials, the browser's CSRF id, and the security headers."""
 
@@ -113,7 +124,7 @@ class _Guard:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
-        path = scope["path"]
+        path = _route_path(scope)
         open_path = path == "/login" or path.startswith("/static/")
         if not open_path and not self.access.allows(
             request.headers.get("authorization"), request.cookies.get(SESSION_COOKIE)
@@ -143,7 +154,9 @@ class _Guard:
         if self.access.user is not None:
             headers["www-authenticate"] = 'Basic realm="qcore dashboard", charset="UTF-8"'
         elif request.method == "GET" and "text/html" in request.headers.get("accept", ""):
-            return RedirectResponse("/login", status_code=303, headers=headers)
+            return RedirectResponse(
+                f"{_root(request.scope)}/login", status_code=303, headers=headers
+            )
         return Response("authentication required\n", status_code=401, headers=headers)
 
 
@@ -171,7 +184,8 @@ class Dashboard:
             csrf_token=self.csrf.token(browser),
             refresh_seconds=REFRESH_SECONDS,
             notice=request.query_params.get("done"),
-            path=request.url.path,
+            root=_root(request.scope),
+            path=_route_path(request.scope),
             **values,
         )
         return HTMLResponse(html, status_code=status)
@@ -184,11 +198,11 @@ class Dashboard:
         only, same origin (when the browser says), and carrying this browser's token."""
         if self.read_only:
             raise _Refused("this dashboard is read-only")
-        origin = request.headers.get("origin")
-        if origin is not None and origin != "null":
-            expected = f"{request.url.scheme}://{request.headers.get('host', '')}"
-            if origin != expected:
-                raise _Refused("cross-origin request refused")
+        origin = request.headers.get("origin")  # the host only: a proxy may end TLS
+        if origin is not None and urllib.parse.urlsplit(origin).netloc != request.headers.get(
+            "host", ""
+        ):
+            raise _Refused("cross-origin request refused")
         form = await request.form()
         fields = {k: v for k, v in form.items() if isinstance(v, str)}
         browser = request.cookies.get(Csrf.COOKIE)
@@ -215,10 +229,10 @@ class Dashboard:
         return run
 
     @staticmethod
-    def back(to: str, done: str, **params: str) -> Response:
+    def back(request: Request, to: str, done: str, **params: str) -> Response:
         """A redirect after an action to ``to``, which shows ``done`` as its notice."""
         query = urllib.parse.urlencode({**params, "done": done})
-        return RedirectResponse(f"{to}?{query}", status_code=303)
+        return RedirectResponse(f"{_root(request.scope)}{to}?{query}", status_code=303)
 
     # -- pages -------------------------------------------------------------------------
 
@@ -310,7 +324,7 @@ class Dashboard:
             or not self.access.allows(f"Bearer {given}", None)
         ):
             return self.render(request, "login.html", status=401, failed=True)
-        response = RedirectResponse("/", status_code=303)
+        response = RedirectResponse(f"{_root(request.scope)}/", status_code=303)
         secure = "; Secure" if request.url.scheme == "https" else ""
         response.headers.append(
             "set-cookie",
@@ -338,8 +352,8 @@ class Dashboard:
         result = await verb(name, [ident])
         done = f"{action}: {result.affected} job(s)"
         if action == "delete":
-            return self.back("/queue", done, name=name)
-        return self.back("/job", done, queue=name, id=ident)
+            return self.back(request, "/queue", done, name=name)
+        return self.back(request, "/job", done, queue=name, id=ident)
 
     async def create_job(self, request: Request) -> Response:
         fields = await self.form(request)
@@ -358,13 +372,15 @@ class Dashboard:
             options["singleton_key"] = fields["singleton_key"]
         job = await self.board.boss.send(name, data, **options)
         if job is None:
-            return self.back("/queue", "not created: the queue's policy refused it", name=name)
-        return self.back("/job", "created", queue=name, id=str(job))
+            return self.back(
+                request, "/queue", "not created: the queue's policy refused it", name=name
+            )
+        return self.back(request, "/job", "created", queue=name, id=str(job))
 
     async def redrive(self, request: Request) -> Response:
         name = (await self.form(request)).get("queue", "")
         moved = await self.board.boss.redrive(name)
-        return self.back("/queue", f"redrove {moved} job(s)", name=name)
+        return self.back(request, "/queue", f"redrove {moved} job(s)", name=name)
 
     async def instance_action(self, request: Request) -> Response:
         fields = await self.form(request)
@@ -375,7 +391,7 @@ class Dashboard:
             )
         verb = getattr(self.board.boss, f"{action}_instance")
         await verb(key)
-        return self.back("/instances", f"{action}d {key}")
+        return self.back(request, "/instances", f"{action}d {key}")
 
     async def purge(self, request: Request) -> Response:
         fields = await self.form(request)
@@ -387,7 +403,7 @@ class Dashboard:
         cutoff = _cutoff(keep)
         await self.board.admin.purge(before=cutoff)
         what = "all history" if cutoff is None else f"history before {cutoff.isoformat()}"
-        return self.back("/history/storage", f"purged {what}")
+        return self.back(request, "/history/storage", f"purged {what}")
 
 
 class _Refused(Exception):
