@@ -369,3 +369,16 @@ async def test_mounted_under_a_prefix_every_link_and_redirect_keeps_it(fleet: Fl
         asked = await http.get("/ops/board/", headers={"accept": "text/html"})
         assert asked.status_code == 303 and asked.headers["location"] == "/ops/board/login"
         assert (await http.get("/ops/board/login")).status_code == 200
+
+
+def test_the_command_refuses_an_open_address_without_credentials() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "qcore", "dashboard", "--dsn", "postgresql://nowhere",
+         "--host", "0.0.0.0"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "refusing to listen on 0.0.0.0" in done.stderr and "--token" in done.stderr

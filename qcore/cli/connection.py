@@ -55,9 +55,12 @@ class Target:
 
 
 def add_database_arguments(parser: Any) -> None:
-    """``--url``, ``--schema`` and ``--backend`` on a command's parser."""
+    """``--url`` (or ``--dsn``), ``--schema`` and ``--backend`` on a command's parser."""
     parser.add_argument(
-        "--url", help="the database (default: $QCORE_DATABASE_URL, $DATABASE_URL, PG* variables)"
+        "--url",
+        "--dsn",
+        dest="url",
+        help="the database (default: $QCORE_DATABASE_URL, $DATABASE_URL, PG* variables)",
     )
     parser.add_argument("--schema", help="the schema (default: pgboss)")
     parser.add_argument(
