@@ -14,7 +14,7 @@ import json
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
@@ -256,7 +256,7 @@ class Dashboard:
             states=STATES,
             ranges=RANGES,
             range=span,
-            depth_chart=Markup(_depth_chart(page.depth)) if page.depth else None,
+            depth_chart=Markup(_depth_chart(page.depth)) if len(page.depth) > 1 else None,
             charts=_history_charts(history, name) if history else None,
             dead_letter_for=page.dead_letter_for,
         )
@@ -278,9 +278,7 @@ class Dashboard:
 
     async def history(self, request: Request) -> Response:
         span = request.query_params.get("range", "7d")
-        history = await self.board.queue_history(None, span)
-        if history is None:
-            raise ValidationError("no metrics history is configured for this dashboard")
+        history = _configured(await self.board.queue_history(None, span))
         busiest = max((t.completed + t.failed for t in history.breakdown), default=0)
         return self.render(
             request,
@@ -294,19 +292,13 @@ class Dashboard:
         )
 
     async def storage(self, request: Request) -> Response:
-        usage = await self.board.storage()
-        if usage is None:
-            raise ValidationError("no metrics history is configured for this dashboard")
+        usage = _configured(await self.board.storage())
         return self.render(request, "storage.html", usage=usage, keeps=KEEP_CHOICES)
 
     async def confirm_purge(self, request: Request) -> Response:
         keep = request.query_params.get("keep", "")
-        usage = await self.board.storage()
-        if usage is None:
-            raise ValidationError("no metrics history is configured for this dashboard")
-        if keep != "all" and keep not in KEEP_CHOICES:
-            raise ValidationError(f"keep must be one of {', '.join(KEEP_CHOICES)} or all")
         cutoff = _cutoff(keep)
+        usage = _configured(await self.board.storage())
         return self.render(request, "purge.html", keep=keep, cutoff=cutoff, usage=usage)
 
     async def metrics(self, request: Request) -> Response:
@@ -394,14 +386,8 @@ class Dashboard:
         return self.back(request, "/instances", f"{action}d {key}")
 
     async def purge(self, request: Request) -> Response:
-        fields = await self.form(request)
-        if self.board.admin is None:
-            raise ValidationError("no metrics history is configured for this dashboard")
-        keep = fields.get("keep", "")
-        if keep != "all" and keep not in KEEP_CHOICES:
-            raise ValidationError(f"keep must be one of {', '.join(KEEP_CHOICES)} or all")
-        cutoff = _cutoff(keep)
-        await self.board.admin.purge(before=cutoff)
+        cutoff = _cutoff((await self.form(request)).get("keep", ""))
+        await _configured(self.board.admin).purge(before=cutoff)
         what = "all history" if cutoff is None else f"history before {cutoff.isoformat()}"
         return self.back(request, "/history/storage", f"purged {what}")
 
@@ -418,9 +404,22 @@ def _integer(name: str, text: str) -> int:
 
 
 def _cutoff(keep: str) -> dt.date | None:
+    """The first day a purge keeping ``keep`` leaves (None: it keeps nothing)."""
     if keep == "all":
         return None
+    if keep not in KEEP_CHOICES:
+        raise ValidationError(f"keep must be one of {', '.join(KEEP_CHOICES)} or all")
     return dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=KEEP_CHOICES[keep])
+
+
+T = TypeVar("T")
+
+
+def _configured(value: T | None) -> T:
+    """A part of the metrics history, or the error a board without one answers."""
+    if value is None:
+        raise ValidationError("no metrics history is configured for this dashboard")
+    return value
 
 
 def _depth_chart(depth: list[dict[str, Any]]) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qcore.boss import Boss
-from qcore.errors import QueueNotFoundError, ValidationError
+from qcore.errors import ValidationError
 from qcore.job import Instance, Job, JobState, Queue
 from qcore.metrics import (
     LatencyPoint,
@@ -25,6 +25,7 @@ from qcore.metrics import (
     ThroughputPoint,
     Usage,
 )
+from qcore.queues import missing_queue
 from qcore.schedules import Schedule
 from qcore.services.warnings import StoredWarning
 
@@ -179,15 +180,12 @@ class Board:
         return await self.boss.get_queues()
 
     async def queue(self, name: str, *, state: str | None, before: str | None) -> QueuePage:
-        queue = await self.boss.get_queue(name)
-        if queue is None:
-            raise QueueNotFoundError(f"queue {name!r} does not exist")
-        page = await self.jobs(name, state=state, before=before)
-        try:
-            depth = await self.boss.get_queue_stats(name, limit=120)
-        except ValidationError:
-            depth = []
         queues = await self.boss.get_queues()
+        queue = next((q for q in queues if q.name == name), None)
+        if queue is None:
+            raise missing_queue(name)
+        page = await self.jobs(name, state=state, before=before)
+        depth = await self.boss.get_queue_stats(name, limit=120)
         return QueuePage(
             queue=queue,
             page=page,
