@@ -99,6 +99,11 @@ _STATE = pytest.StashKey["MatrixState"]()
 # --------------------------------------------------------------------------- options
 
 
+#: where a run writes its report when ``--matrix-report`` is not given (CI sets it around
+#: the README's ``python -m pytest``, so the matrix records that run's backend from it)
+REPORT_VARIABLE = "QCORE_MATRIX_REPORT"
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("qcore-matrix", "qcore compatibility matrix")
     group.addoption(
@@ -123,7 +128,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="qcore_matrix_report",
         metavar="PATH",
         default=None,
-        help="write each test's backend, feature group and outcome as JSON to PATH.",
+        help="write each test's backend, feature group and outcome as JSON to PATH"
+        f" (default: ${REPORT_VARIABLE}, read by this process only).",
     )
     group.addoption(
         "--backend-tests-only",
@@ -144,6 +150,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "feature(name): the feature group of the test in the compatibility table"
     )
+    # taken out of the environment, so that the pytest runs a test starts never write it
+    from_environment = os.environ.pop(REPORT_VARIABLE, None)
+    if from_environment and not config.getoption("qcore_matrix_report"):
+        config.option.qcore_matrix_report = from_environment
     state = MatrixState.from_config(config)
     config.stash[_STATE] = state
     config.pluginmanager.register(_Recorder(state), f"qcore_matrix_recorder_{id(config)}")
