@@ -53,6 +53,7 @@ __all__ = [
     "job_record",
     "known_only",
     "normalize_output",
+    "page_keyset",
     "policy",
     "priority_bounds",
     "queue_name",
@@ -479,6 +480,24 @@ def job_id(value: object) -> uuid.UUID:
         except ValueError:
             pass
     raise ValidationError(f"a job id must be a UUID or a UUID string, got {value!r}")
+
+
+def page_keyset(before: object, what: str) -> tuple[dt.datetime, uuid.UUID] | tuple[None, None]:
+    """A page's ``before``: the ``(created_on, id)`` of the previous page's last
+    ``what`` (an aware datetime and a UUID), or (None, None) for the first page."""
+    if before is None:
+        return None, None
+    if (
+        not isinstance(before, tuple)
+        or len(before) != 2
+        or not isinstance(before[0], dt.datetime)
+        or before[0].tzinfo is None
+    ):
+        raise ValidationError(
+            f"before must be (created_on, id) of a {what}: an aware datetime and a UUID,"
+            f" got {before!r}"
+        )
+    return before[0], job_id(before[1])
 
 
 def job_record(data: Any = None, **options: Any) -> JobRecord:

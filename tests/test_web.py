@@ -89,19 +89,25 @@ async def fill(boss: Boss) -> uuid.UUID:
     return xss
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def fleet(pg_dsn: str) -> AsyncIterator[Fleet]:
-    schema = f"web_{uuid.uuid4().hex[:10]}"
-    boss = Boss(
-        pg_dsn,
+def fleet_boss(dsn: str, schema: str, key: str) -> Boss:
+    """The fleet's own server: keyed, its warnings and queue stats stored, no background
+    passes (the tests run what they need)."""
+    return Boss(
+        dsn,
         schema=schema,
         supervise=False,
         schedule=False,
         persist_warnings=True,
         persist_queue_stats=True,
-        instance_key="web-test:host-1",
+        instance_key=key,
         max=6,
     )
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def fleet(pg_dsn: str) -> AsyncIterator[Fleet]:
+    schema = f"web_{uuid.uuid4().hex[:10]}"
+    boss = fleet_boss(pg_dsn, schema, "web-test:host-1")
     await boss.start()
     try:
         xss = await fill(boss)

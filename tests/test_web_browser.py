@@ -30,7 +30,7 @@ from qcore import Boss
 from qcore.conformance.helpers import set_clock
 from qcore.metrics import MetricsHistoryAdmin, MetricsRecorder, PgBossQueues, PostgresMetricsStore
 from tests.conftest import admin_execute
-from tests.test_web import XSS_DATA, fill
+from tests.test_web import XSS_DATA, fill, fleet_boss
 
 pytestmark = [pytest.mark.postgres, pytest.mark.feature("dashboard")]
 
@@ -120,16 +120,7 @@ class World:
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def world(pg_dsn: str) -> AsyncIterator[World]:
     schema = f"webui_{uuid.uuid4().hex[:10]}"
-    boss = Boss(
-        pg_dsn,
-        schema=schema,
-        supervise=False,
-        schedule=False,
-        persist_warnings=True,
-        persist_queue_stats=True,
-        instance_key=KEY,
-        max=6,
-    )
+    boss = fleet_boss(pg_dsn, schema, KEY)
     await boss.start()
     servers: list[Server] = []
     try:

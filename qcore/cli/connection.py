@@ -126,9 +126,9 @@ def run_command(
         return 1
 
 
-def observer(target: Target) -> Boss:
-    """A ``Boss`` on ``target`` for one command: one connection, nothing installed,
-    migrated, supervised, scheduled or registered."""
+def observer(target: Target, *, connections: int = 1) -> Boss:
+    """A ``Boss`` on ``target`` for one command: ``connections`` connections, nothing
+    installed, migrated, supervised, scheduled or registered."""
     return Boss(
         target.url,
         schema=target.schema,
@@ -137,7 +137,7 @@ def observer(target: Target) -> Boss:
         supervise=False,
         schedule=False,
         register_instance=False,
-        max=1,
+        max=connections,
     )
 
 

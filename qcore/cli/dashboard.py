@@ -15,8 +15,7 @@ import os
 import sys
 from typing import Any
 
-from qcore.boss import Boss
-from qcore.cli.connection import Target, add_database_arguments, run_command
+from qcore.cli.connection import Target, add_database_arguments, observer, run_command
 from qcore.errors import ConfigError
 
 __all__ = ["add_parser", "run"]
@@ -60,16 +59,7 @@ def run(args: argparse.Namespace) -> int:
     async def serve(target: Target) -> int:
         from qcore.metrics import MetricsHistoryAdmin, MetricsHistoryProvider, PostgresMetricsStore
 
-        boss = Boss(
-            target.url,
-            schema=target.schema,
-            backend=target.backend,
-            migrate=False,
-            supervise=False,
-            schedule=False,
-            register_instance=False,
-            max=4,
-        )
+        boss = observer(target, connections=4)  # a page reads while another does
         async with boss:
             history = admin = None
             if args.history:

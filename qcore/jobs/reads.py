@@ -16,6 +16,7 @@ from qcore.options import (
     check_count,
     check_json,
     job_id,
+    page_keyset,
     queue_name,
 )
 from qcore.queues import get_queue, missing_queue
@@ -115,20 +116,7 @@ async def browse_jobs(
     queue_name(name)
     wanted = _states(states)
     check_count("limit", limit, MAX_PAGE)
-    created: dt.datetime | None = None
-    anchor: uuid.UUID | None = None
-    if before is not None:
-        if (
-            not isinstance(before, tuple)
-            or len(before) != 2
-            or not isinstance(before[0], dt.datetime)
-            or before[0].tzinfo is None
-        ):
-            raise ValidationError(
-                "before must be (created_on, id) of a job: an aware datetime and a UUID,"
-                f" got {before!r}"
-            )
-        created, anchor = before[0], job_id(before[1])
+    created, anchor = page_keyset(before, "job")
     statement = sql.browse_jobs(
         ctx.q,
         by_states=wanted is not None,

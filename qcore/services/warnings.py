@@ -21,9 +21,8 @@ from typing import Any
 from qcore import retry
 from qcore.context import Context, Watch
 from qcore.db import Json
-from qcore.errors import ValidationError
 from qcore.events import Events, WarningEvent
-from qcore.options import check_count, job_id
+from qcore.options import check_count, page_keyset
 from qcore.sql import maintenance as sql
 
 __all__ = [
@@ -103,16 +102,7 @@ async def read_warnings(
     """Persisted warnings, newest first: at most ``limit`` (1 to 1,000), after ``before``,
     the ``(created_on, id)`` of the previous page's last one."""
     check_count("limit", limit, MAX_WARNINGS)
-    created: dt.datetime | None = None
-    anchor: uuid.UUID | None = None
-    if before is not None:
-        if (
-            not isinstance(before, tuple)
-            or len(before) != 2
-            or not isinstance(before[0], dt.datetime)
-        ):
-            raise ValidationError(f"before must be (created_on, id) of a warning, got {before!r}")
-        created, anchor = before[0], job_id(before[1])
+    created, anchor = page_keyset(before, "warning")
     statement = sql.recent_warnings(ctx.q, paged=before is not None)
     rows = await retry.run(ctx, statement, before_created=created, before_id=anchor, limit=limit)
     return [
