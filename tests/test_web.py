@@ -388,3 +388,32 @@ def test_the_command_refuses_an_open_address_without_credentials() -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "refusing to listen on 0.0.0.0" in done.stderr and "--token" in done.stderr
+
+
+async def test_a_read_only_board_creates_no_store_and_shows_queues_without_one(
+    fleet: Fleet,
+) -> None:
+    schema = fleet.boss.context().schema
+    absent = PostgresMetricsStore(
+        fleet.boss.db, schema=schema, backend=fleet.boss.backend,
+        table_prefix="absent_", migrate=False,
+    )  # fmt: skip
+    app = create_app(
+        fleet.boss,
+        history=MetricsHistoryProvider(absent),
+        admin=MetricsHistoryAdmin(absent),
+        read_only=True,
+    )
+    async with client(app) as http:
+        page = await http.get("/queue?name=mail")
+        assert page.status_code == 200 and "Jobs" in page.text and 'id="history"' not in page.text
+        scrape = await http.get("/metrics")
+        assert scrape.status_code == 200 and "qcore_queue_jobs" in scrape.text
+        assert "qcore_jobs_finished" not in scrape.text
+        history = await http.get("/history")
+        assert history.status_code == 500 and "migrate" in history.text.lower()
+    rows = admin_execute(
+        f"SELECT count(*) FROM pg_tables WHERE schemaname = '{schema}'"
+        " AND tablename LIKE 'absent_%'"
+    )
+    assert rows == [(0,)]

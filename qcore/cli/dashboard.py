@@ -64,7 +64,10 @@ def run(args: argparse.Namespace) -> int:
             history = admin = None
             if args.history:
                 store = PostgresMetricsStore(
-                    boss.db, schema=args.store_schema or target.schema, backend=boss.backend
+                    boss.db,
+                    schema=args.store_schema or target.schema,
+                    backend=boss.backend,
+                    migrate=not args.read_only,  # a read-only board creates nothing
                 )
                 history, admin = MetricsHistoryProvider(store), MetricsHistoryAdmin(store)
             app = create_app(

@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from qcore.boss import Boss
-from qcore.errors import QcoreError, QueueNotFoundError, ValidationError
+from qcore.errors import ConfigError, QcoreError, QueueNotFoundError, ValidationError
 from qcore.metrics import MetricsHistoryAdmin, MetricsHistoryProvider
 from qcore.web import charts, prometheus
 from qcore.web.board import RANGES, STATES, Board
@@ -247,7 +247,10 @@ class Dashboard:
         state = request.query_params.get("state") or None
         span = request.query_params.get("range", "60m")
         page = await self.board.queue(name, state=state, before=request.query_params.get("before"))
-        history = await self.board.queue_history(name, span)
+        try:
+            history = await self.board.queue_history(name, span)
+        except ConfigError:  # no store yet (a read-only board never creates one): no charts
+            history = None
         return self.render(
             request,
             "queue.html",

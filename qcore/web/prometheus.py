@@ -35,7 +35,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from qcore.metrics import BOUNDS_MS
+from qcore.errors import ConfigError
+from qcore.metrics import BOUNDS_MS, MetricsHistoryProvider
 
 if TYPE_CHECKING:
     from qcore.web.board import Board
@@ -103,27 +104,36 @@ async def exposition(board: Board) -> bytes:
     live.add_metric(["false"], len(instances) - up)
     families: list[Metric] = [jobs, oldest, live]
     if board.history is not None:
-        finished = CounterMetricFamily(
-            "qcore_jobs_finished",
-            f"Jobs finished over the metrics history ({WINDOW})",
-            labels=["queue", "outcome"],
-        )
-        wait = HistogramMetricFamily(
-            "qcore_job_wait_seconds",
-            "Time from created to started (first attempts)",
-            labels=["queue"],
-        )
-        run = HistogramMetricFamily(
-            "qcore_job_run_seconds", "Time from started to finished", labels=["queue"]
-        )
-        for q in queues:
-            totals = await board.history.totals(q.name, window=WINDOW)
-            finished.add_metric([q.name, "completed"], totals.completed)
-            finished.add_metric([q.name, "failed"], totals.failed)
-            for family, counts in ((wait, totals.wait_histogram), (run, totals.run_histogram)):
-                buckets, total = _buckets(counts)
-                family.add_metric([q.name], buckets, total)
-        families += [finished, wait, run]
+        families += await _history(board.history, [q.name for q in queues])
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Gathered(families))
     return generate_latest(registry)
+
+
+async def _history(history: MetricsHistoryProvider, names: list[str]) -> list[Metric]:
+    """The finished-job counters and latency histograms per queue; none while the store
+    does not exist (a read-only board never creates it)."""
+    finished = CounterMetricFamily(
+        "qcore_jobs_finished",
+        f"Jobs finished over the metrics history ({WINDOW})",
+        labels=["queue", "outcome"],
+    )
+    wait = HistogramMetricFamily(
+        "qcore_job_wait_seconds",
+        "Time from created to started (first attempts)",
+        labels=["queue"],
+    )
+    run = HistogramMetricFamily(
+        "qcore_job_run_seconds", "Time from started to finished", labels=["queue"]
+    )
+    for name in names:
+        try:
+            totals = await history.totals(name, window=WINDOW)
+        except ConfigError:
+            return []
+        finished.add_metric([name, "completed"], totals.completed)
+        finished.add_metric([name, "failed"], totals.failed)
+        for family, counts in ((wait, totals.wait_histogram), (run, totals.run_histogram)):
+            buckets, total = _buckets(counts)
+            family.add_metric([name], buckets, total)
+    return [finished, wait, run]
