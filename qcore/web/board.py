@@ -103,10 +103,11 @@ class History:
     breakdown: list[QueueTotals] = field(default_factory=list)
 
 
-def cursor(job: Job) -> str:
-    """The keyset of the page after ``job``: its created_on and id, as one URL value."""
-    assert job.created_on is not None
-    return f"{job.created_on.isoformat()}_{job.id}"
+def cursor(created_on: dt.datetime | None, id: uuid.UUID) -> str:
+    """The keyset of the page after a row (a job, a warning): its created_on and id, as
+    one URL value."""
+    assert created_on is not None
+    return f"{created_on.isoformat()}_{id}"
 
 
 def parse_cursor(value: str) -> tuple[dt.datetime, uuid.UUID]:
@@ -204,7 +205,11 @@ class Board:
         )
         more = len(jobs) > PAGE_SIZE
         jobs = jobs[:PAGE_SIZE]
-        return JobPage(jobs=jobs, state=state, next_before=cursor(jobs[-1]) if more else None)
+        return JobPage(
+            jobs=jobs,
+            state=state,
+            next_before=cursor(jobs[-1].created_on, jobs[-1].id) if more else None,
+        )
 
     async def job(
         self, name: str, id: str
@@ -236,8 +241,7 @@ class Board:
         )
         more = len(rows) > PAGE_SIZE
         rows = rows[:PAGE_SIZE]
-        last = rows[-1] if more else None
-        return rows, f"{last.created_on.isoformat()}_{last.id}" if last else None
+        return rows, cursor(rows[-1].created_on, rows[-1].id) if more else None
 
     async def schedules(self) -> list[Schedule]:
         return await self.boss.get_schedules(limit=1000)
