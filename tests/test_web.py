@@ -9,7 +9,7 @@ import asyncio
 import re
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -417,3 +417,31 @@ async def test_a_read_only_board_creates_no_store_and_shows_queues_without_one(
         " AND tablename LIKE 'absent_%'"
     )
     assert rows == [(0,)]
+
+
+async def test_one_board_for_several_databases(fleet: Fleet, pg_dsn: str) -> None:
+    from qcore.web import combine
+
+    schema = f"web_other_{uuid.uuid4().hex[:8]}"
+    other = Boss(pg_dsn, schema=schema, supervise=False, schedule=False, register_instance=False)
+    await other.start()
+    try:
+        await other.create_queue("only-there")
+        host = combine({"main": fleet.app(), "other": create_app(other)})
+        async with client(host) as http:
+            first = await http.get("/")
+            assert first.status_code == 303 and first.headers["location"] == "/db/main/"
+            there = await http.get("/db/other/queues")
+            assert there.status_code == 200 and "only-there" in there.text
+            assert "mail/dlq" not in there.text
+            here = await http.get("/db/main/queues")
+            assert "mail/dlq" in here.text and "only-there" not in here.text
+            for page in (here.text, there.text):  # the sidebar switches between them
+                assert 'href="/db/main/"' in page and 'href="/db/other/"' in page
+        with pytest.raises(ConfigError, match="letters, digits"):
+            combine({"a/b": create_app(other)})
+        with pytest.raises(ConfigError, match="create_app"):
+            combine({"x": cast(Any, object())})
+    finally:
+        await other.stop(graceful=False)
+        admin_execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE', pg_dsn)

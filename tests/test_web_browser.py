@@ -73,7 +73,7 @@ class Server:
         deadline = time.monotonic() + 60
         while True:
             try:
-                with urllib.request.urlopen(f"{self.url}/static/board.css", timeout=5):
+                with urllib.request.urlopen(f"{self.url}/", timeout=5):
                     return
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -112,9 +112,10 @@ async def a_busy_week(boss: Boss) -> None:
 
 class World:
     def __init__(self, boss: Boss, store: PostgresMetricsStore, xss: uuid.UUID, board: Server,
-                 read_only: Server, shots: Path) -> None:  # fmt: skip
+                 read_only: Server, combined: Server, shots: Path) -> None:  # fmt: skip
         self.boss, self.store, self.xss = boss, store, xss
-        self.board, self.read_only, self.shots = board, read_only, shots
+        self.board, self.read_only, self.combined = board, read_only, combined
+        self.shots = shots
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
@@ -134,10 +135,14 @@ async def world(pg_dsn: str) -> AsyncIterator[World]:
         await set_clock(boss.context(), 0)
         servers.append(await asyncio.to_thread(Server, pg_dsn, schema))
         servers.append(await asyncio.to_thread(Server, pg_dsn, schema, "--read-only"))
+        # the same database again under another name: the board's switch between two
+        servers.append(
+            await asyncio.to_thread(Server, pg_dsn, schema, "--database", f"copy={pg_dsn}")
+        )
         folder = os.environ.get("QCORE_DASHBOARD_SCREENSHOTS")
         shots = Path(folder) if folder else Path(tempfile.mkdtemp(prefix="qcore-shots-"))
         shots.mkdir(parents=True, exist_ok=True)
-        yield World(boss, store, xss, servers[0], servers[1], shots)
+        yield World(boss, store, xss, servers[0], servers[1], servers[2], shots)
     finally:
         for server in servers:
             server.stop()
@@ -342,3 +347,17 @@ async def test_read_only_shows_no_action_and_refuses_posts(world: World, browser
     assert forms == 0 and purges == 0
     assert "read-only" in refused
     assert await world.boss.get_job_by_id("mail", world.xss) is not None
+
+
+async def test_the_sidebar_switches_between_databases(world: World, browser: Any) -> None:
+    def switch() -> tuple[str, str, str]:
+        _open(browser, world.combined.url + "/")
+        landed = str(browser.current_url)
+        _click(browser, browser.find_element(By.CSS_SELECTOR, "nav.side a.db[href$='/db/copy/']"))
+        _click(browser, browser.find_element(By.LINK_TEXT, "Queues"))
+        here = browser.find_element(By.CSS_SELECTOR, "nav.side a.db.here").text
+        return landed, str(browser.current_url), str(here)
+
+    landed, now, here = await _run(switch)
+    assert landed.endswith("/db/main/")
+    assert now.endswith("/db/copy/queues") and here == "copy"

@@ -4,13 +4,16 @@ Listens on 127.0.0.1:8080 by default. Anywhere else it needs credentials: ``--to
 (or ``QCORE_DASHBOARD_TOKEN``) or ``--basic-auth user:password`` (or
 ``QCORE_DASHBOARD_BASIC_AUTH``). ``--read-only`` hides and refuses every action;
 ``--history`` adds the metrics-history views, read from the store in
-``--store-schema`` (default: the queues' schema). Exit status 2 when the extra is
+``--store-schema`` (default: the queues' schema). ``--database NAME=URL`` (repeatable)
+puts more databases on the same board, switched from its sidebar. Exit status 2 when the extra is
 missing or the options are refused, 1 when the database cannot be used.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import os
 import sys
 from typing import Any
@@ -35,6 +38,14 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--store-schema", default=None, help="the metrics store's schema")
     parser.add_argument("--token", default=None, help="a bearer token (16+ characters)")
     parser.add_argument("--basic-auth", default=None, metavar="USER:PASSWORD")
+    parser.add_argument(
+        "--database",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="another database on the same board (repeatable; same schema and backend);"
+        " the one of --url is named main",
+    )
     parser.set_defaults(run=run)
 
 
@@ -42,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from qcore.web import create_app
+        from qcore.web import combine, create_app
         from qcore.web.security import Access, check_bind
     except ImportError as exc:
         print(f"qcore dashboard: {exc.name} is missing: pip install 'qcore[web]'", file=sys.stderr)
@@ -52,35 +63,55 @@ def run(args: argparse.Namespace) -> int:
     try:
         access = Access.basic(basic) if basic else Access()
         check_bind(args.host, Access(token=token, user=access.user, password=access.password))
+        others = [_named(value) for value in args.database]
     except ConfigError as exc:
         print(f"qcore dashboard: {exc}", file=sys.stderr)
         return 2
 
-    async def serve(target: Target) -> int:
+    async def board(target: Target, stack: contextlib.AsyncExitStack) -> Any:
         from qcore.metrics import MetricsHistoryAdmin, MetricsHistoryProvider, PostgresMetricsStore
 
-        boss = observer(target, connections=4)  # a page reads while another does
-        async with boss:
-            history = admin = None
-            if args.history:
-                store = PostgresMetricsStore(
-                    boss.db,
-                    schema=args.store_schema or target.schema,
-                    backend=boss.backend,
-                    migrate=not args.read_only,  # a read-only board creates nothing
-                )
-                history, admin = MetricsHistoryProvider(store), MetricsHistoryAdmin(store)
-            app = create_app(
-                boss,
-                history=history,
-                admin=admin,
-                read_only=args.read_only,
-                token=token,
-                basic_auth=basic,
+        # four connections: a page reads while another does
+        boss = await stack.enter_async_context(observer(target, connections=4))
+        history = admin = None
+        if args.history:
+            store = PostgresMetricsStore(
+                boss.db,
+                schema=args.store_schema or target.schema,
+                backend=boss.backend,
+                migrate=not args.read_only,  # a read-only board creates nothing
             )
+            history, admin = MetricsHistoryProvider(store), MetricsHistoryAdmin(store)
+        return create_app(
+            boss,
+            history=history,
+            admin=admin,
+            read_only=args.read_only,
+            token=token,
+            basic_auth=basic,
+        )
+
+    async def serve(target: Target) -> int:
+        async with contextlib.AsyncExitStack() as stack:
+            app = await board(target, stack)
+            if others:
+                boards = {"main": app}
+                for name, url in others:
+                    boards[name] = await board(dataclasses.replace(target, url=url), stack)
+                app = combine(boards)
             config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
             print(f"qcore dashboard on http://{args.host}:{args.port}/", flush=True)
             await uvicorn.Server(config).serve()
         return 0
 
     return run_command(args, serve)
+
+
+def _named(value: str) -> tuple[str, str]:
+    """``NAME=URL`` of ``--database``."""
+    name, equals, url = value.partition("=")
+    if not equals or not name or not url:
+        raise ConfigError(f"--database takes NAME=URL, got {value!r}")
+    if name == "main":
+        raise ConfigError("--database main: that name is the database of --url")
+    return name, url

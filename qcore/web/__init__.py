@@ -2,6 +2,6 @@
 core and metrics and uses them only through public verbs; nothing in the core imports
 it (an import-linter contract says so)."""
 
-from qcore.web.app import create_app
+from qcore.web.app import combine, create_app
 
-__all__ = ["create_app"]
+__all__ = ["combine", "create_app"]

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,7 +33,7 @@ from qcore.web import charts, prometheus
 from qcore.web.board import RANGES, STATES, Board
 from qcore.web.security import HEADERS, Access, Csrf
 
-__all__ = ["create_app"]
+__all__ = ["combine", "create_app"]
 
 HERE = Path(__file__).parent
 #: how often an open page refreshes its live parts (seconds)
@@ -168,6 +169,9 @@ class Dashboard:
         self.read_only = read_only
         self.access = access
         self.title = title
+        #: the databases of a combined board (:func:`combine`) and which one this is
+        self.databases: list[str] = []
+        self.database: str | None = None
         self.csrf = Csrf()
         self.env = _environment()
 
@@ -178,6 +182,8 @@ class Dashboard:
         html = self.env.get_template(template).render(
             request=request,
             title=self.title,
+            databases=self.databases,
+            database=self.database,
             read_only=self.read_only,
             history_on=self.board.history is not None,
             csrf_field=Csrf.FIELD,
@@ -524,5 +530,35 @@ def create_app(
     ]
     app = Starlette(routes=routes)
     app.add_middleware(_Guard, access=access)
-    app.state.board = board
+    app.state.dashboard = ui
     return app
+
+
+#: a database's name on a combined board (it is part of the board's paths)
+_DATABASE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def combine(boards: Mapping[str, Starlette]) -> Starlette:
+    """One board for several databases: each of ``boards`` (apps from :func:`create_app`,
+    by a name of letters, digits, ``-`` and ``_``) under ``/db/<name>/``, ``/`` leading to
+    the first, and every board's sidebar switching between them. Each keeps its own
+    credentials, read-only setting and CSRF secret."""
+    if not boards:
+        raise ConfigError("combine() needs at least one board")
+    names = list(boards)
+    for name in names:
+        if not _DATABASE_NAME.fullmatch(name):
+            raise ConfigError(
+                f"a database's name on the board may hold letters, digits, - and _, got {name!r}"
+            )
+        ui = getattr(getattr(boards[name], "state", None), "dashboard", None)
+        if not isinstance(ui, Dashboard):
+            raise ConfigError(f"board {name!r} is not an app of qcore.web.create_app")
+        ui.databases, ui.database = names, name
+
+    async def first(request: Request) -> Response:
+        return RedirectResponse(f"{_root(request.scope)}/db/{names[0]}/", status_code=303)
+
+    routes: list[Route | Mount] = [Route("/", first)]
+    routes += [Mount(f"/db/{name}", app=boards[name]) for name in names]
+    return Starlette(routes=routes)
