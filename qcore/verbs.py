@@ -410,15 +410,24 @@ class QueueAndJobVerbs:
         name: str,
         *,
         states: list[JobState | str] | None = None,
+        key: str | None = None,
+        data: Any = None,
         before: tuple[dt.datetime, uuid.UUID | str] | None = None,
         limit: int = 50,
         db: Any = None,
     ) -> list[Job]:
-        """A page of a queue's jobs, newest first (``states``: only those); the next page
+        """A page of a queue's jobs, newest first (``states``: only those; ``key``: with
+        that singleton key; ``data``: whose data contains this JSON value); the next page
         is ``before=(job.created_on, job.id)`` of this page's last job. At most ``limit``
         (1 to 1,000); a deep page costs what the first does (keyset, not offset)."""
         return await job_ops.browse_jobs(
-            self.context(db), name, states=states, before=before, limit=limit
+            self.context(db),
+            name,
+            states=states,
+            key=key,
+            data=data,
+            before=before,
+            limit=limit,
         )
 
 

@@ -183,6 +183,11 @@ async def test_job_pages_are_keyset_pages(fleet: Fleet) -> None:
                 break
             url = older.group(1).replace("&amp;", "&")
         assert len(seen) == len(set(seen)) == 120  # 50 + 50 + 20, none twice
+        filtered = (await http.get('/queue?name=mail&data={"waiting": 7}')).text
+        assert len(re.findall(r'href="/job\?queue=mail&amp;id=([0-9a-f-]{36})"', filtered)) == 1
+        none = (await http.get("/queue?name=mail&key=nobody")).text
+        assert "matching the filter" in none
+        assert (await http.get("/queue?name=mail&data={oops")).status_code == 400
         bad = await http.get("/queue?name=mail&before=not-a-cursor")
         assert bad.status_code == 400 and "not a page cursor" in bad.text
         missing = await http.get("/queue?name=nope")

@@ -107,24 +107,38 @@ async def browse_jobs(
     name: str,
     *,
     states: Sequence[JobState | str] | None = None,
+    key: str | None = None,
+    data: Any = None,
     before: tuple[dt.datetime, uuid.UUID | str] | None = None,
     limit: int = 50,
 ) -> list[Job]:
-    """A page of a queue's jobs, newest first (``states``: only those), after ``before``,
-    the ``(created_on, id)`` of the previous page's last job; at most ``limit`` (1 to
-    1,000). Each page costs the same however deep it is."""
+    """A page of a queue's jobs, newest first (``states``: only those; ``key``: with that
+    singleton key; ``data``: whose data contains this JSON value), after ``before``, the
+    ``(created_on, id)`` of the previous page's last job; at most ``limit`` (1 to 1,000).
+    Each page costs the same however deep it is (a rare ``data`` match reads on until
+    the page is full)."""
     queue_name(name)
     wanted = _states(states)
     check_count("limit", limit, MAX_PAGE)
+    if key is not None and not isinstance(key, str):
+        raise ValidationError(f"key must be a string, got {key!r}")
     created, anchor = page_keyset(before, "job")
     statement = sql.browse_jobs(
         ctx.q,
         by_states=wanted is not None,
         paged=before is not None,
+        by_key=key is not None,
+        by_data=data is not None,
         attributed=ctx.affinity.installed,
     )
     params = statement.bind(
-        queue=name, states=wanted, before_created=created, before_id=anchor, limit=limit
+        queue=name,
+        states=wanted,
+        key=key,
+        data=Json(check_json("data", data)),
+        before_created=created,
+        before_id=anchor,
+        limit=limit,
     )
     rows = await retrying.execute(ctx, statement.sql, params)
     if not rows and await get_queue(ctx, name) is None:

@@ -30,7 +30,7 @@ from qcore.boss import Boss
 from qcore.errors import ConfigError, QcoreError, QueueNotFoundError, ValidationError
 from qcore.metrics import MetricsHistoryAdmin, MetricsHistoryProvider
 from qcore.web import charts, prometheus
-from qcore.web.board import RANGES, STATES, Board
+from qcore.web.board import RANGES, STATES, Board, JobFilter
 from qcore.web.security import HEADERS, Access, Csrf
 
 __all__ = ["combine", "create_app"]
@@ -249,10 +249,14 @@ class Dashboard:
         return self.render(request, "queues.html", queues=await self.board.queues())
 
     async def queue(self, request: Request) -> Response:
-        name = request.query_params.get("name", "")
-        state = request.query_params.get("state") or None
-        span = request.query_params.get("range", "60m")
-        page = await self.board.queue(name, state=state, before=request.query_params.get("before"))
+        query = request.query_params
+        name, span = query.get("name", ""), query.get("range", "60m")
+        wanted = JobFilter(
+            state=query.get("state") or None,
+            key=query.get("key") or None,
+            data=query.get("data") or None,
+        )
+        page = await self.board.queue(name, filter=wanted, before=query.get("before"))
         try:
             history = await self.board.queue_history(name, span)
         except ConfigError:  # no store yet (a read-only board never creates one): no charts

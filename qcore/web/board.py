@@ -10,6 +10,7 @@ and, for the history views, a :class:`~qcore.metrics.MetricsHistoryProvider` and
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ __all__ = [
     "STATES",
     "Board",
     "History",
+    "JobFilter",
     "JobPage",
     "Overview",
     "Problem",
@@ -76,11 +78,25 @@ class Overview:
 
 
 @dataclass(frozen=True)
+class JobFilter:
+    """Which of a queue's jobs a page lists: a state, a singleton key, and a JSON value
+    the data contains (as typed, checked when read)."""
+
+    state: str | None = None
+    key: str | None = None
+    data: str | None = None
+
+    def params(self) -> dict[str, str]:
+        """The filter as query parameters of the page's links."""
+        return {k: v for k, v in vars(self).items() if v}
+
+
+@dataclass(frozen=True)
 class JobPage:
     """A page of jobs, newest first, and the keyset of the next page (None: last)."""
 
     jobs: list[Job]
-    state: str | None
+    filter: JobFilter
     next_before: str | None
 
 
@@ -180,12 +196,12 @@ class Board:
     async def queues(self) -> list[Queue]:
         return await self.boss.get_queues()
 
-    async def queue(self, name: str, *, state: str | None, before: str | None) -> QueuePage:
+    async def queue(self, name: str, *, filter: JobFilter, before: str | None) -> QueuePage:
         queues = await self.boss.get_queues()
         queue = next((q for q in queues if q.name == name), None)
         if queue is None:
             raise missing_queue(name)
-        page = await self.jobs(name, state=state, before=before)
+        page = await self.jobs(name, filter=filter, before=before)
         depth = await self.boss.get_queue_stats(name, limit=120)
         return QueuePage(
             queue=queue,
@@ -194,22 +210,27 @@ class Board:
             dead_letter_for=sorted(q.name for q in queues if q.dead_letter == name),
         )
 
-    async def jobs(self, name: str, *, state: str | None, before: str | None) -> JobPage:
-        if state is not None and state not in STATES:
-            raise ValidationError(f"unknown job state {state!r}; states: {', '.join(STATES)}")
+    async def jobs(self, name: str, *, filter: JobFilter, before: str | None) -> JobPage:
+        if filter.state is not None and filter.state not in STATES:
+            raise ValidationError(
+                f"unknown job state {filter.state!r}; states: {', '.join(STATES)}"
+            )
+        try:
+            data = json.loads(filter.data) if filter.data else None
+        except ValueError as exc:
+            raise ValidationError(f"the data filter must be JSON: {exc}") from None
         jobs = await self.boss.browse_jobs(
             name,
-            states=[state] if state else None,
+            states=[filter.state] if filter.state else None,
+            key=filter.key or None,
+            data=data,
             before=parse_cursor(before) if before else None,
             limit=PAGE_SIZE + 1,
         )
         more = len(jobs) > PAGE_SIZE
         jobs = jobs[:PAGE_SIZE]
-        return JobPage(
-            jobs=jobs,
-            state=state,
-            next_before=cursor(jobs[-1].created_on, jobs[-1].id) if more else None,
-        )
+        last = cursor(jobs[-1].created_on, jobs[-1].id) if more else None
+        return JobPage(jobs=jobs, filter=filter, next_before=last)
 
     async def job(
         self, name: str, id: str

@@ -73,3 +73,23 @@ async def test_stored_warnings_page_newest_first(boss: Any) -> None:
     assert [w.message for w in rest] == [f"warning {n}" for n in range(4, 7)]
     with pytest.raises(ValidationError, match="limit"):
         await boss.get_warnings(limit=5000)
+
+
+async def test_filters_by_singleton_key_and_data(boss: Any) -> None:
+    await boss.create_queue("keyed")
+    await boss.insert(
+        "keyed",
+        [{"data": {"to": f"user{n % 3}", "n": n}, "singleton_key": f"k{n % 2}"} for n in range(12)],
+    )
+    by_key = await boss.browse_jobs("keyed", key="k1")
+    assert sorted(j.data["n"] for j in by_key) == [1, 3, 5, 7, 9, 11]
+    by_data = await boss.browse_jobs("keyed", data={"to": "user0"})
+    assert sorted(j.data["n"] for j in by_data) == [0, 3, 6, 9]
+    both = await boss.browse_jobs("keyed", key="k0", data={"to": "user0"}, limit=1)
+    assert [j.data["n"] for j in both] == [6]  # newest first, one a page
+    after = await boss.browse_jobs(
+        "keyed", key="k0", data={"to": "user0"}, before=(both[0].created_on, both[0].id)
+    )
+    assert [j.data["n"] for j in after] == [0]
+    with pytest.raises(ValidationError, match="key must be a string"):
+        await boss.browse_jobs("keyed", key=7)

@@ -72,9 +72,18 @@ def find_jobs(
 
 
 @lru_cache(maxsize=8)
-def browse_jobs(q: str, *, by_states: bool, paged: bool, attributed: bool = True) -> Statement:
-    """A page of a queue's jobs, newest first, optionally in one of ``states``, after the
-    keyset ``(before_created, before_id)`` of the previous page's last job: a walk down
+def browse_jobs(
+    q: str,
+    *,
+    by_states: bool,
+    paged: bool,
+    by_key: bool = False,
+    by_data: bool = False,
+    attributed: bool = True,
+) -> Statement:
+    """A page of a queue's jobs, newest first, optionally in one of ``states``, with a
+    singleton ``key`` and/or ``data`` containing a JSON value, after the keyset
+    ``(before_created, before_id)`` of the previous page's last job: a walk down
     ``(name, created_on)`` (``job_i15``, on every job table) that stops at ``limit``,
     ties on ``created_on`` put in order by id as they come, so a page costs the same on
     the first page and the thousandth (no OFFSET). A plain read on every backend."""
@@ -83,6 +92,10 @@ def browse_jobs(q: str, *, by_states: bool, paged: bool, attributed: bool = True
     conditions = [f"j.name = {p('queue')}::text"]
     if by_states:
         conditions.append(f"j.state::text = ANY({p('states')}::text[])")
+    if by_key:
+        conditions.append(f"j.singleton_key = {p('key')}::text")
+    if by_data:  # no index serves it: the walk reads on until the page is full
+        conditions.append(f"j.data @> {p('data')}::jsonb")
     if paged:
         created, before = p("before_created"), p("before_id")
         # the first term is the index's own bound; the second breaks ties on created_on
