@@ -236,6 +236,8 @@ class Queue:
     #: how long the oldest job ready to run had waited at the last monitor pass (seconds)
     ready_oldest_seconds: int | None = None
     singletons_active: list[str] | None = field(default=None, compare=False)
+    #: the ready counts of the last stats passes, newest first (at most 60)
+    ready_history: list[int] | None = field(default=None, compare=False)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Queue:

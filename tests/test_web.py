@@ -138,7 +138,7 @@ async def test_every_page_renders_its_data(fleet: Fleet) -> None:
     async with client(fleet.app()) as http:
         pages = {
             "/": ["Problem queues", "mail", "failing", "test_warning"],
-            "/queues": ["mail/dlq", "idle", "standard"],
+            "/queues": ["mail/dlq", "idle", "standard", "chart sparkline"],
             "/queue?name=mail": ["Jobs", "older", "Create a job", "<svg"],
             "/queue?name=mail%2Fdlq": ["Redrive to source queues"],
             f"/job?queue=mail&id={fleet.xss_job}": ["Retry", "Delete", "failed"],

@@ -61,6 +61,7 @@ QUEUE_COLUMNS: tuple[str, ...] = (
     "retained_count",
     "ready_oldest_seconds",
     "singletons_active",
+    "ready_history",
 )
 
 #: update_queue's options -> the queue column each sets

@@ -81,6 +81,7 @@ def _environment() -> Environment:
     env.filters["seconds"] = lambda v: charts.format_duration_ms(v * 1000) if v is not None else "–"
     env.filters["bytes"] = _bytes
     env.globals["split_bar"] = lambda c, f, top: Markup(charts.split_bar(c, f, top))
+    env.globals["sparkline"] = lambda values: Markup(charts.sparkline(values))
     env.globals["link"] = _link
     return env
 
