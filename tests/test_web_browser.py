@@ -77,6 +77,8 @@ class Server:
                     return
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.proc.kill()  # never left serving after a failed start
+                    self.proc.wait(30)
                     self.log.seek(0)
                     output = self.log.read().decode()
                     raise AssertionError(f"the dashboard did not start:\n{output}") from None
