@@ -61,8 +61,7 @@ def run(args: argparse.Namespace) -> int:
     token = args.token or os.environ.get("QCORE_DASHBOARD_TOKEN") or None
     basic = args.basic_auth or os.environ.get("QCORE_DASHBOARD_BASIC_AUTH") or None
     try:
-        access = Access.basic(basic) if basic else Access()
-        check_bind(args.host, Access(token=token, user=access.user, password=access.password))
+        check_bind(args.host, Access.of(token, basic))
         others = [_named(value) for value in args.database]
     except ConfigError as exc:
         print(f"qcore dashboard: {exc}", file=sys.stderr)

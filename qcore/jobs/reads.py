@@ -42,6 +42,12 @@ def _states(states: Sequence[JobState | str] | None) -> list[str] | None:
     return names
 
 
+def _check_key(key: object) -> None:
+    """A singleton key to look for: a string (None: any)."""
+    if key is not None and not isinstance(key, str):
+        raise ValidationError(f"key must be a string, got {key!r}")
+
+
 async def get_job_by_id(ctx: Context, name: str, id: uuid.UUID | str) -> Job | None:
     """A job with every field; None if the queue holds no job with that id."""
     queue_name(name)
@@ -70,8 +76,7 @@ async def find_jobs(
     wanted = _states(states)
     if limit is not None:
         check_count("limit", limit, MAX_FOUND)
-    if key is not None and not isinstance(key, str):
-        raise ValidationError(f"key must be a string, got {key!r}")
+    _check_key(key)
     if not isinstance(queued, bool):
         raise ValidationError(f"queued must be True or False, got {queued!r}")
     statement = sql.find_jobs(
@@ -120,8 +125,7 @@ async def browse_jobs(
     queue_name(name)
     wanted = _states(states)
     check_count("limit", limit, MAX_PAGE)
-    if key is not None and not isinstance(key, str):
-        raise ValidationError(f"key must be a string, got {key!r}")
+    _check_key(key)
     created, anchor = page_keyset(before, "job")
     statement = sql.browse_jobs(
         ctx.q,

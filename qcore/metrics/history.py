@@ -203,7 +203,7 @@ class MetricsHistoryProvider:
 
     async def totals(self, queue: str | None = None, *, window: str = "7d") -> QueueTotals:
         """A window's totals: counts summed, percentiles over its merged histograms."""
-        rows = await self._read(queue, window, WINDOWS[window][1] if window in WINDOWS else None)
+        rows = await self._read(queue, window, None)  # the window's own granularity
         return _totals(queue or GLOBAL, rows.found.values())
 
     async def breakdown(self, *, window: str = "7d") -> list[QueueTotals]:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DDL", "Params", "Statement"]
+__all__ = ["DDL", "Params", "Statement", "before_keyset"]
 
 
 @dataclass(frozen=True)
@@ -54,3 +54,14 @@ class Params:
 
     def statement(self, sql: str) -> Statement:
         return Statement(sql, tuple(self.names))
+
+
+def before_keyset(p: Params, alias: str = "") -> str:
+    """Rows past the previous page's last ``(before_created, before_id)`` in a newest-first
+    walk over ``created_on`` then ``id``: the first term is an index's own bound on
+    ``created_on``, the second breaks ties by id."""
+    created, before = p("before_created"), p("before_id")
+    return (
+        f"{alias}created_on <= {created}::timestamptz"
+        f" AND ({alias}created_on < {created}::timestamptz OR {alias}id < {before}::uuid)"
+    )

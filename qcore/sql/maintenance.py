@@ -15,7 +15,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from qcore.identifiers import quote
-from qcore.sql._statement import Params, Statement
+from qcore.sql._statement import Params, Statement, before_keyset
 from qcore.sql.monitor import claim_queues, queue_row_lock
 
 __all__ = [
@@ -128,13 +128,7 @@ def recent_warnings(q: str, *, paged: bool) -> Statement:
     """Persisted warnings, newest first, after the keyset ``(before_created, before_id)``
     of the previous page (``warning_i1`` serves the order; a plain read everywhere)."""
     p = Params()
-    where = ""
-    if paged:
-        created, before = p("before_created"), p("before_id")
-        where = (
-            f" WHERE created_on <= {created}::timestamptz"
-            f" AND (created_on < {created}::timestamptz OR id < {before}::uuid)"
-        )
+    where = f" WHERE {before_keyset(p)}" if paged else ""
     sql = (
         f"SELECT id, type, message, data, created_on FROM {q}.warning{where}"
         f" ORDER BY created_on DESC, id DESC LIMIT {p('limit')}::int"

@@ -28,9 +28,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from qcore.boss import Boss
 from qcore.errors import ConfigError, QcoreError, QueueNotFoundError, ValidationError
-from qcore.metrics import MetricsHistoryAdmin, MetricsHistoryProvider
+from qcore.metrics import LatencyPoint, MetricsHistoryAdmin, MetricsHistoryProvider
 from qcore.web import charts, prometheus
-from qcore.web.board import RANGES, STATES, Board, JobFilter
+from qcore.web.board import RANGES, STATES, Board, History, JobFilter
 from qcore.web.security import HEADERS, Access, Csrf
 
 __all__ = ["combine", "create_app"]
@@ -95,12 +95,14 @@ def _link(path: str, **params: Any) -> str:
 def _bytes(n: int | None) -> str:
     if n is None:
         return "–"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+    if n < 1024:
+        return f"{n} B"
+    size = n / 1024
+    for unit in ("KiB", "MiB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}"
         size /= 1024
-    return f"{n} B"
+    return f"{size:.1f} GiB"
 
 
 def _root(scope: Scope) -> str:
@@ -452,13 +454,13 @@ def _depth_chart(depth: list[dict[str, Any]]) -> str:
     )
 
 
-def _history_charts(history: Any, label: str) -> dict[str, Markup]:
+def _history_charts(history: History, label: str) -> dict[str, Markup]:
     points = history.throughput
     latency = history.latency
     filling = bool(latency) and latency[-1].filling
 
     def line(
-        name: str, pick: Callable[[Any], float | None], css: str, hidden: bool = False
+        name: str, pick: Callable[[LatencyPoint], float | None], css: str, hidden: bool = False
     ) -> charts.Series:
         return charts.Series(
             name, [(p.start, pick(p)) for p in latency], css=css, hidden=hidden, filling=filling
@@ -505,10 +507,7 @@ def create_app(
     the storage panel when ``admin``) is given. ``token`` or ``basic_auth``
     (``user:password``) guard every page; ``read_only`` hides and refuses every action.
     Mount it in a Starlette or FastAPI app, or serve it with ``qcore dashboard``."""
-    access = Access(token=token, user=None, password=None)
-    if basic_auth is not None:
-        basic = Access.basic(basic_auth)
-        access = Access(token=token, user=basic.user, password=basic.password)
+    access = Access.of(token, basic_auth)
     board = Board(boss, history=history, admin=admin)
     ui = Dashboard(board, read_only=read_only, access=access, title=title)
     h = ui.handle

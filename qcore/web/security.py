@@ -62,12 +62,14 @@ class Access:
             raise ConfigError("the dashboard password must be at least 8 characters")
 
     @classmethod
-    def basic(cls, credentials: str) -> Access:
-        """From ``user:password``."""
-        user, colon, password = credentials.partition(":")
+    def of(cls, token: str | None = None, basic_auth: str | None = None) -> Access:
+        """From a token and/or basic credentials given as ``user:password``."""
+        if basic_auth is None:
+            return cls(token=token)
+        user, colon, password = basic_auth.partition(":")
         if not colon or not user:
             raise ConfigError("basic auth credentials must be given as user:password")
-        return cls(user=user, password=password)
+        return cls(token=token, user=user, password=password)
 
     @property
     def required(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from qcore.identifiers import quote
-from qcore.sql._statement import Params, Statement
+from qcore.sql._statement import Params, Statement, before_keyset
 from qcore.sql.affinity import JOB_PROCESSED_TABLE
 from qcore.sql.jobs.columns import JOB_COLUMNS, _queue_cte, _returning
 
@@ -97,12 +97,7 @@ def browse_jobs(
     if by_data:  # no index serves it: the walk reads on until the page is full
         conditions.append(f"j.data @> {p('data')}::jsonb")
     if paged:
-        created, before = p("before_created"), p("before_id")
-        # the first term is the index's own bound; the second breaks ties on created_on
-        conditions.append(
-            f"j.created_on <= {created}::timestamptz"
-            f" AND (j.created_on < {created}::timestamptz OR j.id < {before}::uuid)"
-        )
+        conditions.append(before_keyset(p, "j."))
     sql = (
         f"SELECT j.name AS queue, {_returning(JOB_COLUMNS, 'j')}{column}"
         f" FROM {q}.job j{joined} WHERE {' AND '.join(conditions)}"
