@@ -69,6 +69,8 @@ async def _run(
             pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(45)
             out.write("\n--- by cumulative time ---\n")
             pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(60)
+            out.write("\n--- callers of the top functions ---\n")
+            pstats.Stats(prof, stream=out).sort_stats("tottime").print_callers(12)
             text = out.getvalue()
         counted = list(common.COUNTED)
         common.COUNTED.clear()

@@ -106,14 +106,16 @@ async def single_enqueue(spec: dict[str, Any]) -> dict[str, Any]:
     return {"jobs": len(ids), **cpu}
 
 
-def _claim_sql(table: str, *, skip_locked: bool) -> str:
+def _claim_sql(table: str, batch: int, *, skip_locked: bool) -> str:
+    # the batch size in the text, as qcore writes it (a LIMIT parameter would cost a
+    # fresh plan per call: see qcore.sql._statement.row_limit)
     columns = ", ".join(f"j.{c}" for c in FETCH_COLUMNS)
     lock = " FOR UPDATE SKIP LOCKED" if skip_locked else ""
     recheck = "" if skip_locked else " AND j.state < 'active'"
     return (
         f"WITH c AS (SELECT id FROM {table}"
         " WHERE name = %(queue)s AND state < 'active' AND NOT blocked AND start_after <= now()"
-        f" ORDER BY priority DESC, created_on LIMIT %(limit)s{lock})"
+        f" ORDER BY priority DESC, created_on LIMIT {int(batch)}{lock})"
         f" UPDATE {table} j SET state = 'active', started_on = now(), heartbeat_on = now(),"
         " retry_count = CASE WHEN j.started_on IS NULL THEN j.retry_count"
         " ELSE j.retry_count + 1 END"
@@ -129,19 +131,19 @@ def _complete_sql(table: str) -> str:
     )
 
 
-def _complete_and_claim_sql(table: str, *, skip_locked: bool) -> str:
+def _complete_and_claim_sql(table: str, batch: int, *, skip_locked: bool) -> str:
     """The settle-and-claim protocol: the connection's last batch (``ids``) completed and
     the next claimed in one statement (its CTE runs whether or not the claim finds rows)."""
     done = _complete_sql(table).replace(f"UPDATE {table} SET", f"UPDATE {table} d SET", 1)
-    claim = _claim_sql(table, skip_locked=skip_locked)
+    claim = _claim_sql(table, batch, skip_locked=skip_locked)
     return f"WITH done AS ({done} RETURNING d.id), {claim.removeprefix('WITH ')}"
 
 
-def _select_locked_sql(table: str) -> str:
+def _select_locked_sql(table: str, batch: int) -> str:
     return (
         f"SELECT {', '.join(FETCH_COLUMNS)} FROM {table}"
         " WHERE name = %(queue)s AND state < 'active' AND NOT blocked AND start_after <= now()"
-        " ORDER BY priority DESC, created_on LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
+        f" ORDER BY priority DESC, created_on LIMIT {int(batch)} FOR UPDATE SKIP LOCKED"
     )
 
 
@@ -160,10 +162,10 @@ async def drain(spec: dict[str, Any]) -> dict[str, Any]:
     jobs, batch = int(spec["jobs"]), int(spec["batch"])
     connections = int(spec["concurrency"])
     one_tx, merged = spec.get("variant") == "tx", spec.get("variant") == "merged"
-    claim = _claim_sql(table, skip_locked=spec["skip_locked"])
-    complete_and_claim = _complete_and_claim_sql(table, skip_locked=spec["skip_locked"])
+    claim = _claim_sql(table, batch, skip_locked=spec["skip_locked"])
+    complete_and_claim = _complete_and_claim_sql(table, batch, skip_locked=spec["skip_locked"])
     complete = _complete_sql(table)
-    select_locked, complete_locked = _select_locked_sql(table), _complete_locked_sql(table)
+    select_locked, complete_locked = _select_locked_sql(table, batch), _complete_locked_sql(table)
     counter = DrainCounter(jobs)
     empty_polls = retries = 0
 
@@ -197,7 +199,7 @@ async def drain(spec: dict[str, Any]) -> dict[str, Any]:
 
     async def loop(conn: psycopg.AsyncConnection[Any]) -> None:
         nonlocal empty_polls
-        params: dict[str, Any] = {"queue": queue, "limit": batch}
+        params: dict[str, Any] = {"queue": queue}
         held: list[Any] = []  # merged: claimed by the last statement, completed by the next
         while not counter.finished or held:
             if merged:

@@ -107,3 +107,46 @@ async def test_the_claim_sorts_nothing_on_a_never_analyzed_backlog(
     (job,) = await boss.fetch("q")  # and the claim still works on it
     claimed = await boss.get_job_by_id("q", job.id)
     assert claimed is not None and claimed.state is JobState.ACTIVE
+
+
+#: psycopg prepares a statement at its 6th run, and the server then plans 5 runs afresh
+#: before it weighs its generic plan against them
+CLAIMS = 16
+
+
+@pytest.mark.parametrize("batch_size", [1, 100])
+@pytest.mark.parametrize("verb", ["fetch", "complete_and_fetch", "locked_fetch"])
+async def test_a_claim_keeps_one_generic_plan_per_batch_size(
+    pg_dsn: str, verb: str, batch_size: int
+) -> None:
+    """Run as a prepared statement, each claim settles on the server's generic plan
+    instead of being planned afresh on every call (which it was while ``LIMIT`` was a
+    parameter: the generic plan then counts on a tenth of the table and always loses)."""
+    async with Boss(pg_dsn, schema="qcore_plan_cache", supervise=False, max=1) as boss:
+        try:
+            await boss.create_queue("q")
+            # a backlog whose tenth outweighs a claim (what a generic plan counted on)
+            for _ in range(BACKLOG // 5_000):
+                await boss.insert("q", [{"data": {"n": n}} for n in range(5_000)])
+            await boss.db.execute_script("ANALYZE qcore_plan_cache.job")  # as autovacuum would
+            held: list[Any] = []
+            for _ in range(CLAIMS):
+                if verb == "fetch":
+                    jobs = await boss.fetch("q", batch_size=batch_size)
+                    await boss.complete("q", [j.id for j in jobs])
+                elif verb == "complete_and_fetch":
+                    held = await boss.complete_and_fetch("q", held, batch_size=batch_size)
+                else:
+                    async with boss.locked_fetch("q", batch_size=batch_size) as batch:
+                        jobs = batch.jobs
+                assert len(jobs if verb != "complete_and_fetch" else held) == batch_size
+            # one pooled connection: the statements it prepared are all of this test's (a
+            # first complete_and_fetch, with nothing to settle, is a plain fetch)
+            rows = await boss.db.execute(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+                " WHERE statement LIKE '%SKIP LOCKED%'"
+            )
+            assert len(rows) == 1, rows
+            assert rows[0]["custom_plans"] <= 5 and rows[0]["generic_plans"] >= CLAIMS - 11, rows
+        finally:
+            await boss.db.execute_script("DROP SCHEMA qcore_plan_cache CASCADE")

@@ -116,12 +116,12 @@ async def _claim(
             patterned=patterned,
             keyed=keyed,
             record=keyed and record_inside,
+            limit=limit,
         )
         params = statement.bind(
             queue=name,
             policy=route.policy,
             table=route.table,
-            limit=min(limit, 2**31 - 1),
             min_priority=low,
             max_priority=high,
             group_limit=groups.default if groups else None,

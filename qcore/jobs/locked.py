@@ -207,12 +207,12 @@ async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> tuple[QueueR
             affinity=affinity.installed,
             patterned=patterned,
             keyed=affinity.installed and affinity.key is not None,
+            limit=limit,
         )
         params = statement.bind(
             queue=name,
             policy=route.policy,
             table=route.table,
-            limit=min(limit, 2**31 - 1),
             min_priority=low,
             max_priority=high,
             ignore_groups=list(ignored) if ignored else None,

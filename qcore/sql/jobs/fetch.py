@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from qcore.sql._statement import Params, Statement
+from qcore.sql._statement import Params, Statement, row_limit
 from qcore.sql.affinity import affinity_condition, patterned_column, record_processed_cte
 from qcore.sql.jobs.columns import (
     ATTEMPT_COUNT,
@@ -18,7 +18,7 @@ from qcore.sql.jobs.columns import (
 from qcore.sql.jobs.settle import complete_update
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=1024)
 def fetch_jobs(
     q: str,
     *,
@@ -39,6 +39,7 @@ def fetch_jobs(
     patterned: bool = False,
     keyed: bool = False,
     record: bool = False,
+    limit: int = 1,
 ) -> Statement:
     """Claim up to ``limit`` ready jobs of a queue with ``policy`` (in ``table``, see
     :func:`_job_table`): mark them active and return them.
@@ -114,11 +115,11 @@ def fetch_jobs(
     shape = ""
     room = ""
     if group_limit:
-        limit = f"{p('group_limit')}::int"
+        allowed = f"{p('group_limit')}::int"
         if group_tiers:
-            limit = f"COALESCE(({p('group_tiers')}::jsonb ->> j.group_tier)::int, {limit})"
+            allowed = f"COALESCE(({p('group_tiers')}::jsonb ->> j.group_tier)::int, {allowed})"
         active = "COALESCE(((SELECT counts FROM active_groups) ->> j.group_id)::int, 0)"
-        room = f"{limit} - {active}"
+        room = f"{allowed} - {active}"
         shape += f" AND (j.group_id IS NULL OR {room} > 0)"
     lock = " FOR UPDATE OF j SKIP LOCKED" if skip_locked else ""
     recheck = "" if skip_locked else " AND j.state < 'active'"
@@ -144,7 +145,7 @@ def fetch_jobs(
   FROM {jobs} j
   WHERE EXISTS (SELECT 1 FROM q) AND j.name = {p("queue")}::text AND j.state < 'active'
     AND NOT j.blocked{ready}{shape}
-  {order} LIMIT {p("limit")}::int{lock}
+  {order} LIMIT {row_limit(limit)}{lock}
 """
     ctes.append(f"candidates AS ({query})")
     chosen = "candidates"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from qcore.sql._statement import Params, Statement
+from qcore.sql._statement import Params, Statement, row_limit
 from qcore.sql.affinity import record_processed_cte
 from qcore.sql.jobs.columns import (
     ATTEMPT_COUNT,
@@ -30,7 +30,7 @@ from qcore.sql.jobs.fetch import (
 )
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=1024)
 def claim_held(
     q: str,
     *,
@@ -46,6 +46,7 @@ def claim_held(
     affinity: bool = True,
     patterned: bool = False,
     keyed: bool = False,
+    limit: int = 1,
 ) -> Statement:
     """A locked claim: lock up to ``limit`` ready jobs of the queue, in the fetch
     index's order, as ``fetch_jobs`` picks them (the same options; no policy that
@@ -92,7 +93,7 @@ def claim_held(
   FROM {jobs} j
   WHERE EXISTS (SELECT 1 FROM q) AND j.name = {p("queue")}::text AND j.state < 'active'
     AND NOT j.blocked{ready}
-  {order} LIMIT {p("limit")}::int FOR UPDATE OF j SKIP LOCKED
+  {order} LIMIT {row_limit(limit)} FOR UPDATE OF j SKIP LOCKED
 """
     sql = f"""WITH {_queue_cte(q, p, queue_columns, table, policy=True)},
 candidates AS ({query}){recorded}
