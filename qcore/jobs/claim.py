@@ -155,7 +155,7 @@ async def _claim(
             return [], False  # another claimer took the key's slot first (policy index)
         if not rows:
             return None
-        jobs = [Job.from_row(r) for r in rows if r["id"] is not None]
+        jobs = Job.from_rows(rows)
         return jobs, bool(rows[0].get("patterned"))
 
     async def claim(limit: int, first: bool, patterned: bool) -> tuple[list[Job], bool]:

@@ -97,7 +97,8 @@ class LockedBatch:
         ids = self._take(jobs)
         statement = sql.complete_held(self._ctx.q, table=self._route.table)
         rows = await self._run(statement, ids, output=_jsonb(output))
-        return _result(ids, rows)
+        settled = rows[0]["settled"] if rows else None
+        return _result(ids, ids if settled is None else settled)
 
     async def fail(
         self, jobs: Iterable[Job] | None = None, data: Any = None, *, terminal: bool = False
@@ -109,12 +110,16 @@ class LockedBatch:
         ids = self._take(jobs)
         statement = sql.fail_held(self._ctx.q, terminal=terminal)
         rows = await self._run(statement, ids, output=_jsonb(output))
-        return _result(ids, rows)
+        return _result(ids, [r["id"] for r in rows if r["id"] is not None])
 
     def _take(self, jobs: Iterable[Job] | None) -> list[uuid.UUID]:
         """The ids of ``jobs``, which must be this batch's and not yet settled (checked
         before anything is written); they count as settled from now on."""
-        chosen = list(self._open.values()) if jobs is None else list(jobs)
+        if jobs is None:  # all of them: nothing to check
+            every = list(self._open)
+            self._open.clear()
+            return every
+        chosen = list(jobs)
         ids: list[uuid.UUID] = []
         for job in chosen:
             if not isinstance(job, Job) or self._open.get(job.id) is not job:
@@ -129,14 +134,17 @@ class LockedBatch:
             del self._open[id_]
         return ids
 
-    async def _run(self, statement: Statement, ids: list[uuid.UUID], **values: Any) -> list[Any]:
+    async def _run(
+        self, statement: Statement, ids: list[uuid.UUID], **values: Any
+    ) -> list[dict[str, Any]]:
+        """The statement's rows for ``ids`` (none when there are none to settle)."""
         if not ids:
             return []
         params = statement.bind(queue=self.name, ids=ids, table=self._route.table, **values)
         rows = await self._ctx.db.execute(statement.sql, params)
         if not rows:
             raise missing_queue(self.name)
-        return [r["id"] for r in rows if r["id"] is not None]
+        return rows
 
 
 @asynccontextmanager
@@ -223,7 +231,7 @@ async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> tuple[QueueR
         rows = await retrying.execute(ctx, statement.sql, params)
         if not rows:
             return None
-        claimed = [Job.from_row(r) for r in rows if r["id"] is not None]
+        claimed = Job.from_rows(rows)
         longest = max((j.expire_in_seconds for j in claimed), default=0)
         wanted = (longest + HOLD_GRACE_SECONDS) * 1000
         if wanted > rows[0]["held_for"]:  # a job's own expiry is longer than its queue's

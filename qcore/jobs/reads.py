@@ -100,7 +100,7 @@ async def find_jobs(
     rows = await retrying.execute(ctx, statement.sql, params)
     if not rows:
         raise missing_queue(name)
-    return [Job.from_row(r) for r in rows if r["id"] is not None]
+    return Job.from_rows(rows)
 
 
 #: the most jobs one ``browse_jobs`` page holds

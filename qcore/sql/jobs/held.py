@@ -123,7 +123,10 @@ def _held(p: Params) -> str:
 def complete_held(q: str, *, table: str | None = None) -> Statement:
     """Complete held jobs with ``output``: started when the transaction began (the
     claim), the attempt counted as a claim counts it, completed at this statement.
-    One UPDATE of the queue's own ``table`` (see ``_job_table``); rows ``queue, id``."""
+    One UPDATE of the queue's own ``table`` (see ``_job_table``); one row ``queue,
+    settled``, where ``settled`` is NULL when every job of ``ids`` was completed (as the
+    transaction holding them expects: a batch's ids are not sent back), else the ids
+    that were; no row when the queue is gone."""
     p = Params()
     now = _now(q)
     mutation = (
@@ -131,7 +134,13 @@ def complete_held(q: str, *, table: str | None = None) -> Statement:
         f" heartbeat_on = {now}, retry_count = {ATTEMPT_COUNT}, completed_on = {_ended(q)},"
         f" output = {p('output')}::jsonb WHERE {_held(p)} RETURNING j.id"
     )
-    return p.statement(_command(q, p, mutation, table=table))
+    every = f"cardinality({p('ids')}::uuid[])"
+    sql = (
+        f"WITH {_queue_cte(q, p, table=table)}, done AS ({mutation})"
+        f" SELECT q.name AS queue, CASE WHEN (SELECT count(*) FROM done) = {every} THEN NULL"
+        " ELSE ARRAY(SELECT id FROM done) END AS settled FROM q"
+    )
+    return p.statement(sql)
 
 
 @lru_cache(maxsize=8)
