@@ -194,8 +194,10 @@ class Job:
             return []
         names = _field_names(tuple(kept[0]))
         given = set(names)
-        if "state" in given or not _REQUIRED_FIELDS.issubset(given | {"data"}) or (
-            "data" not in given and "_data_text" not in given
+        if (
+            "state" in given
+            or not _REQUIRED_FIELDS.issubset(given | {"data"})
+            or ("data" not in given and "_data_text" not in given)
         ):
             return [cls.from_row(r) for r in kept]  # states to convert, or fields missing
         jobs = []

@@ -13,7 +13,6 @@ from qcore.sql.jobs.columns import (
     ATTEMPT_COUNT,
     FETCH_COLUMNS,
     JOB_COLUMNS,
-    _command,
     _ended,
     _job_table,
     _now,
