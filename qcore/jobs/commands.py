@@ -17,6 +17,7 @@ from qcore.jobs.routes import (
     _jsonb,
     _result,
     _run_command,
+    _run_settling,
 )
 from qcore.options import (
     normalize_output,
@@ -94,7 +95,7 @@ async def _complete(
     ctx: Context, name: str, targets: Targets, output: Any, include_queued: bool
 ) -> list[uuid.UUID]:
     every, plain, fences = targets
-    rows = await _run_command(
+    return await _run_settling(
         ctx,
         name,
         lambda table: sql.complete_jobs(
@@ -104,7 +105,6 @@ async def _complete(
         output=_jsonb(output),
         **_fence_values(plain, fences),
     )
-    return [r["id"] for r in rows]
 
 
 async def _fenced_command(

@@ -23,7 +23,7 @@ from qcore.context import Context, QueueRoute
 from qcore.errors import ConfigError, DatabaseError, ValidationError
 from qcore.job import CommandResult, Job
 from qcore.jobs.affinity import claim_matching, in_claim_order
-from qcore.jobs.routes import _jsonb, _result, _routed
+from qcore.jobs.routes import _jsonb, _result, _routed, settled_ids
 from qcore.options import FetchOptions, fetch_options, normalize_output, queue_name
 from qcore.queues import missing_queue
 from qcore.sql import jobs as sql
@@ -97,8 +97,7 @@ class LockedBatch:
         ids = self._take(jobs)
         statement = sql.complete_held(self._ctx.q, table=self._route.table)
         rows = await self._run(statement, ids, output=_jsonb(output))
-        settled = rows[0]["settled"] if rows else None
-        return _result(ids, ids if settled is None else settled)
+        return _result(ids, settled_ids(ids, rows[0]) if rows else [])
 
     async def fail(
         self, jobs: Iterable[Job] | None = None, data: Any = None, *, terminal: bool = False

@@ -91,6 +91,31 @@ async def _run_command(
     return await _routed(ctx, name, attempt)
 
 
+async def _run_settling(
+    ctx: Context,
+    name: str,
+    build: Callable[[str], Statement],
+    every: list[uuid.UUID],
+    **values: Any,
+) -> list[uuid.UUID]:
+    """Run a settling command (its row as ``_settling_command``'s) built for the queue's
+    job table; the ids it changed."""
+
+    async def attempt(route: QueueRoute) -> list[uuid.UUID] | None:
+        statement = build(route.table)
+        params = statement.bind(queue=name, ids=every, table=route.table, **values)
+        rows = await retrying.execute(ctx, statement.sql, params)
+        return settled_ids(every, rows[0]) if rows else None
+
+    return await _routed(ctx, name, attempt)
+
+
+def settled_ids(every: list[uuid.UUID], row: dict[str, Any]) -> list[uuid.UUID]:
+    """The ids a settling command changed, from its row and the ids it was given."""
+    settled: list[uuid.UUID] | None = row["settled"]
+    return list(every) if settled is None else settled
+
+
 def _result(every: list[uuid.UUID], ids: list[uuid.UUID]) -> CommandResult:
     return CommandResult(requested=len(every), affected=len(ids), ids=ids)
 

@@ -172,6 +172,19 @@ def _table_check(p: Params, table: str | None, alias: str = "") -> str:
     return f" AND {alias}table_name = {p('table')}::text" if table else ""
 
 
+def _settling_command(q: str, p: Params, mutation: str, table: str | None = None) -> str:
+    """A command CTE returning ``id`` wrapped in the queue guard, for the settles of every
+    batch: one row ``queue, settled``, ``settled`` NULL when the command changed every
+    job of ``ids`` (the usual case, so a batch's ids are not sent back), else the ids it
+    changed; no row when the queue is gone."""
+    every = f"cardinality({p('ids')}::uuid[])"
+    return (
+        f"WITH {_queue_cte(q, p, table=table)}, done AS ({mutation})"
+        f" SELECT q.name AS queue, CASE WHEN (SELECT count(*) FROM done) = {every} THEN NULL"
+        " ELSE ARRAY(SELECT id FROM done) END AS settled FROM q"
+    )
+
+
 def _command(q: str, p: Params, mutation: str, result: str = "id", table: str | None = None) -> str:
     """A command CTE wrapped in the queue guard: rows ``queue, <result columns>``."""
     cols = ", ".join(f"done.{c}" for c in result.split(", "))

@@ -18,6 +18,7 @@ from qcore.sql.jobs.columns import (
     _now,
     _queue_cte,
     _returning,
+    _settling_command,
     held_as_running,
 )
 from qcore.sql.jobs.fail import _fail_removed
@@ -122,10 +123,8 @@ def _held(p: Params) -> str:
 def complete_held(q: str, *, table: str | None = None) -> Statement:
     """Complete held jobs with ``output``: started when the transaction began (the
     claim), the attempt counted as a claim counts it, completed at this statement.
-    One UPDATE of the queue's own ``table`` (see ``_job_table``); one row ``queue,
-    settled``, where ``settled`` is NULL when every job of ``ids`` was completed (as the
-    transaction holding them expects: a batch's ids are not sent back), else the ids
-    that were; no row when the queue is gone."""
+    One UPDATE of the queue's own ``table`` (see ``_job_table``); its row as
+    :func:`_settling_command`'s (the transaction holds the jobs: all are completed)."""
     p = Params()
     now = _now(q)
     mutation = (
@@ -133,13 +132,7 @@ def complete_held(q: str, *, table: str | None = None) -> Statement:
         f" heartbeat_on = {now}, retry_count = {ATTEMPT_COUNT}, completed_on = {_ended(q)},"
         f" output = {p('output')}::jsonb WHERE {_held(p)} RETURNING j.id"
     )
-    every = f"cardinality({p('ids')}::uuid[])"
-    sql = (
-        f"WITH {_queue_cte(q, p, table=table)}, done AS ({mutation})"
-        f" SELECT q.name AS queue, CASE WHEN (SELECT count(*) FROM done) = {every} THEN NULL"
-        " ELSE ARRAY(SELECT id FROM done) END AS settled FROM q"
-    )
-    return p.statement(sql)
+    return p.statement(_settling_command(q, p, mutation, table))
 
 
 @lru_cache(maxsize=8)

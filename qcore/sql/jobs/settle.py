@@ -5,7 +5,15 @@ from __future__ import annotations
 from functools import lru_cache
 
 from qcore.sql._statement import Params, Statement
-from qcore.sql.jobs.columns import _command, _job_table, _now, _queue_cte, _recordset, _targets
+from qcore.sql.jobs.columns import (
+    _command,
+    _job_table,
+    _now,
+    _queue_cte,
+    _recordset,
+    _settling_command,
+    _targets,
+)
 
 
 @lru_cache(maxsize=256)
@@ -15,11 +23,11 @@ def complete_jobs(
     """Mark active jobs completed with an output (same on every backend: one UPDATE).
 
     ``include_queued`` also completes queued jobs and releases flow-blocked ones.
-    ``table``: see :func:`_job_table`.
+    ``table``: see :func:`_job_table`. Its row as :func:`_settling_command`'s.
     """
     p = Params()
     mutation = complete_update(q, p, fenced=fenced, include_queued=include_queued, table=table)
-    return p.statement(_command(q, p, mutation, table=table))
+    return p.statement(_settling_command(q, p, mutation, table))
 
 
 def complete_update(
