@@ -46,6 +46,8 @@ class Context:
     #: queue name -> its route, as last read; statements built for a route check it
     #: against the queue row, so a queue deleted or recreated elsewhere is noticed
     routes: dict[str, QueueRoute] = field(default_factory=dict, compare=False, repr=False)
+    #: each queue's ``notify`` as the last claim on it read it
+    notify_seen: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
     #: told how long each statement (or transaction) run through the retry policy took:
     #: ``watch(seconds, sql, values)``; the ``Boss`` warns ``slow_query`` from it
     watch: Watch | None = field(default=None, compare=False, repr=False)

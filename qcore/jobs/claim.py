@@ -155,6 +155,7 @@ async def _claim(
             return [], False  # another claimer took the key's slot first (policy index)
         if not rows:
             return None
+        ctx.notify_seen[name] = bool(rows[0]["queue_notify"])
         jobs = Job.from_rows(rows)
         return jobs, bool(rows[0].get("patterned"))
 

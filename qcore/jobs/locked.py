@@ -230,6 +230,7 @@ async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> tuple[QueueR
         rows = await retrying.execute(ctx, statement.sql, params)
         if not rows:
             return None
+        ctx.notify_seen[name] = bool(rows[0]["queue_notify"])
         claimed = Job.from_rows(rows)
         longest = max((j.expire_in_seconds for j in claimed), default=0)
         wanted = (longest + HOLD_GRACE_SECONDS) * 1000

@@ -436,9 +436,13 @@ class Worker:
 
     async def _relaxed(self) -> bool:
         """Whether a NOTIFY would wake this worker: the Boss listens and the queue has
-        ``notify`` set (looked up once per relaxed interval)."""
+        ``notify`` set (as the last claim read it; before any, looked up once per
+        relaxed interval)."""
         if self._listening is None or not self._listening(self.name):
             return False
+        seen = self._context().notify_seen.get(self.name)
+        if seen is not None:
+            return seen
         try:
             queue = await self._queue(self.options.relaxed_polling_interval_seconds)
         except Exception:

@@ -186,15 +186,18 @@ def fetch_jobs(
 
 
 def claim_queue_columns(q: str, p: Params, affinity: bool, columns: str = "name") -> str:
-    """The columns a claim reads of its queue row: ``columns``, and ``patterned`` with
-    ``affinity``."""
+    """The columns a claim reads of its queue row: ``columns``, ``notify``, and
+    ``patterned`` with ``affinity``."""
+    columns += ", notify"
     return f"{columns}, {patterned_column(q, p)}" if affinity else columns
 
 
 def claim_extra_columns(p: Params, affinity: bool, keyed: bool) -> str:
-    """The claim rows' columns beyond the job's: ``patterned`` (with ``affinity``) and
-    the claiming server's key (``keyed``)."""
-    extra = ", q.patterned" if affinity else ""
+    """The claim rows' columns beyond the job's: ``queue_notify`` (the queue's
+    ``notify``, so a worker learns from its polls whether a NOTIFY would wake it),
+    ``patterned`` (with ``affinity``) and the claiming server's key (``keyed``)."""
+    extra = ", q.notify AS queue_notify"
+    extra += ", q.patterned" if affinity else ""
     if keyed:
         extra += f", {p('instance_key')}::text AS processed_on_instance_key"
     return extra
