@@ -155,9 +155,7 @@ async def _claim(
             return [], False  # another claimer took the key's slot first (policy index)
         if not rows:
             return None
-        ctx.notify_seen[name] = bool(rows[0]["queue_notify"])
-        jobs = Job.from_rows(rows)
-        return jobs, bool(rows[0].get("patterned"))
+        return claimed_jobs(ctx, name, rows), bool(rows[0].get("patterned"))
 
     async def claim(limit: int, first: bool, patterned: bool) -> tuple[list[Job], bool]:
         settling = settles if first else None
@@ -167,6 +165,13 @@ async def _claim(
         return in_claim_order(jobs, priority, order_by_created_on)
 
     return await claim_matching(ctx, name, batch_size, claim, order)
+
+
+def claimed_jobs(ctx: Context, name: str, rows: list[dict[str, Any]]) -> list[Job]:
+    """The jobs of a claim's rows (any claim statement: fetch, settle-and-claim, locked),
+    noting the queue's ``notify`` they carry for the workers (``Context.notify_seen``)."""
+    ctx.notify_seen[name] = bool(rows[0]["queue_notify"])
+    return Job.from_rows(rows)
 
 
 def _settled(targets: Targets) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from qcore.context import Context, QueueRoute
 from qcore.errors import ConfigError, DatabaseError, ValidationError
 from qcore.job import CommandResult, Job
 from qcore.jobs.affinity import claim_matching, in_claim_order
+from qcore.jobs.claim import claimed_jobs
 from qcore.jobs.routes import _jsonb, _result, _routed, settled_ids
 from qcore.options import FetchOptions, fetch_options, normalize_output, queue_name
 from qcore.queues import missing_queue
@@ -230,8 +231,7 @@ async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> tuple[QueueR
         rows = await retrying.execute(ctx, statement.sql, params)
         if not rows:
             return None
-        ctx.notify_seen[name] = bool(rows[0]["queue_notify"])
-        claimed = Job.from_rows(rows)
+        claimed = claimed_jobs(ctx, name, rows)
         longest = max((j.expire_in_seconds for j in claimed), default=0)
         wanted = (longest + HOLD_GRACE_SECONDS) * 1000
         if wanted > rows[0]["held_for"]:  # a job's own expiry is longer than its queue's

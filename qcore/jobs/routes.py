@@ -81,14 +81,9 @@ async def _run_command(
     **values: Any,
 ) -> list[dict[str, Any]]:
     """Run a command built for the queue's job table (``build(table)``); its rows."""
-
-    async def attempt(route: QueueRoute) -> list[dict[str, Any]] | None:
-        statement = build(route.table)
-        params = statement.bind(queue=name, ids=every, table=route.table, **values)
-        rows = await retrying.execute(ctx, statement.sql, params)
-        return [r for r in rows if r["id"] is not None] if rows else None
-
-    return await _routed(ctx, name, attempt)
+    return await _run_routed(
+        ctx, name, build, every, lambda rows: [r for r in rows if r["id"] is not None], values
+    )
 
 
 async def _run_settling(
@@ -100,12 +95,27 @@ async def _run_settling(
 ) -> list[uuid.UUID]:
     """Run a settling command (its row as ``_settling_command``'s) built for the queue's
     job table; the ids it changed."""
+    return await _run_routed(
+        ctx, name, build, every, lambda rows: settled_ids(every, rows[0]), values
+    )
 
-    async def attempt(route: QueueRoute) -> list[uuid.UUID] | None:
+
+async def _run_routed(
+    ctx: Context,
+    name: str,
+    build: Callable[[str], Statement],
+    every: list[uuid.UUID],
+    read: Callable[[list[dict[str, Any]]], T],
+    values: dict[str, Any],
+) -> T:
+    """A command on the queue's job table, read from its rows by ``read`` (no row: the
+    route is read again, see :func:`_routed`)."""
+
+    async def attempt(route: QueueRoute) -> T | None:
         statement = build(route.table)
         params = statement.bind(queue=name, ids=every, table=route.table, **values)
         rows = await retrying.execute(ctx, statement.sql, params)
-        return settled_ids(every, rows[0]) if rows else None
+        return read(rows) if rows else None
 
     return await _routed(ctx, name, attempt)
 

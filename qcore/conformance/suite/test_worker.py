@@ -43,6 +43,17 @@ async def wboss(db: Database, backend: Backend, schema: str) -> AsyncIterator[Bo
         yield boss
 
 
+@pytest_asyncio.fixture
+async def listening_boss(db: Database, backend: Backend, schema: str) -> AsyncIterator[Boss]:
+    """As ``wboss``, listening for NOTIFY (tests that use it need ``listen_notify``)."""
+    boss = Boss(db=db, backend=backend, schema=schema, supervise=False, use_listen_notify=True)
+    await boss.start()
+    try:
+        yield boss
+    finally:
+        await boss.stop(timeout=1)
+
+
 def count_fetches(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Record the time of every fetch the workers make."""
     calls: list[float] = []
@@ -308,69 +319,61 @@ async def test_idle_loops_share_one_poll_and_a_wake_fetches_at_once(
 
 @pytest.mark.requires("listen_notify")
 async def test_a_notify_wakes_the_worker_and_relaxes_its_poll(
-    db: Database, backend: Backend, schema: str, monkeypatch: pytest.MonkeyPatch
+    listening_boss: Boss, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    boss = Boss(db=db, backend=backend, schema=schema, supervise=False, use_listen_notify=True)
-    await boss.start()
-    try:
-        await boss.create_queue("notified", notify=True)
-        fetches = count_fetches(monkeypatch)
-        handled: list[float] = []
+    boss = listening_boss
+    await boss.create_queue("notified", notify=True)
+    fetches = count_fetches(monkeypatch)
+    handled: list[float] = []
 
-        async def handler(batch: list[Job]) -> None:
-            handled.append(time.monotonic())
+    async def handler(batch: list[Job]) -> None:
+        handled.append(time.monotonic())
 
-        await boss.work(
-            "notified", handler, polling_interval_seconds=0.5, notify_polling_interval_seconds=30
-        )
-        await until(lambda: fetches, 30.0, what="the first fetch")
-        await asyncio.sleep(2.0)  # four of the 0.5 s polls it would make without NOTIFY
-        assert len(fetches) == 1  # the first fetch; while listening, no 0.5 s polls
-        sent = time.monotonic()
-        await send(boss, "notified")
-        await until(lambda: handled, 20.0, what="handled after the NOTIFY")
-        assert handled[0] - sent < 20  # the NOTIFY, not the 30 s poll
-    finally:
-        await boss.stop(timeout=1)
+    await boss.work(
+        "notified", handler, polling_interval_seconds=0.5, notify_polling_interval_seconds=30
+    )
+    await until(lambda: fetches, 30.0, what="the first fetch")
+    await asyncio.sleep(2.0)  # four of the 0.5 s polls it would make without NOTIFY
+    assert len(fetches) == 1  # the first fetch; while listening, no 0.5 s polls
+    sent = time.monotonic()
+    await send(boss, "notified")
+    await until(lambda: handled, 20.0, what="handled after the NOTIFY")
+    assert handled[0] - sent < 20  # the NOTIFY, not the 30 s poll
 
 
 @pytest.mark.requires("listen_notify")
 async def test_a_listening_worker_learns_the_queues_notify_from_its_claims(
-    db: Database, backend: Backend, schema: str, monkeypatch: pytest.MonkeyPatch
+    listening_boss: Boss, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Idle, a worker makes its polls and nothing else: whether a NOTIFY would wake it
     comes with each claim's row (no read of the queue row of its own), and a change of
     the queue's ``notify`` takes effect at its next poll."""
-    boss = Boss(db=db, backend=backend, schema=schema, supervise=False, use_listen_notify=True)
-    await boss.start()
-    try:
-        await boss.create_queue("quiet", notify=False)
-        fetches = count_fetches(monkeypatch)
-        reads: list[str] = []
-        real = queues.get_queue
+    boss = listening_boss
+    await boss.create_queue("quiet", notify=False)
+    fetches = count_fetches(monkeypatch)
+    reads: list[str] = []
+    real = queues.get_queue
 
-        async def counting(ctx: Any, name: str) -> Any:
-            reads.append(name)
-            return await real(ctx, name)
+    async def counting(ctx: Any, name: str) -> Any:
+        reads.append(name)
+        return await real(ctx, name)
 
-        monkeypatch.setattr(queues, "get_queue", counting)
+    monkeypatch.setattr(queues, "get_queue", counting)
 
-        async def handler(batch: list[Job]) -> None:
-            pass
+    async def handler(batch: list[Job]) -> None:
+        pass
 
-        await boss.work(
-            "quiet", handler, polling_interval_seconds=0.5, notify_polling_interval_seconds=30
-        )
-        await until(lambda: len(fetches) >= 4, 30.0, what="four polls")
-        assert reads == []  # notify off: it polls every 0.5 s, and reads nothing else
-        await boss.update_queue("quiet", notify=True)
-        polled = len(fetches)
-        await until(lambda: len(fetches) > polled, 30.0, what="a poll after the change")
-        await asyncio.sleep(2.0)  # four of the 0.5 s polls it made before
-        assert len(fetches) <= polled + 2  # relaxed: the change came with a claim's row
-        assert reads == []
-    finally:
-        await boss.stop(timeout=1)
+    await boss.work(
+        "quiet", handler, polling_interval_seconds=0.5, notify_polling_interval_seconds=30
+    )
+    await until(lambda: len(fetches) >= 4, 30.0, what="four polls")
+    assert reads == []  # notify off: it polls every 0.5 s, and reads nothing else
+    await boss.update_queue("quiet", notify=True)
+    polled = len(fetches)
+    await until(lambda: len(fetches) > polled, 30.0, what="a poll after the change")
+    await asyncio.sleep(2.0)  # four of the 0.5 s polls it made before
+    assert len(fetches) <= polled + 2  # relaxed: the change came with a claim's row
+    assert reads == []
 
 
 async def test_off_work_by_name_and_by_id(wboss: Boss) -> None:
