@@ -20,7 +20,7 @@ from qcore.db import Database, Rows
 from qcore.errors import DatabaseError, SerializationError
 from qcore.sql._statement import Statement
 
-__all__ = ["ATTEMPTS", "execute", "is_retryable", "run", "transaction"]
+__all__ = ["ATTEMPTS", "execute", "execute_together", "is_retryable", "run", "transaction"]
 
 T = TypeVar("T")
 ATTEMPTS = 6
@@ -62,6 +62,20 @@ async def execute(
         return await _retrying(ctx, lambda: ctx.db.execute(sql, params), attempts)
     finally:
         ctx.watch(time.monotonic() - started, sql, params)
+
+
+async def execute_together(
+    ctx: Context, statements: Sequence[tuple[str, Sequence[Any]]], *, attempts: int = ATTEMPTS
+) -> list[Rows]:
+    """Statements in one transaction (:meth:`Database.execute_together`: one round trip
+    where the adapter pipelines), all run again if it fails retryably."""
+    if ctx.watch is None:
+        return await _retrying(ctx, lambda: ctx.db.execute_together(statements), attempts)
+    started = time.monotonic()
+    try:
+        return await _retrying(ctx, lambda: ctx.db.execute_together(statements), attempts)
+    finally:
+        ctx.watch(time.monotonic() - started, "; ".join(sql for sql, _ in statements), ())
 
 
 async def run(ctx: Context, statement: Statement, **values: Any) -> Rows:

@@ -319,10 +319,12 @@ class QueueAndJobVerbs:
         self, name: str, done: list[Job], *, db: Any = None, **options: Unpack[FetchOptions]
     ) -> list[Job]:
         """Complete the jobs ``done`` (no output; fenced on the attempts they were fetched
-        in) and claim the next, as ``fetch`` does, in one statement: a fetch loop's
-        settle and next claim in one round trip and one commit. Both happen or neither.
-        Needs a backend that takes two mutations of a table in one statement
-        (MutationStrategy.CTE); elsewhere a ConfigError says to complete, then fetch."""
+        in) and claim the next, as ``fetch`` does: a fetch loop's settle and next claim
+        in one round trip and one commit. Both happen or neither. One statement where
+        the backend takes two mutations of a table in one (MutationStrategy.CTE), else
+        two in one transaction, pipelined where the adapter can (psycopg); with an
+        ``execute_sql`` object on such a backend a ConfigError says to complete, then
+        fetch."""
         return await job_ops.complete_and_fetch(self.context(db), name, done, **options)
 
     def locked_fetch(

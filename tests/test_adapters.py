@@ -137,6 +137,34 @@ async def test_nested_transaction_joins_parent(subject: Subject, table: str, pg_
     assert count(pg_dsn, table) == 0
 
 
+async def test_statements_together_all_or_none(subject: Subject, table: str, pg_dsn: str) -> None:
+    """``execute_together``: several statements in one transaction, their rows in order;
+    the first to fail undoes those before it and runs none after (psycopg sends them in
+    one pipelined exchange, the others in turn)."""
+    if not subject.caps & {OWN_TX, CALLER_TX}:
+        pytest.skip("custom execute_sql objects have no transaction qcore can open")
+    insert = f"INSERT INTO {table} VALUES ($1, $2) RETURNING id"
+    rows = await subject.db.execute_together(
+        [(insert, [1, "a"]), (f"UPDATE {table} SET note = $1", ["b"]), (insert, [2, "c"])]
+    )
+    assert rows == [[{"id": 1}], [], [{"id": 2}]]
+    await settle(subject)
+    assert count(pg_dsn, table) == 2
+    with pytest.raises(UniqueViolation):  # the second fails: the first is undone
+        await subject.db.execute_together(
+            [(insert, [3, "d"]), (insert, [1, "again"]), (insert, [4, "never run"])]
+        )
+    if subject.rollback is not None:
+        await subject.rollback()
+    assert count(pg_dsn, table) == 2
+    assert admin_execute(f"SELECT note FROM {table} ORDER BY id", pg_dsn) == [("b",), ("c",)]
+    async with subject.db.transaction():  # inside a transaction: they join it
+        [[row]] = await subject.db.execute_together([(insert, [5, "e"])])
+        assert row == {"id": 5} and subject.db.in_transaction
+    await settle(subject)
+    assert count(pg_dsn, table) == 3
+
+
 async def test_statement_joins_callers_transaction(
     subject: Subject, table: str, pg_dsn: str
 ) -> None:

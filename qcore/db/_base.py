@@ -89,6 +89,24 @@ class Database(abc.ABC):
             finally:
                 self._active.reset(token)
 
+    async def execute_together(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[Rows]:
+        """Several statements in one transaction, in order, all or none: an error in one
+        undoes those before it and runs none after. Their rows, statement by statement.
+
+        Inside a transaction of this task they join it. An adapter that can send them in
+        one exchange does (psycopg: pipeline mode, one round trip for all of them and
+        the commit); the others run them in turn."""
+        tx = self._active.get()
+        if tx is not None:
+            return [await tx.execute(sql, params) for sql, params in statements]
+        return await self._execute_together(statements)
+
+    async def _execute_together(
+        self, statements: Sequence[tuple[str, Sequence[Any]]]
+    ) -> list[Rows]:
+        async with self.transaction() as tx:
+            return [await tx.execute(sql, params) for sql, params in statements]
+
     def separate_transaction(self) -> AbstractAsyncContextManager[Database]:
         """A transaction on a connection of its own, which this task's other statements
         do not join (those of :meth:`transaction` do): what a locked claim holds while

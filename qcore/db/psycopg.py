@@ -30,6 +30,7 @@ __all__ = [
     "map_error",
     "run",
     "run_script",
+    "run_together",
     "values",
 ]
 
@@ -90,6 +91,26 @@ async def run(conn: Conn, sql: str, params: Sequence[Any]) -> Rows:
         if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)):
             raise
         raise map_error(exc, sql) from exc
+
+
+async def run_together(conn: Conn, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[Rows]:
+    """Several statements in one transaction on one connection, sent in pipeline mode:
+    BEGIN, the statements and COMMIT go out together and their results come back in
+    one round trip. The first that fails aborts the rest, and the transaction (its
+    error names no statement: the server reports it at the end of the exchange)."""
+    try:
+        async with conn.pipeline():
+            cursors = []
+            async with conn.transaction():
+                for sql, params in statements:
+                    cur = psycopg.AsyncRawCursor(conn, row_factory=dict_row)
+                    cursors.append(cur)
+                    await cur.execute(sql, values(params))
+            return [await c.fetchall() if c.description is not None else [] for c in cursors]
+    except BaseException as exc:
+        if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)):
+            raise
+        raise map_error(exc) from exc
 
 
 async def run_script(conn: Conn, sql: str) -> None:
@@ -229,6 +250,21 @@ class PsycopgDatabase(Database):
             raise
         except (PoolTimeout, PoolClosed, psycopg.Error) as exc:  # checking a connection out
             raise map_error(exc, sql) from exc
+
+    async def _execute_together(
+        self, statements: Sequence[tuple[str, Sequence[Any]]]
+    ) -> list[Rows]:
+        if self._conn is not None:  # a caller's connection: in turn, as its own statements
+            return await super()._execute_together(statements)
+        assert self._pool is not None
+        try:
+            async with self._pool.connection() as conn:
+                return await run_together(conn, statements)
+        except ConnectionLostError:
+            await self._drop_broken()
+            raise
+        except (PoolTimeout, PoolClosed, psycopg.Error) as exc:  # checking a connection out
+            raise map_error(exc) from exc
 
     async def _execute_script(self, sql: str) -> None:
         async with self._transaction() as tx:

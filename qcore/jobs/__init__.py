@@ -26,7 +26,7 @@ of these. A ``Job`` fences the command on the attempt it was fetched in
 
 from __future__ import annotations
 
-from qcore.jobs.claim import complete_and_fetch, fetch
+from qcore.jobs.claim import complete_and_fetch, fetch, settles_and_claims
 from qcore.jobs.commands import (
     cancel,
     complete,
@@ -79,6 +79,7 @@ __all__ = [
     "send",
     "send_debounced",
     "send_throttled",
+    "settles_and_claims",
     "touch",
     "update",
     "upsert",

@@ -59,18 +59,28 @@ async def complete_and_fetch(
     ctx: Context, name: str, done: list[Job], **options: Unpack[FetchOptions]
 ) -> list[Job]:
     """Complete the jobs ``done`` (no output, fenced on their attempts) and claim the
-    next as :func:`fetch` does, in one statement: the worker's settle-and-claim, one
-    round trip and one commit per batch instead of two. Both happen or neither (an
-    error claims nothing). Only where the backend takes several mutations of a table
-    in one statement (MutationStrategy.CTE); elsewhere a ConfigError."""
+    next as :func:`fetch` does: the worker's settle-and-claim, one round trip and one
+    commit per batch instead of two. Both happen or neither (an error claims nothing).
+    Where the backend takes several mutations of a table in one statement
+    (MutationStrategy.CTE) it is one statement; elsewhere the complete and the claim
+    are two statements of one transaction, sent together where the adapter pipelines
+    (psycopg). An adapter whose transactions are not atomic (an ``execute_sql``
+    object) cannot promise both or neither there: a ConfigError."""
     if not isinstance(done, list) or not all(isinstance(j, Job) for j in done):
         raise ValidationError("done must be a list of the Job objects fetched")
-    if ctx.backend.mutation is not MutationStrategy.CTE:
+    if not settles_and_claims(ctx):
         raise ConfigError(
-            f"settle-and-claim needs several mutations in one statement; the"
-            f" {ctx.backend.name} backend splits them: complete, then fetch"
+            f"settle-and-claim on the {ctx.backend.name} backend is two statements in one"
+            f" transaction, which the {ctx.db.driver or 'given'} adapter cannot make atomic:"
+            " complete, then fetch"
         )
     return await _claim(ctx, name, options, done)
+
+
+def settles_and_claims(ctx: Context) -> bool:
+    """Whether :func:`complete_and_fetch` can settle and claim as one unit here: in one
+    statement (MutationStrategy.CTE), or in one transaction the adapter makes atomic."""
+    return ctx.backend.mutation is MutationStrategy.CTE or ctx.db.atomic_transactions
 
 
 async def _claim(
@@ -91,8 +101,8 @@ async def _claim(
     skip_locked = ctx.backend.fetch is FetchStrategy.SKIP_LOCKED
     affinity = ctx.affinity
     keyed = affinity.installed and affinity.key is not None
-    # the attribution in the claim statement, or in the claim's transaction
-    record_inside = ctx.backend.mutation is MutationStrategy.CTE
+    # the settle and the attribution in the claim statement, or in the claim's transaction
+    one_statement = ctx.backend.mutation is MutationStrategy.CTE
 
     async def attempt(
         route: QueueRoute, limit: int, settling: Targets | None, patterned: bool
@@ -108,14 +118,14 @@ async def _claim(
             max_priority=high is not None,
             include_metadata=include_metadata,
             table=route.table,
-            settle=settling is not None,
+            settle=settling is not None and one_statement,
             group_limit=groups is not None,
             group_tiers=bool(groups and groups.tiers),
             ignore_groups=bool(ignored),
             affinity=affinity.installed,
             patterned=patterned,
             keyed=keyed,
-            record=keyed and record_inside,
+            record=keyed and one_statement,
             limit=limit,
         )
         params = statement.bind(
@@ -132,7 +142,18 @@ async def _claim(
             **(_settled(settling) if settling is not None else {}),
         )
 
+        settle: tuple[str, list[Any]] | None = None
+        if settling is not None and not one_statement:
+            # the split settle-and-claim: the complete, then the claim, one transaction
+            complete = sql.complete_jobs(ctx.q, fenced=bool(settling[2]), table=route.table)
+            settle = (
+                complete.sql,
+                complete.bind(queue=name, table=route.table, **_settled(settling)),
+            )
+
         async def claim_and_record(tx: Database) -> list[dict[str, Any]]:
+            if settle is not None:
+                await tx.execute(*settle)
             rows = await tx.execute(statement.sql, params)
             ids = [str(r["id"]) for r in rows if r["id"] is not None]
             if ids:
@@ -143,10 +164,12 @@ async def _claim(
             return rows
 
         try:
-            if keyed and not record_inside and ctx.db.in_transaction:
+            if keyed and not one_statement and ctx.db.in_transaction:
                 rows = await claim_and_record(ctx.db)
-            elif keyed and not record_inside:
+            elif keyed and not one_statement:
                 rows = await retrying.transaction(ctx, claim_and_record)
+            elif settle is not None:
+                _, rows = await retrying.execute_together(ctx, [settle, (statement.sql, params)])
             else:
                 rows = await retrying.execute(ctx, statement.sql, params)
         except UniqueViolation:

@@ -1,7 +1,9 @@
-"""Settle and claim in one statement (``jobs.complete_and_fetch``, the worker's protocol
-for a full batch that completes): both or neither, on every backend that takes several
-mutations of the job table in one statement; a clear error on those that split them,
-where the worker settles and claims in two statements as before."""
+"""Settle and claim in one round trip (``jobs.complete_and_fetch``, the worker's protocol
+for a full batch that completes): both or neither, in one statement on every backend
+that takes several mutations of the job table in one, in one transaction (pipelined with
+psycopg) on those that split them; a clear error where neither can be atomic (an
+``execute_sql`` object on a splitting backend), where the worker settles and claims in
+two statements as before."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 
 from qcore import Boss, jobs, queues
-from qcore.backend import Backend, MutationStrategy
+from qcore.backend import Backend
 from qcore.conformance.helpers import running, states, until
 from qcore.context import Context
 from qcore.db import Database
@@ -24,9 +26,12 @@ from qcore.job import Job, JobState
 pytestmark = pytest.mark.feature("workers")
 
 
-def needs_one_statement(backend: Backend) -> None:
-    if backend.mutation is not MutationStrategy.CTE:
-        pytest.skip("settle-and-claim needs MutationStrategy.CTE (two mutations in one statement)")
+def needs_settle_and_claim(ctx: Context) -> None:
+    if not jobs.settles_and_claims(ctx):
+        pytest.skip(
+            "settle-and-claim needs MutationStrategy.CTE (two mutations in one statement)"
+            " or an adapter with atomic transactions"
+        )
 
 
 def count_settle_and_claims(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -63,7 +68,7 @@ async def test_settles_and_claims_in_one_statement(ctx: Context) -> None:
     [first] = await jobs.fetch(ctx, "q")
     with pytest.raises(ValidationError, match="Job objects"):  # a bare id has no attempt
         await jobs.complete_and_fetch(ctx, "q", [first.id])  # type: ignore[list-item]
-    if ctx.backend.mutation is not MutationStrategy.CTE:
+    if not jobs.settles_and_claims(ctx):
         with pytest.raises(ConfigError, match="complete, then fetch"):
             await jobs.complete_and_fetch(ctx, "q", [first])
         assert await states(ctx, "q") == {"created": 2, "active": 1}  # nothing written
@@ -83,7 +88,7 @@ async def test_settles_and_claims_in_one_statement(ctx: Context) -> None:
 
 
 async def test_a_failed_settle_claims_nothing(ctx: Context) -> None:
-    needs_one_statement(ctx.backend)
+    needs_settle_and_claim(ctx)
     await queues.create_queue(ctx, "q")
     await jobs.send(ctx, "q", {"boom": True})
     waiting = [await jobs.send(ctx, "q", {"n": n}) for n in range(3)]
@@ -102,7 +107,7 @@ async def test_a_worker_whose_settle_and_claim_fails_settles_alone(
     """The first settle-and-claim fails (a database error in its settling half): the
     worker reports it, completes that batch on its own and goes on; every job is
     handled and completed exactly once."""
-    needs_one_statement(backend)
+    needs_settle_and_claim(ctx)
     merged = count_settle_and_claims(monkeypatch)
     await queues.create_queue(ctx, "q")
     await _boom_on_complete(ctx, "q", f"nextval('{ctx.q}.boom_seq') = 1")
@@ -154,7 +159,7 @@ async def test_32_loops_settle_and_claim_each_job_once(
 
         await until(drained, timeout=120, what="every job completed")
     assert set(handled) == set(sent) and set(handled.values()) == {1}
-    if backend.mutation is MutationStrategy.CTE:  # elsewhere each batch settles alone
+    if jobs.settles_and_claims(ctx):  # elsewhere each batch settles alone
         assert sum(merged) > 0
     else:
         assert merged == []
