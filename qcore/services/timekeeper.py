@@ -19,7 +19,12 @@ pg-boss 12.38's, so a fleet of qcore and pg-boss instances shares it:
 ``cron_worker_interval_seconds``) sends each such job's payload to the schedule's
 queue with the schedule's send options and records the job on the schedule row
 (``last_job_id``). A send that fails is reported as an ``error`` event; the occurrence
-is not sent twice.
+is not sent twice. While the last pass (any instance's claim answers it) found no
+schedule and no occurrence waiting, the forwarder makes no claim: an idle instance
+pays nothing for cron it does not use. A pass of this instance that files
+occurrences wakes it at once, so the instance that files forwards; another
+instance's filings are forwarded by that instance, and by this one from its next
+pass.
 
 **The clock-skew check** (:class:`ClockSkew`, at start and every
 ``clock_monitor_interval_seconds``) compares the database's clock with this process's
@@ -111,6 +116,8 @@ class CronPass:
     elapsed: float | None = None
     #: occurrences filed on the send-it queue, as (schedule name, key, slot)
     filed: list[tuple[str, str, str]] = field(default_factory=list)
+    #: whether a schedule exists or an occurrence waits (whoever had the pass)
+    in_use: bool = True
 
 
 def _utc(value: dt.datetime) -> dt.datetime:
@@ -149,11 +156,16 @@ async def cron_pass(
 ) -> CronPass:
     """Claim this interval's pass and, if it is ours, file every due occurrence.
     ``warned``: the rows already reported as unusable (kept between passes)."""
-    [claim] = await retry.run(ctx, sql.claim_cron_pass(ctx.q), seconds=float(interval_seconds))
-    result = CronPass(
-        claimed=bool(claim["claimed"]), now=_utc(claim["now"]), elapsed=claim["elapsed"]
+    [claim] = await retry.run(
+        ctx, sql.claim_cron_pass(ctx.q), seconds=float(interval_seconds), send_it=SEND_IT
     )
-    if not result.claimed:
+    result = CronPass(
+        claimed=bool(claim["claimed"]),
+        now=_utc(claim["now"]),
+        elapsed=claim["elapsed"],
+        in_use=bool(claim["in_use"]),
+    )
+    if not result.claimed or not result.in_use:
         return result
     prior = claim["prior_cron_on"]
     prior = _utc(prior) if prior is not None else None
@@ -264,6 +276,8 @@ class Timekeeper(Periodic):
         self._settings = settings
         self._make_worker = worker
         self._forwarder: Worker | None = None
+        #: whether the last pass found cron in use (the forwarder idles while not)
+        self.cron_in_use = True
         #: when another instance had the last interval: the moment its claim comes due
         self._retry_in: float | None = None
         self._warned: set[tuple[str, str, str, str]] = set()
@@ -280,6 +294,7 @@ class Timekeeper(Periodic):
                 batch_size=FORWARD_BATCH,
                 polling_interval_seconds=self._settings.cron_worker_interval_seconds,
             )
+            self._forwarder.dormant = lambda: not self.cron_in_use
             self._forwarder.start()
         await super().start()
 
@@ -298,6 +313,9 @@ class Timekeeper(Periodic):
         result = await cron_pass(
             self._context(), self.events, interval_seconds=interval, warned=self._warned
         )
+        self.cron_in_use = result.in_use
+        if result.filed and self._forwarder is not None:
+            self._forwarder.wake()  # forward what this pass filed now, not at the next poll
         if not result.claimed:
             # another instance has this interval: try again just after its claim comes due
             age = result.elapsed if result.elapsed is not None else 0.0

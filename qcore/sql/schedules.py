@@ -82,8 +82,10 @@ def claim_cron_pass(q: str) -> Statement:
     """Take this interval's cron pass: move ``version.cron_on`` to now when it is at least
     ``seconds`` old (pg-boss's claim, so qcore and pg-boss instances share one pass per
     interval). Answers either way: ``claimed``, the stamp it replaced (``prior_cron_on``:
-    when a pass last ran), its age in seconds (``elapsed``) and the database's ``now``,
-    which the pass judges every schedule against."""
+    when a pass last ran), its age in seconds (``elapsed``), the database's ``now``,
+    which the pass judges every schedule against, and whether cron is in use at all
+    (``in_use``: a schedule exists or an occurrence waits on the ``send_it`` queue; every
+    instance learns it, so a forwarder idles while it is not)."""
     p = Params()
     seconds = p("seconds")
     return p.statement(
@@ -93,7 +95,9 @@ def claim_cron_pass(q: str) -> Statement:
         f" WHERE EXTRACT(EPOCH FROM ({q}.job_now() - COALESCE(cron_on, {q}.job_now()"
         f" - interval '1 week'))) >= {seconds}::float8 RETURNING true)"
         " SELECT prior.cron_on AS prior_cron_on, prior.elapsed,"
-        f" EXISTS (SELECT 1 FROM claim) AS claimed, {q}.job_now() AS now FROM prior"
+        f" EXISTS (SELECT 1 FROM claim) AS claimed, {q}.job_now() AS now,"
+        f" (EXISTS (SELECT 1 FROM {q}.schedule) OR EXISTS (SELECT 1 FROM {q}.job"
+        f" WHERE name = {p('send_it')}::text AND state < 'active')) AS in_use FROM prior"
     )
 
 

@@ -126,6 +126,9 @@ class Worker:
         self._listening = listening
         self._on_change = on_change
         self._paused = paused
+        #: a service's own reason to claim nothing for now, asked before each poll (the
+        #: timekeeper's forwarder while no schedule exists); ``wake()`` ends a wait early
+        self.dormant: Callable[[], bool] | None = None
         self._async = _is_async(handler)
         self._fetch_options = options.fetch
         limits = options.local_group_concurrency
@@ -264,8 +267,11 @@ class Worker:
                     await self._gate.idle(self._poll_delay)
                     if self._stopping:
                         break
-                if self._paused is not None and self._paused():
-                    # an operator paused this server: no claim, ask again next poll
+                if (self._paused is not None and self._paused()) or (
+                    self.dormant is not None and self.dormant()
+                ):
+                    # an operator paused this server, or its service has nothing to
+                    # claim: no claim, ask again next poll
                     self._last_fetch = asyncio.get_running_loop().time()
                     burst = False
                     continue

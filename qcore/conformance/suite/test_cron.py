@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from qcore import Boss, schedules
-from qcore.conformance.helpers import count, running, set_clock, totals, until
+from qcore.conformance.helpers import count, running, set_clock, states, totals, until
 from qcore.context import Context
 from qcore.errors import QueueNotFoundError, ValidationError
 from qcore.events import WarningEvent
@@ -294,3 +294,57 @@ async def test_a_started_boss_fires_a_schedule(
 
         assert await until(recorded, timeout=30, what="last_job_id") == jobs[0].id
         assert boss.worker_statuses() == []  # the forwarder is the timekeeper's own
+
+
+async def test_every_pass_says_whether_cron_is_in_use(ctx: Context) -> None:
+    """Claimed or not, a pass answers whether a schedule exists or an occurrence waits on
+    the send-it queue: what lets every instance's forwarder idle while neither does."""
+    await create_queue(ctx, SEND_IT)
+    first = await cron_pass(ctx, None, interval_seconds=30)
+    assert first.claimed and not first.in_use and first.filed == []
+    await create_queue(ctx, "q")
+    await schedules.schedule(ctx, "q", "0 0 1 1 *")  # due once a year: files nothing now
+    second = await cron_pass(ctx, None, interval_seconds=30)
+    assert not second.claimed and second.in_use  # another instance's interval: told all the same
+    await schedules.unschedule(ctx, "q")
+    await enqueue.send(ctx, SEND_IT, {"name": "q", "key": ""})  # filed, not yet forwarded
+    assert (await cron_pass(ctx, None, interval_seconds=30)).in_use
+    [waiting] = await fetch(ctx, SEND_IT)
+    assert await forward(ctx, None, [waiting]) == 1
+    assert not (await cron_pass(ctx, None, interval_seconds=30)).in_use
+
+
+async def test_the_forwarder_idles_while_cron_is_not_in_use(
+    ctx: Context, db: Any, backend: Any, schema: str
+) -> None:
+    """A Boss whose first pass finds no schedule makes no claim on the send-it queue (an
+    occurrence put there by hand waits), until a pass finds cron in use again; then the
+    forwarder sends it."""
+    await create_queue(ctx, "tick")
+    boss = Boss(
+        db=db,
+        backend=backend,
+        schema=schema,
+        cron_worker_interval_seconds=1,
+        cron_monitor_interval_seconds=45,  # no second pass during the test unless asked
+        supervise=False,
+    )
+    async with running(boss):
+        timekeeper = boss._timekeeper
+        assert timekeeper is not None
+
+        async def idle() -> bool:  # the pass at start (detached) has found nothing
+            return not timekeeper.cron_in_use
+
+        await until(idle, timeout=30, what="the first pass")
+        await enqueue.send(ctx, SEND_IT, {"name": "tick", "key": "", "data": {"n": 1}})
+        await asyncio.sleep(5)  # five forwarder polls' worth
+        assert await states(ctx, SEND_IT) == {"created": 1}  # not claimed: the forwarder idles
+        await set_clock(ctx, 60)  # the pass's interval has gone by: the next pass is ours
+        await timekeeper.run_pass()
+        assert timekeeper.cron_in_use
+
+        async def forwarded() -> bool:
+            return await states(ctx, "tick") == {"created": 1}
+
+        await until(forwarded, timeout=30, what="the waiting occurrence forwarded")
