@@ -111,7 +111,8 @@ def test_fetch_strategies() -> None:
     atomic = sql.fetch_jobs(Q, skip_locked=False).sql
     assert "skip_locked" in features_used(locked)
     assert "skip_locked" not in features_used(atomic)
-    assert "state < 'active'" in atomic.split("claimed AS")[1]  # the recheck
+    assert "j.state = c.state" in atomic.split("claimed AS")[1]  # the recheck
+    assert "candidates AS MATERIALIZED" in atomic and "candidates AS MATERIALIZED" not in locked
     assert "FOR UPDATE" not in atomic
 
 

@@ -94,19 +94,19 @@ async def run(conn: Conn, sql: str, params: Sequence[Any]) -> Rows:
 
 
 async def run_together(conn: Conn, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[Rows]:
-    """Several statements in one transaction on one connection, sent in pipeline mode:
-    BEGIN, the statements and COMMIT go out together and their results come back in
-    one round trip. The first that fails aborts the rest, and the transaction (its
-    error names no statement: the server reports it at the end of the exchange)."""
+    """Several statements on a connection in autocommit mode, sent in pipeline mode with
+    one Sync after the last: the server runs everything before a Sync as one implicit
+    transaction, so they commit together, and the first that fails aborts the rest and
+    undoes those before it. One round trip, no BEGIN or COMMIT to send. (Its error names
+    no statement: the server reports it at the Sync.)"""
     try:
         async with conn.pipeline():
             cursors = []
-            async with conn.transaction():
-                for sql, params in statements:
-                    cur = psycopg.AsyncRawCursor(conn, row_factory=dict_row)
-                    cursors.append(cur)
-                    await cur.execute(sql, values(params))
-            return [await c.fetchall() if c.description is not None else [] for c in cursors]
+            for sql, params in statements:
+                cur = psycopg.AsyncRawCursor(conn, row_factory=dict_row)
+                cursors.append(cur)
+                await cur.execute(sql, values(params))
+        return [await c.fetchall() if c.description is not None else [] for c in cursors]
     except BaseException as exc:
         if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)):
             raise

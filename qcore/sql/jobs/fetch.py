@@ -49,8 +49,11 @@ def fetch_jobs(
     (FetchStrategy.SKIP_LOCKED) locks the candidates FOR UPDATE SKIP LOCKED, so
     concurrent claimers take disjoint rows; without it (ATOMIC_UPDATE, for
     engines without SKIP LOCKED) the candidates are read unlocked and the UPDATE
-    rechecks ``state < 'active'``, so a row two claimers both picked goes to one
-    of them and the other simply gets fewer. key_strict_fifo takes only the head
+    rechecks that the row is still in the state it was read in, so a row two
+    claimers both picked goes to one of them and the other simply gets fewer (the
+    candidates are a MATERIALIZED CTE there, and the recheck a join condition: else
+    PostgreSQL's planner, on statistics older than the backlog, read every waiting row
+    of the queue per claim). key_strict_fifo takes only the head
     of each key and nothing from a key with a job active, in retry or failed;
     singleton and stately skip keys with an active job and take one job per key
     per batch.
@@ -122,7 +125,10 @@ def fetch_jobs(
         room = f"{allowed} - {active}"
         shape += f" AND (j.group_id IS NULL OR {room} > 0)"
     lock = " FOR UPDATE OF j SKIP LOCKED" if skip_locked else ""
-    recheck = "" if skip_locked else " AND j.state < 'active'"
+    # unlocked, the UPDATE finds a row a concurrent claim took changed: only a row still
+    # in the state it was read in is claimed (a join condition, so the planner still
+    # reaches the rows from the candidates by primary key however stale its statistics)
+    recheck = "" if skip_locked else " AND j.state = c.state"
     columns = JOB_COLUMNS if include_metadata else FETCH_COLUMNS
     ctes = [
         _queue_cte(q, p, claim_queue_columns(q, p, affinity), table=table, policy=True),
@@ -141,13 +147,16 @@ def fetch_jobs(
         )
         group_columns = f", j.group_id, {room} AS group_room"
     query = f"""
-  SELECT j.id, j.singleton_key, j.priority, j.created_on{group_columns}
+  SELECT j.id, j.state, j.singleton_key, j.priority, j.created_on{group_columns}
   FROM {jobs} j
   WHERE EXISTS (SELECT 1 FROM q) AND j.name = {p("queue")}::text AND j.state < 'active'
     AND NOT j.blocked{ready}{shape}
   {order} LIMIT {row_limit(limit)}{lock}
 """
-    ctes.append(f"candidates AS ({query})")
+    # unlocked, the candidates must still be read once, up to the LIMIT: left to itself
+    # the planner inlines the CTE into the UPDATE and runs it once per waiting row
+    materialized = "" if skip_locked else " MATERIALIZED"
+    ctes.append(f"candidates AS{materialized} ({query})")
     chosen = "candidates"
     if policy in ("singleton", "stately"):
         # one job per key per batch: the first of each key in claim order
@@ -162,7 +171,7 @@ def fetch_jobs(
         rank = ", ".join([*keys, "id"])
         ctes.append(
             f"""grouped AS (
-  SELECT r.id FROM (SELECT c.id, c.group_id, c.group_room,
+  SELECT r.id, r.state FROM (SELECT c.id, c.state, c.group_id, c.group_room,
     row_number() OVER (PARTITION BY c.group_id ORDER BY {rank}) AS group_rank
     FROM {chosen} c) r
   WHERE r.group_id IS NULL OR r.group_rank <= r.group_room
