@@ -109,11 +109,15 @@ async def single_enqueue(spec: dict[str, Any]) -> dict[str, Any]:
 def _claim_sql(table: str, batch: int, *, skip_locked: bool) -> str:
     # the batch size in the text, as qcore writes it (a LIMIT parameter would cost a
     # fresh plan per call: see qcore.sql._statement.row_limit)
+    # unlocked: the candidates read once (MATERIALIZED) and the recheck a join condition,
+    # as qcore writes them (inlined, the planner can read every waiting row per claim)
     columns = ", ".join(f"j.{c}" for c in FETCH_COLUMNS)
     lock = " FOR UPDATE SKIP LOCKED" if skip_locked else ""
-    recheck = "" if skip_locked else " AND j.state < 'active'"
+    recheck = "" if skip_locked else " AND j.state = c.state"
+    candidate = "id" if skip_locked else "id, state"
+    materialized = "" if skip_locked else " MATERIALIZED"
     return (
-        f"WITH c AS (SELECT id FROM {table}"
+        f"WITH c AS{materialized} (SELECT {candidate} FROM {table}"
         " WHERE name = %(queue)s AND state < 'active' AND NOT blocked AND start_after <= now()"
         f" ORDER BY priority DESC, created_on LIMIT {int(batch)}{lock})"
         f" UPDATE {table} j SET state = 'active', started_on = now(), heartbeat_on = now(),"
