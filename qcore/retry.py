@@ -55,13 +55,7 @@ async def execute(
     ctx: Context, sql: str, params: Sequence[Any] = (), *, attempts: int = ATTEMPTS
 ) -> Rows:
     """One statement, run again if it fails retryably."""
-    if ctx.watch is None:
-        return await _retrying(ctx, lambda: ctx.db.execute(sql, params), attempts)
-    started = time.monotonic()
-    try:
-        return await _retrying(ctx, lambda: ctx.db.execute(sql, params), attempts)
-    finally:
-        ctx.watch(time.monotonic() - started, sql, params)
+    return await _watched(ctx, sql, params, lambda: ctx.db.execute(sql, params), attempts)
 
 
 async def execute_together(
@@ -69,13 +63,25 @@ async def execute_together(
 ) -> list[Rows]:
     """Statements in one transaction (:meth:`Database.execute_together`: one round trip
     where the adapter pipelines), all run again if it fails retryably."""
+    sql = "; ".join(text for text, _ in statements)
+    return await _watched(ctx, sql, (), lambda: ctx.db.execute_together(statements), attempts)
+
+
+async def _watched(
+    ctx: Context,
+    sql: str,
+    params: Sequence[Any],
+    once: Callable[[], Awaitable[T]],
+    attempts: int,
+) -> T:
+    """``once()`` with retries, its time reported to ``ctx.watch`` when one is set."""
     if ctx.watch is None:
-        return await _retrying(ctx, lambda: ctx.db.execute_together(statements), attempts)
+        return await _retrying(ctx, once, attempts)
     started = time.monotonic()
     try:
-        return await _retrying(ctx, lambda: ctx.db.execute_together(statements), attempts)
+        return await _retrying(ctx, once, attempts)
     finally:
-        ctx.watch(time.monotonic() - started, "; ".join(sql for sql, _ in statements), ())
+        ctx.watch(time.monotonic() - started, sql, params)
 
 
 async def run(ctx: Context, statement: Statement, **values: Any) -> Rows:
