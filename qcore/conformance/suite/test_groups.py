@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from qcore import Boss, jobs, queues
-from qcore.backend import MutationStrategy
 from qcore.conformance.helpers import row, running, until
 from qcore.context import Context
 from qcore.errors import ValidationError
@@ -100,13 +99,13 @@ async def test_group_concurrency_on_every_policy(sctx: Context, policy: str) -> 
 
 
 async def test_settle_and_claim_frees_the_places_it_completes(ctx: Context) -> None:
-    if ctx.backend.mutation is not MutationStrategy.CTE:
-        pytest.skip("settle-and-claim needs several mutations in one statement")
+    if not jobs.settles_and_claims(ctx):
+        pytest.skip("settle-and-claim needs one statement or an atomic transaction")
     await queues.create_queue(ctx, "g")
     await _send_groups(ctx, "g", {"a": 4})
     first = await jobs.fetch(ctx, "g", batch_size=10, group_concurrency=2)
     assert len(first) == 2
-    # completing both in the statement that claims: the claim counts them as gone
+    # completing both with the claim (one statement, or one transaction): they count as gone
     second = await jobs.complete_and_fetch(ctx, "g", first, batch_size=10, group_concurrency=2)
     assert _by_group(second) == {"a": 2}
     assert await _active_by_group(ctx, "g") == {"a": 2}
