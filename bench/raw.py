@@ -115,13 +115,11 @@ def _claim_sql(table: str, batch: int, *, skip_locked: bool) -> str:
     lock = " FOR UPDATE SKIP LOCKED" if skip_locked else ""
     recheck = "" if skip_locked else " AND j.state = c.state"
     candidate = "id" if skip_locked else "id, state"
-    # the LIMIT out of the planner's view where qcore hides it (qcore.sql._statement.claim_limit)
-    limit = f"(SELECT {int(batch)})" if skip_locked else str(int(batch))
     materialized = "" if skip_locked else " MATERIALIZED"
     return (
         f"WITH c AS{materialized} (SELECT {candidate} FROM {table}"
         " WHERE name = %(queue)s AND state < 'active' AND NOT blocked AND start_after <= now()"
-        f" ORDER BY priority DESC, created_on LIMIT {limit}{lock})"
+        f" ORDER BY priority DESC, created_on LIMIT {int(batch)}{lock})"
         f" UPDATE {table} j SET state = 'active', started_on = now(), heartbeat_on = now(),"
         " retry_count = CASE WHEN j.started_on IS NULL THEN j.retry_count"
         " ELSE j.retry_count + 1 END"
@@ -149,7 +147,7 @@ def _select_locked_sql(table: str, batch: int) -> str:
     return (
         f"SELECT {', '.join(FETCH_COLUMNS)} FROM {table}"
         " WHERE name = %(queue)s AND state < 'active' AND NOT blocked AND start_after <= now()"
-        f" ORDER BY priority DESC, created_on LIMIT (SELECT {int(batch)}) FOR UPDATE SKIP LOCKED"
+        f" ORDER BY priority DESC, created_on LIMIT {int(batch)} FOR UPDATE SKIP LOCKED"
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DDL", "Params", "Statement", "before_keyset", "claim_limit", "row_limit"]
+__all__ = ["DDL", "Params", "Statement", "before_keyset", "row_limit"]
 
 
 @dataclass(frozen=True)
@@ -80,14 +80,3 @@ def row_limit(n: int) -> str:
     if type(n) is not int or n < 1:
         raise ValueError(f"a row limit is an int >= 1, got {n!r}")
     return str(min(n, MAX_ROW_LIMIT))
-
-
-def claim_limit(n: int) -> str:
-    """:func:`row_limit` as a subquery, ``(SELECT n)``, for a claim read in index order:
-    the planner cannot see ``n`` and plans for the first rows, so it reads the fetch
-    index in order and stops. With ``n`` in view it compares ``n`` with its estimate of
-    the ready rows, and on a queue its statistics do not know (filled since the last
-    ANALYZE) that estimate is a handful: a claim of 100 then read and sorted every
-    waiting row (29 ms at 40,000 waiting, against 1.7 ms). PostgreSQL only (CockroachDB
-    takes no subquery in LIMIT)."""
-    return f"(SELECT {row_limit(n)})"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from qcore.sql._statement import Params, Statement, claim_limit, row_limit
+from qcore.sql._statement import Params, Statement, row_limit
 from qcore.sql.affinity import affinity_condition, patterned_column, record_processed_cte
 from qcore.sql.jobs.columns import (
     ATTEMPT_COUNT,
@@ -151,7 +151,7 @@ def fetch_jobs(
   FROM {jobs} j
   WHERE EXISTS (SELECT 1 FROM q) AND j.name = {p("queue")}::text AND j.state < 'active'
     AND NOT j.blocked{ready}{shape}
-  {order} LIMIT {claim_limit(limit) if skip_locked else row_limit(limit)}{lock}
+  {order} LIMIT {row_limit(limit)}{lock}
 """
     # unlocked, the candidates must still be read once, up to the LIMIT: left to itself
     # the planner inlines the CTE into the UPDATE and runs it once per waiting row

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from qcore.sql._statement import Params, Statement, claim_limit
+from qcore.sql._statement import Params, Statement, row_limit
 from qcore.sql.affinity import record_processed_cte
 from qcore.sql.jobs.columns import (
     ATTEMPT_COUNT,
@@ -93,7 +93,7 @@ def claim_held(
   FROM {jobs} j
   WHERE EXISTS (SELECT 1 FROM q) AND j.name = {p("queue")}::text AND j.state < 'active'
     AND NOT j.blocked{ready}
-  {order} LIMIT {claim_limit(limit)} FOR UPDATE OF j SKIP LOCKED
+  {order} LIMIT {row_limit(limit)} FOR UPDATE OF j SKIP LOCKED
 """
     sql = f"""WITH {_queue_cte(q, p, queue_columns, table, policy=True)},
 candidates AS ({query}){recorded}
