@@ -139,7 +139,7 @@ class Worker:
         self._on_change = on_change
         self._paused = paused
         #: a service's own reason to claim nothing for now, asked before each poll (the
-        #: timekeeper's forwarder while no schedule exists); ``wake()`` ends a wait early
+        #: timekeeper's forwarder while cron is not in use); ``wake()`` ends a wait early
         self.dormant: Callable[[], bool] | None = None
         self._async = _is_async(handler)
         self._fetch_options = options.fetch
