@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from qcore.context import Context
-from qcore.db import Database, Rows
+from qcore.db import Database, Rows, Statements
 from qcore.errors import DatabaseError, SerializationError
 from qcore.sql._statement import Statement
 
@@ -55,33 +55,37 @@ async def execute(
     ctx: Context, sql: str, params: Sequence[Any] = (), *, attempts: int = ATTEMPTS
 ) -> Rows:
     """One statement, run again if it fails retryably."""
-    return await _watched(ctx, sql, params, lambda: ctx.db.execute(sql, params), attempts)
+    return await _watched(ctx, lambda: (sql, params), lambda: ctx.db.execute(sql, params), attempts)
 
 
 async def execute_together(
-    ctx: Context, statements: Sequence[tuple[str, Sequence[Any]]], *, attempts: int = ATTEMPTS
+    ctx: Context, statements: Statements, *, attempts: int = ATTEMPTS
 ) -> list[Rows]:
     """Statements in one transaction (:meth:`Database.execute_together`: one round trip
     where the adapter pipelines), all run again if it fails retryably."""
-    sql = "; ".join(text for text, _ in statements)
-    return await _watched(ctx, sql, (), lambda: ctx.db.execute_together(statements), attempts)
+    return await _watched(
+        ctx,
+        lambda: ("; ".join(sql for sql, _ in statements), ()),
+        lambda: ctx.db.execute_together(statements),
+        attempts,
+    )
 
 
 async def _watched(
     ctx: Context,
-    sql: str,
-    params: Sequence[Any],
+    watched: Callable[[], tuple[str, Sequence[Any]]],
     once: Callable[[], Awaitable[T]],
     attempts: int,
 ) -> T:
-    """``once()`` with retries, its time reported to ``ctx.watch`` when one is set."""
+    """``once()`` with retries, its time reported to ``ctx.watch`` with what
+    ``watched()`` says was run (built only for a watcher), when one is set."""
     if ctx.watch is None:
         return await _retrying(ctx, once, attempts)
     started = time.monotonic()
     try:
         return await _retrying(ctx, once, attempts)
     finally:
-        ctx.watch(time.monotonic() - started, sql, params)
+        ctx.watch(time.monotonic() - started, *watched())
 
 
 async def run(ctx: Context, statement: Statement, **values: Any) -> Rows:

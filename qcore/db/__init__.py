@@ -13,7 +13,15 @@ from typing import Any, Final, TypedDict
 
 from typing_extensions import Unpack
 
-from qcore.db._base import Bound, Database, Listener, OnMessage, OnReconnect, Rows
+from qcore.db._base import (
+    Bound,
+    Database,
+    Listener,
+    OnMessage,
+    OnReconnect,
+    Rows,
+    Statements,
+)
 from qcore.db._values import Json
 from qcore.errors import ConfigError, NotInstalledError
 
@@ -27,6 +35,7 @@ __all__ = [
     "OnMessage",
     "OnReconnect",
     "Rows",
+    "Statements",
     "adapt",
     "check_connection_options",
     "connect",

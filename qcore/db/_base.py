@@ -19,9 +19,20 @@ from typing import Any
 
 from qcore.errors import ConfigError
 
-__all__ = ["Bound", "Database", "Listener", "OnMessage", "OnReconnect", "Rows", "call"]
+__all__ = [
+    "Bound",
+    "Database",
+    "Listener",
+    "OnMessage",
+    "OnReconnect",
+    "Rows",
+    "Statements",
+    "call",
+]
 
 Rows = list[dict[str, Any]]
+#: statements with their parameters, run together (``Database.execute_together``)
+Statements = Sequence[tuple[str, Sequence[Any]]]
 OnMessage = Callable[[str, str], Awaitable[None] | None]  # (channel, payload)
 OnReconnect = Callable[[], Awaitable[None] | None]
 
@@ -89,7 +100,7 @@ class Database(abc.ABC):
             finally:
                 self._active.reset(token)
 
-    async def execute_together(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[Rows]:
+    async def execute_together(self, statements: Statements) -> list[Rows]:
         """Several statements in one transaction, in order, all or none: an error in one
         undoes those before it and runs none after. Their rows, statement by statement.
 
@@ -101,9 +112,7 @@ class Database(abc.ABC):
             return [await tx.execute(sql, params) for sql, params in statements]
         return await self._execute_together(statements)
 
-    async def _execute_together(
-        self, statements: Sequence[tuple[str, Sequence[Any]]]
-    ) -> list[Rows]:
+    async def _execute_together(self, statements: Statements) -> list[Rows]:
         async with self.transaction() as tx:
             return [await tx.execute(sql, params) for sql, params in statements]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -15,7 +15,15 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
-from qcore.db._base import Bound, Database, Listener, OnMessage, OnReconnect, Rows
+from qcore.db._base import (
+    Bound,
+    Database,
+    Listener,
+    OnMessage,
+    OnReconnect,
+    Rows,
+    Statements,
+)
 from qcore.db._blocking import BlockingDatabase
 from qcore.db._connect import connect_error
 from qcore.db._listen import HeartbeatSession, ReconnectingListener, deliver, still_listening_sql
@@ -35,6 +43,7 @@ __all__ = [
 ]
 
 Conn = psycopg.AsyncConnection[Any]
+R = TypeVar("R")
 
 
 def map_error(exc: BaseException, sql: str | None = None) -> QcoreError:
@@ -93,7 +102,7 @@ async def run(conn: Conn, sql: str, params: Sequence[Any]) -> Rows:
         raise map_error(exc, sql) from exc
 
 
-async def run_together(conn: Conn, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[Rows]:
+async def run_together(conn: Conn, statements: Statements) -> list[Rows]:
     """Several statements on a connection in autocommit mode, sent in pipeline mode with
     one Sync after the last: the server runs everything before a Sync as one implicit
     transaction, so they commit together, and the first that fails aborts the rest and
@@ -241,30 +250,25 @@ class PsycopgDatabase(Database):
         if self._conn is not None:
             async with self._lock:
                 return await run(self._conn, sql, params)
+        return await self._pooled(lambda conn: run(conn, sql, params), sql)
+
+    async def _execute_together(self, statements: Statements) -> list[Rows]:
+        if self._conn is not None:  # a caller's connection: in turn, as its own statements
+            return await super()._execute_together(statements)
+        return await self._pooled(lambda conn: run_together(conn, statements), None)
+
+    async def _pooled(self, work: Callable[[Conn], Awaitable[R]], sql: str | None) -> R:
+        """``work`` on a connection checked out of the pool; after a lost connection the
+        pool drops its dead idle ones, and a failed checkout is reported as ``sql``'s."""
         assert self._pool is not None
         try:
             async with self._pool.connection() as conn:
-                return await run(conn, sql, params)
+                return await work(conn)
         except ConnectionLostError:
             await self._drop_broken()
             raise
         except (PoolTimeout, PoolClosed, psycopg.Error) as exc:  # checking a connection out
             raise map_error(exc, sql) from exc
-
-    async def _execute_together(
-        self, statements: Sequence[tuple[str, Sequence[Any]]]
-    ) -> list[Rows]:
-        if self._conn is not None:  # a caller's connection: in turn, as its own statements
-            return await super()._execute_together(statements)
-        assert self._pool is not None
-        try:
-            async with self._pool.connection() as conn:
-                return await run_together(conn, statements)
-        except ConnectionLostError:
-            await self._drop_broken()
-            raise
-        except (PoolTimeout, PoolClosed, psycopg.Error) as exc:  # checking a connection out
-            raise map_error(exc) from exc
 
     async def _execute_script(self, sql: str) -> None:
         async with self._transaction() as tx:
