@@ -1,15 +1,16 @@
-"""``python -m bench.claim``: what one ``fetch(batch_size=1)`` costs as the backlog grows.
+"""``python -m bench.claim``: what one ``fetch(batch_size=n)`` costs as the backlog grows.
 
 For each backlog size, a fresh queue is filled — by qcore's ``insert`` (every row its
 own ``created_on``) or as pg-boss inserts a batch (one ``created_on`` for all) — with
-autovacuum off for its table, so its statistics are never refreshed; then single-job
-claims are timed one after another. The claim's cost should not depend on the size.
+autovacuum off for its table, so its statistics are never refreshed; then claims of
+``--batch`` jobs (default 1) are timed one after another. The claim's cost should not
+depend on the size.
 
 With ``--compare pgboss`` the real pg-boss claims from a queue of its own filled the
 same way, in the same schema, right after qcore (its ``fetch()``, one at a time).
 
     python -m bench.claim [--dsn DSN] [--sizes 1000,10000,100000] [--claims 200]
-                          [--compare pgboss]
+                          [--batch 1] [--compare pgboss]
 """
 
 from __future__ import annotations
@@ -46,10 +47,10 @@ async def _fill(boss: Boss, size: int, tied: bool, name: str = "q") -> None:
 
 
 async def measure(
-    dsn: str, size: int, tied: bool, claims: int, pgboss: bool = False
+    dsn: str, size: int, tied: bool, claims: int, pgboss: bool = False, batch: int = 1
 ) -> tuple[float, float | None]:
-    """The median milliseconds of one claim on a backlog of ``size``: qcore's, and with
-    ``pgboss`` pg-boss's on a queue of its own filled the same way."""
+    """The median milliseconds of one claim of ``batch`` jobs on a backlog of ``size``:
+    qcore's, and with ``pgboss`` pg-boss's on a queue of its own filled the same way."""
     async with Boss(dsn, schema=SCHEMA, supervise=False) as boss:
         await boss.db.execute_script(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
     async with Boss(dsn, schema=SCHEMA, supervise=False) as boss:
@@ -63,15 +64,16 @@ async def measure(
             times = []
             for _ in range(claims):
                 started = time.perf_counter()
-                (_job,) = await boss.fetch("q")
+                jobs = await boss.fetch("q", batch_size=batch)
                 times.append(time.perf_counter() - started)
-            theirs = await _pgboss_claims(dsn, claims) if pgboss else None
+                assert len(jobs) == batch, f"a claim got {len(jobs)} jobs of {batch}"
+            theirs = await _pgboss_claims(dsn, claims, batch) if pgboss else None
             return statistics.median(times) * 1000, theirs
         finally:
             await boss.db.execute_script(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
 
 
-async def _pgboss_claims(dsn: str, claims: int) -> float:
+async def _pgboss_claims(dsn: str, claims: int, batch: int) -> float:
     """pg-boss's median claim, in milliseconds, on queue ``pgboss`` (Node, its fetch)."""
     from bench import pgboss
 
@@ -81,7 +83,7 @@ async def _pgboss_claims(dsn: str, claims: int) -> float:
         "queue": "pgboss",
         "scenario": "claim",
         "jobs": claims,
-        "batch": 1,
+        "batch": batch,
         "concurrency": 1,
         "pool": 2,
         "pad": 0,
@@ -98,15 +100,20 @@ def main() -> None:
     parser.add_argument("--dsn", default=DEFAULT_DSN)
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--claims", type=int, default=200)
+    parser.add_argument("--batch", type=int, default=1, help="jobs per claim")
     parser.add_argument("--compare", default="none", help="pgboss: claim with pg-boss too")
     args = parser.parse_args()
+    if args.claims * args.batch > min(int(s) for s in args.sizes.split(",")):
+        parser.error("--claims × --batch must not exceed the smallest size")
     sizes = [int(s) for s in args.sizes.split(",")]
     peer = args.compare == "pgboss"
     header = f"{'waiting jobs':>12}  {'qcore insert (ms)':>18}  {'one created_on (ms)':>20}"
     print(header + (f"  {'pg-boss, one created_on (ms)':>29}" if peer else ""))
     for size in sizes:
-        distinct, _ = asyncio.run(measure(args.dsn, size, False, args.claims))
-        tied, theirs = asyncio.run(measure(args.dsn, size, True, args.claims, peer))
+        distinct, _ = asyncio.run(measure(args.dsn, size, False, args.claims, batch=args.batch))
+        tied, theirs = asyncio.run(
+            measure(args.dsn, size, True, args.claims, peer, batch=args.batch)
+        )
         line = f"{size:>12,}  {distinct:>18.2f}  {tied:>20.2f}"
         print(line + (f"  {theirs:>29.2f}" if theirs is not None else ""), flush=True)
 

@@ -81,13 +81,13 @@ if (spec.scenario === 'bulk_enqueue') {
   }
   jobs = handled
 } else if (spec.scenario === 'claim') {
-  // one fetch({ batchSize: 1 }) at a time; each call's milliseconds
+  // one fetch({ batchSize: spec.batch }) at a time; each call's milliseconds
   const times = []
   for (let i = 0; i < spec.jobs; i++) {
     const t = performance.now()
-    const claimed = await boss.fetch(spec.queue)
+    const claimed = await boss.fetch(spec.queue, { batchSize: spec.batch })
     times.push(performance.now() - t)
-    if (claimed.length !== 1) throw new Error(`claim ${i} got ${claimed.length} jobs`)
+    if (claimed.length !== spec.batch) throw new Error(`claim ${i} got ${claimed.length} jobs`)
   }
   times.sort((a, b) => a - b)
   jobs = times.length

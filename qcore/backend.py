@@ -79,6 +79,7 @@ class Capabilities:
     drift_catalog: bool = True  # pg_get_indexdef, pg_get_constraintdef & co. for drift checks
     transactional_ddl: bool = True  # DDL inside a transaction rolls back with it
     plpgsql_dynamic: bool = True  # EXECUTE and PERFORM inside PL/pgSQL bodies
+    planner_settings: bool = True  # set_config of planner switches (enable_bitmapscan)
     single_session: bool = False  # every connection shares one server session (PGlite)
 
 

@@ -7,13 +7,18 @@ as the generic plan a prepared statement settles on."""
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg_pool import AsyncConnectionPool
 
 from qcore import Boss
+from qcore.errors import DatabaseError
 from qcore.job import JobState
+from qcore.jobs.claim import claim_plan_pins
 from qcore.sql import jobs as job_sql
 
 pytestmark = [pytest.mark.feature("lifecycle"), pytest.mark.postgres]
@@ -63,9 +68,14 @@ async def boss(pg_dsn: str) -> AsyncIterator[Boss]:
 @pytest.mark.parametrize("partition", [False, True], ids=["shared", "partition"])
 @pytest.mark.parametrize("ties", [False, True], ids=["distinct", "tied"])
 @pytest.mark.parametrize("settle", [False, True], ids=["fetch", "settle-and-claim"])
+@pytest.mark.parametrize("limit", [1, 100])
 async def test_the_claim_sorts_nothing_on_a_never_analyzed_backlog(
-    boss: Boss, partition: bool, ties: bool, settle: bool
+    boss: Boss, partition: bool, ties: bool, settle: bool, limit: int
 ) -> None:
+    """Above the planner's estimate of a never analyzed queue (a handful of rows), a
+    bitmap scan of every ready row and a sort of them looks cheaper than the index read
+    in order; the claim's transaction switches bitmap scans off (``claim_plan_pins``),
+    and batches of 100 read the index in order as batches of one do."""
     await boss.create_queue("q", partition=partition)
     (queue,) = await boss.db.execute("SELECT table_name FROM qcore_plan.queue WHERE name = 'q'")
     table = str(queue["table_name"])
@@ -85,16 +95,21 @@ async def test_the_claim_sorts_nothing_on_a_never_analyzed_backlog(
         [table],
     )
     assert stats == {"last_analyze": None, "last_autoanalyze": None}
-    statement = job_sql.fetch_jobs(boss.context().q, skip_locked=True, table=table, settle=settle)
+    statement = job_sql.fetch_jobs(
+        boss.context().q, skip_locked=True, table=table, settle=settle, limit=limit
+    )
     empty = ("ids", "plain_ids", "fence_ids", "fence_counts")  # the settling half's arrays
     settled: dict[str, list[Any]] = {k: [] for k in empty}
     params = statement.bind(
-        queue="q", policy="standard", limit=1, table=table, output=None, matching=[], **settled
+        queue="q", policy="standard", table=table, output=None, matching=[], **settled
     )
     tables = {table, "job"}
-    (custom,) = await boss.db.execute("EXPLAIN (FORMAT JSON) " + statement.sql, params)
-    assert _sorts_over_jobs(custom["QUERY PLAN"][0]["Plan"], tables) == []
+    pins, _ = claim_plan_pins(boss.context(), priority=True)
     async with boss.db.transaction() as tx:
+        for pin, _ in pins:
+            await tx.execute(pin)
+        (custom,) = await tx.execute("EXPLAIN (FORMAT JSON) " + statement.sql, params)
+        assert _sorts_over_jobs(custom["QUERY PLAN"][0]["Plan"], tables) == []
         await tx.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         await tx.execute("PREPARE qcore_claim_plan AS " + statement.sql)
         try:
@@ -203,3 +218,98 @@ async def test_a_claim_reads_what_it_takes_not_the_backlog(
     assert len(plans) == 2
     for explained in plans:
         assert _rows_read(explained["QUERY PLAN"][0]["Plan"], tables) <= 20
+
+
+def _logged_claim_plans(messages: list[str]) -> list[dict[str, Any]]:
+    """The plans auto_explain sent for claim statements (``candidates`` CTE)."""
+    plans = []
+    for message in messages:
+        head, _, body = message.partition("plan:\n")
+        if head.startswith("duration:") and body:
+            logged = json.loads(body)
+            if "candidates AS" in logged["Query Text"]:
+                plans.append(logged["Plan"])
+    return plans
+
+
+@pytest.mark.parametrize(
+    ("verb", "in_transaction"),
+    [
+        ("fetch", False),
+        ("fetch", True),
+        ("complete_and_fetch", False),
+        ("complete_and_fetch", True),
+        ("locked_fetch", False),  # a locked claim opens a transaction of its own
+    ],
+)
+async def test_every_claim_verb_reads_the_index_in_order_above_the_estimate(
+    pg_dsn: str, verb: str, in_transaction: bool
+) -> None:
+    """What the server actually plans for each claim verb at a batch of 100 on a never
+    analyzed backlog (auto_explain, on the one connection the Boss uses): the index read
+    in order, no sort of the backlog. In a caller's transaction the planner switch the
+    claim turned off is theirs again after it."""
+    messages: list[str] = []
+
+    async def listen(conn: psycopg.AsyncConnection[Any]) -> None:
+        conn.add_notice_handler(lambda diag: messages.append(diag.message_primary or ""))
+
+    source: psycopg.AsyncConnection[Any] | AsyncConnectionPool[Any]
+    if in_transaction:  # the caller's connection, its transaction left open for qcore
+        source = await psycopg.AsyncConnection.connect(pg_dsn)
+        await listen(source)
+    else:  # a pool of one connection, so the session settings below hold for every claim
+        source = AsyncConnectionPool(
+            pg_dsn,
+            min_size=1,
+            max_size=1,
+            kwargs={"autocommit": True},
+            configure=listen,
+            open=False,
+        )
+        await source.open(wait=True)
+    boss = Boss(db=source, schema="qcore_plan_verbs", supervise=False)
+    try:
+        await boss.start()
+        await boss.create_queue("q")
+        await boss.db.execute_script(
+            "ALTER TABLE qcore_plan_verbs.job_common SET (autovacuum_enabled = false)"
+        )
+        for start in range(0, BACKLOG, 5_000):
+            await boss.insert("q", [{"data": {"n": n}} for n in range(start, start + 5_000)])
+        try:
+            await boss.db.execute_script("LOAD 'auto_explain'")
+        except DatabaseError as exc:
+            pytest.skip(f"the server has no auto_explain module to show its plans: {exc}")
+        await boss.db.execute_script(
+            "SET auto_explain.log_min_duration = 0; SET auto_explain.log_format = json;"
+            " SET client_min_messages = log; SET enable_bitmapscan = on"
+        )
+        if verb == "fetch":
+            jobs = await boss.fetch("q", batch_size=100)
+        elif verb == "complete_and_fetch":
+            jobs = await boss.complete_and_fetch(
+                "q", await boss.fetch("q", batch_size=100), batch_size=100
+            )
+        else:
+            async with boss.locked_fetch("q", batch_size=100) as batch:
+                jobs = batch.jobs
+        (setting,) = await boss.db.execute("SELECT current_setting('enable_bitmapscan') AS v")
+        await boss.db.execute_script("SET client_min_messages = notice")
+    finally:
+        await boss.stop(timeout=10)
+        if isinstance(source, psycopg.AsyncConnection):
+            await source.rollback()
+            await source.execute("DROP SCHEMA IF EXISTS qcore_plan_verbs CASCADE")
+            await source.commit()
+            await source.close()
+        else:
+            async with source.connection() as conn:
+                await conn.execute("DROP SCHEMA IF EXISTS qcore_plan_verbs CASCADE")
+            await source.close()
+    assert len(jobs) == 100
+    assert setting["v"] == "on"  # the caller's switch, as they left it
+    plans = _logged_claim_plans(messages)
+    assert plans, messages[:5]
+    for plan in plans:
+        assert _sorts_over_jobs(plan, {"job_common", "job"}) == []

@@ -199,6 +199,10 @@ CASES: list[tuple[str, str]] = [
         " END $$",
     ),
     ("plpgsql_dynamic", "CREATE PROCEDURE p() LANGUAGE plpgsql AS $$ BEGIN PERFORM 1; END $$"),
+    # planner_settings
+    ("planner_settings", "SELECT set_config('enable_bitmapscan', 'off', true)"),
+    ("planner_settings", "SET LOCAL enable_sort = off"),
+    ("planner_settings", "SET enable_seqscan TO on"),
     # features inside PL/pgSQL and SQL function bodies
     (
         "advisory_locks",
@@ -307,6 +311,8 @@ LOOKALIKES = [
     "CREATE TABLE pgboss.job (id uuid, name text, state text, PRIMARY KEY (name, id))",
     "CREATE INDEX job_i1 ON pgboss.job (name, state) WHERE state < 'active'",
     "SET CONSTRAINTS ALL IMMEDIATE",
+    "SELECT set_config('idle_in_transaction_session_timeout', '1000', true)",
+    "SET LOCAL statement_timeout = 1000",
     "SELECT * FROM pg_stat_activity WHERE pid = pg_backend_pid()",
     "SELECT relname FROM pg_class WHERE relname = 'pg_stat_user_tables'",
     "SELECT * FROM app.pg_stat_user_tables",  # a user table, not the catalog view

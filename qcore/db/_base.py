@@ -179,6 +179,11 @@ class Bound(Database):
     async def execute_script(self, sql: str) -> None:
         await self._execute_script(sql)
 
+    async def execute_together(self, statements: Statements) -> list[Rows]:
+        # in turn, as its next statements: not pipelined (psycopg's pipeline inside an open
+        # transaction left an idle_in_transaction_session_timeout it set unarmed)
+        return await self._execute_together(statements)
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Database]:
         yield self

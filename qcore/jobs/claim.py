@@ -9,7 +9,7 @@ from typing_extensions import Unpack
 from qcore import retry as retrying
 from qcore.backend import FetchStrategy, MutationStrategy
 from qcore.context import Context, QueueRoute
-from qcore.db import Database
+from qcore.db import Database, Statements
 from qcore.errors import ConfigError, UniqueViolation, ValidationError
 from qcore.job import Job
 from qcore.jobs.affinity import claim_matching, in_claim_order
@@ -28,7 +28,8 @@ from qcore.sql import jobs as sql
 async def fetch(ctx: Context, name: str, **options: Unpack[FetchOptions]) -> list[Job]:
     """Claim up to ``batch_size`` ready jobs (now active), returned in claim order:
     highest priority first, then oldest (``created_on``), as the fetch index holds
-    them, so a claim costs the same on a long queue as on a short one. Jobs of one
+    them, so a claim costs the same on a long queue as on a short one, at any batch size
+    and however stale the table's statistics (:func:`claim_plan_pins`). Jobs of one
     insert are claimed in the order they were given; jobs sharing a ``created_on``
     (a pg-boss batch, sends in one transaction) in the index's order, as pg-boss
     claims them. A batch comes back sorted by those keys, then by id.
@@ -142,19 +143,19 @@ async def _claim(
             **(_settled(settling) if settling is not None else {}),
         )
 
-        settle: tuple[str, list[Any]] | None = None
+        settle: Statements = []
         if settling is not None and not one_statement:
             # the split settle-and-claim: the complete, then the claim, one transaction
             complete = sql.complete_jobs(ctx.q, fenced=bool(settling[2]), table=route.table)
-            settle = (
-                complete.sql,
-                complete.bind(queue=name, table=route.table, **_settled(settling)),
-            )
+            settle = [
+                (complete.sql, complete.bind(queue=name, table=route.table, **_settled(settling)))
+            ]
+        before, after = claim_plan_pins(ctx, priority)
+        statements = [*before, *settle, (statement.sql, params), *after]
+        at = len(before) + len(settle)  # the claim's rows
 
         async def claim_and_record(tx: Database) -> list[dict[str, Any]]:
-            if settle is not None:
-                await tx.execute(*settle)
-            rows = await tx.execute(statement.sql, params)
+            rows = (await tx.execute_together(statements))[at]
             ids = [str(r["id"]) for r in rows if r["id"] is not None]
             if ids:
                 record = affinity_sql.record_processed(ctx.q)
@@ -168,8 +169,8 @@ async def _claim(
                 rows = await claim_and_record(ctx.db)
             elif keyed and not one_statement:
                 rows = await retrying.transaction(ctx, claim_and_record)
-            elif settle is not None:
-                _, rows = await retrying.execute_together(ctx, [settle, (statement.sql, params)])
+            elif len(statements) > 1:
+                rows = (await retrying.execute_together(ctx, statements))[at]
             else:
                 rows = await retrying.execute(ctx, statement.sql, params)
         except UniqueViolation:
@@ -188,6 +189,22 @@ async def _claim(
         return in_claim_order(jobs, priority, order_by_created_on)
 
     return await claim_matching(ctx, name, batch_size, claim, order)
+
+
+def claim_plan_pins(
+    ctx: Context, priority: bool, *, restore: bool | None = None
+) -> tuple[Statements, Statements]:
+    """What runs before and after a claim, in its transaction, so that it reads the fetch
+    index in order however stale the table's statistics (:func:`~qcore.sql.jobs.
+    pin_claim_plan`): nothing where the engine's planner has no such switch, or where
+    the claim's order is not the index's (``priority=False``); after it, with
+    ``restore`` (by default: in the caller's transaction, which goes on), the switch
+    put back."""
+    if not (priority and ctx.backend.capabilities.planner_settings):
+        return [], []
+    if ctx.db.in_transaction if restore is None else restore:
+        return [(sql.pin_claim_plan(keep=True).sql, ())], [(sql.unpin_claim_plan().sql, ())]
+    return [(sql.pin_claim_plan().sql, ())], []
 
 
 def claimed_jobs(ctx: Context, name: str, rows: list[dict[str, Any]]) -> list[Job]:

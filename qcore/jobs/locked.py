@@ -23,7 +23,7 @@ from qcore.context import Context, QueueRoute
 from qcore.errors import ConfigError, DatabaseError, ValidationError
 from qcore.job import CommandResult, Job
 from qcore.jobs.affinity import claim_matching, in_claim_order
-from qcore.jobs.claim import claimed_jobs
+from qcore.jobs.claim import claim_plan_pins, claimed_jobs
 from qcore.jobs.routes import _jsonb, _result, _routed, settled_ids
 from qcore.options import FetchOptions, fetch_options, normalize_output, queue_name
 from qcore.queues import missing_queue
@@ -228,7 +228,10 @@ async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> tuple[QueueR
             matching=affinity.matching(name),
             instance_key=affinity.key,
         )
-        rows = await retrying.execute(ctx, statement.sql, params)
+        # the held transaction is qcore's: the switch may stay off for its settles
+        before, _ = claim_plan_pins(ctx, given["priority"], restore=False)
+        statements = [*before, (statement.sql, params)]
+        rows = (await retrying.execute_together(ctx, statements))[-1]
         if not rows:
             return None
         claimed = claimed_jobs(ctx, name, rows)

@@ -27,6 +27,7 @@ BACKEND = Backend(
         drift_catalog=False,
         transactional_ddl=False,
         plpgsql_dynamic=False,
+        planner_settings=False,
     ),
     provisioning=ProvisioningSpec(
         image="cockroachdb/cockroach:v26.2.0",

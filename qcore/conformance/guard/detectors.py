@@ -149,6 +149,17 @@ def _listen_notify(node: Any) -> bool:
     return _func_name(node) == "pg_notify"
 
 
+def _planner_settings(node: Any) -> bool:
+    # SET [LOCAL] enable_* ..., set_config('enable_*', ...)
+    if isinstance(node, ast.VariableSetStmt):
+        return (node.name or "").startswith("enable_")
+    if _func_name(node) != "set_config" or not node.args:
+        return False
+    first = node.args[0]
+    value = getattr(first, "val", None) if isinstance(first, ast.A_Const) else None
+    return isinstance(value, ast.String) and value.sval.startswith("enable_")
+
+
 _MUTATIONS = (ast.InsertStmt, ast.UpdateStmt, ast.DeleteStmt, ast.MergeStmt)
 
 
@@ -274,6 +285,9 @@ DETECTORS: Mapping[str, Detector] = MappingProxyType(
         ),
         "plpgsql_dynamic": Detector(
             "EXECUTE and PERFORM in PL/pgSQL bodies", plpgsql=_plpgsql_dynamic
+        ),
+        "planner_settings": Detector(
+            "SET enable_* and set_config('enable_*', ...)", node=_planner_settings
         ),
     }
 )

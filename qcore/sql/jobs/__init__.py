@@ -39,7 +39,7 @@ from qcore.sql.jobs.fail import (
     fail_reinsert_retry,
     fail_remove,
 )
-from qcore.sql.jobs.fetch import fetch_jobs
+from qcore.sql.jobs.fetch import fetch_jobs, pin_claim_plan, unpin_claim_plan
 from qcore.sql.jobs.held import claim_held, complete_held, fail_held, hold_longer
 from qcore.sql.jobs.insert import insert_jobs, send_job
 from qcore.sql.jobs.reads import browse_jobs, find_jobs, get_job
@@ -80,6 +80,7 @@ __all__ = [
     "hold_longer",
     "insert_jobs",
     "insert_redriven",
+    "pin_claim_plan",
     "redrive_candidates",
     "redrive_jobs",
     "restore_jobs",
@@ -87,5 +88,6 @@ __all__ = [
     "retry_jobs",
     "send_job",
     "touch_jobs",
+    "unpin_claim_plan",
     "update_jobs",
 ]
