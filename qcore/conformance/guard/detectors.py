@@ -157,7 +157,7 @@ def _planner_settings(node: Any) -> bool:
         return False
     first = node.args[0]
     value = getattr(first, "val", None) if isinstance(first, ast.A_Const) else None
-    return isinstance(value, ast.String) and value.sval.startswith("enable_")
+    return isinstance(value, ast.String) and (value.sval or "").startswith("enable_")
 
 
 _MUTATIONS = (ast.InsertStmt, ast.UpdateStmt, ast.DeleteStmt, ast.MergeStmt)
