@@ -104,7 +104,7 @@ async def test_the_claim_sorts_nothing_on_a_never_analyzed_backlog(
         queue="q", policy="standard", table=table, output=None, matching=[], **settled
     )
     tables = {table, "job"}
-    pins, _ = claim_plan_pins(boss.context(), priority=True)
+    pins, _ = claim_plan_pins(boss.context(), priority=True, limit=limit)
     async with boss.db.transaction() as tx:
         for pin, _ in pins:
             await tx.execute(pin)

@@ -229,7 +229,7 @@ async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> tuple[QueueR
             instance_key=affinity.key,
         )
         # the held transaction is qcore's: the switch may stay off for its settles
-        before, _ = claim_plan_pins(ctx, given["priority"], restore=False)
+        before, _ = claim_plan_pins(ctx, given["priority"], limit, restore=False)
         statements = [*before, (statement.sql, params)]
         rows = (await retrying.execute_together(ctx, statements))[-1]
         if not rows:
