@@ -277,7 +277,7 @@ def pin_claim_plan(*, keep: bool = False) -> Statement:
     planner_settings). A queue filled since its table was last analyzed looks, to the
     planner, like a handful of rows; below the batch size, a bitmap scan of every
     ready row plus a sort of them costs less, on paper, than the index read in order
-    up to the LIMIT (measured: 50 ms for a claim of 100 at 40,000 waiting, 2 ms with
+    up to the LIMIT (measured: 52 ms for a claim of 100 at 40,000 waiting, 3 ms with
     this). Without bitmap scans every other plan is that same index scan plus a sort,
     or a sequential scan plus a sort, so the ordered read wins at any estimate, and the
     plan costs nothing extra (no disabled node is left in it, which would also wake
