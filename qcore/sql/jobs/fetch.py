@@ -268,6 +268,8 @@ def ready_filter(
 
 #: the planner switch :func:`pin_claim_plan` turns off for a claim's transaction
 CLAIM_PLAN_SWITCH = "enable_bitmapscan"
+#: where a pin that keeps the caller's value saves it, for :func:`unpin_claim_plan`
+SAVED_CLAIM_PLAN_SWITCH = f"qcore.saved_{CLAIM_PLAN_SWITCH}"
 
 
 @lru_cache(maxsize=2)
@@ -283,9 +285,9 @@ def pin_claim_plan(*, keep: bool = False) -> Statement:
     plan costs nothing extra (no disabled node is left in it, which would also wake
     JIT compilation). ``keep``: first save the caller's value, for :func:`unpin_claim_plan`
     to put back in a transaction that goes on after the claim."""
-    switch = CLAIM_PLAN_SWITCH
-    saved = f"set_config('qcore.saved_{switch}', current_setting('{switch}'), true), "
-    return Statement(f"SELECT {saved if keep else ''}set_config('{switch}', 'off', true) AS pinned")
+    switch, saved = CLAIM_PLAN_SWITCH, SAVED_CLAIM_PLAN_SWITCH
+    keeping = f"set_config('{saved}', current_setting('{switch}'), true), " if keep else ""
+    return Statement(f"SELECT {keeping}set_config('{switch}', 'off', true) AS pinned")
 
 
 @lru_cache(maxsize=1)
@@ -293,5 +295,5 @@ def unpin_claim_plan() -> Statement:
     """The caller's planner switch back, as :func:`pin_claim_plan` (``keep``) saved it."""
     return Statement(
         f"SELECT set_config('{CLAIM_PLAN_SWITCH}',"
-        f" current_setting('qcore.saved_{CLAIM_PLAN_SWITCH}'), true) AS unpinned"
+        f" current_setting('{SAVED_CLAIM_PLAN_SWITCH}'), true) AS unpinned"
     )
