@@ -76,7 +76,7 @@ from qcore.services.notifier import Notifier
 from qcore.services.timekeeper import ClockSkew, Timekeeper, TimekeeperSettings
 from qcore.services.warnings import WarningRecorder, slow_query_watch
 from qcore.verbs import FlowVerbs, MaintenanceVerbs, QueueAndJobVerbs, ScheduleVerbs, SchemaVerbs
-from qcore.worker import WipReporter, Worker, WorkerStatus, WorkOptions
+from qcore.worker import SharedPoll, WipReporter, Worker, WorkerStatus, WorkOptions
 
 __all__ = ["Boss", "FetchOptions", "Handler", "QueueOptions", "ScheduledSendOptions", "SendOptions"]
 
@@ -289,6 +289,8 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
         self._started = False  # background processing runs
         self._stop_requested = asyncio.Event()
         self._workers: dict[str, Worker] = {}
+        #: one statement a polling interval for all the idle workers
+        self._poll = SharedPoll(self._workers.values)
         #: fetch() calls sharing one statement, per queue and options (unlocked claims only)
         self._shared = SharedStatements()
         self._supervisor: Supervisor | None = None
@@ -683,6 +685,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
             listening=self._listening,
             paused=lambda: self.paused,
             on_change=self._wip.changed,
+            poll=self._poll,
         )
 
     def handler(

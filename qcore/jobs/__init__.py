@@ -48,7 +48,7 @@ from qcore.jobs.failing import (
     fail,
 )
 from qcore.jobs.locked import LockedBatch, locked_fetch
-from qcore.jobs.reads import browse_jobs, find_jobs, get_job_by_id
+from qcore.jobs.reads import browse_jobs, find_jobs, get_job_by_id, ready_queues
 from qcore.jobs.routes import Ids
 
 __all__ = [
@@ -72,6 +72,7 @@ __all__ = [
     "get_job_by_id",
     "insert",
     "locked_fetch",
+    "ready_queues",
     "redrive",
     "restore",
     "resume",

@@ -148,3 +148,19 @@ async def browse_jobs(
     if not rows and await get_queue(ctx, name) is None:
         raise missing_queue(name)
     return [Job.from_row(r) for r in rows]
+
+
+async def ready_queues(
+    ctx: Context, names: Sequence[str], anytime: Sequence[str] = ()
+) -> dict[str, bool]:
+    """Whether each queue of ``names`` may have a job to claim (queued, unblocked and due;
+    due or not for those in ``anytime``); a missing queue counts as ready, so its
+    worker's claim reports it. Notes each existing queue's ``notify`` for the workers
+    (``Context.notify_seen``), as claims do. The shared idle poll's one statement."""
+    rows = await retrying.run(
+        ctx, sql.ready_queues(ctx.q), queues=list(names), anytime=list(anytime)
+    )
+    for row in rows:
+        if row["notify"] is not None:
+            ctx.notify_seen[row["name"]] = bool(row["notify"])
+    return {row["name"]: bool(row["ready"]) for row in rows}

@@ -21,7 +21,11 @@ full concurrency. Idle loops share one poll: of the loops that found nothing,
 one is the *poller* and sleeps out the polling interval (counted from the last
 fetch) before fetching; the others are parked. An empty queue therefore costs
 one fetch per polling interval per worker, however many loops it has, and never
-a busy loop. ``wake()`` (a NOTIFY for the queue) wakes one idle loop; if that
+a busy loop. And the idle workers of one Boss share their polls
+(:mod:`qcore.worker.poll`): the first whose poll falls due asks, in one read, for
+every worker idle then; only those whose queue has a job claim, and the others count
+the answer as their poll. Ten idle queues cost one statement an interval, not ten.
+``wake()`` (a NOTIFY for the queue) wakes one idle loop; if that
 one finds a full batch it wakes the next, and so on, so a wake never starts a
 herd. While the Boss says a NOTIFY would reach the worker (``listening``), the
 poller sleeps ``notify_polling_interval_seconds`` instead.
@@ -59,6 +63,7 @@ from qcore.coalescer import Coalescer
 from qcore.worker.gate import _Gate
 from qcore.worker.loops import SHUTDOWN_MESSAGE, Worker, _refresh_seconds
 from qcore.worker.options import MIN_POLLING_INTERVAL_SECONDS, WorkOptions
+from qcore.worker.poll import SharedPoll
 from qcore.worker.status import WIP_INTERVAL_SECONDS, WipReporter, WorkerStatus
 
 __all__ = [
@@ -66,6 +71,7 @@ __all__ = [
     "SHUTDOWN_MESSAGE",
     "WIP_INTERVAL_SECONDS",
     "Coalescer",
+    "SharedPoll",
     "WipReporter",
     "WorkOptions",
     "Worker",

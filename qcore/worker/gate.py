@@ -6,7 +6,7 @@ import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
 
-_FETCH, _POLL = "fetch", "poll"
+_FETCH, _POLL, _DUE = "fetch", "poll", "due"
 
 
 class _Gate:
@@ -20,15 +20,23 @@ class _Gate:
         self._pending = False  # a wake found every loop busy: the next idle loop fetches
         self._closed = False
 
-    async def idle(self, delay: Callable[[], Awaitable[float]]) -> None:
-        """Return when this loop should fetch (at once after ``close()``)."""
+    @property
+    def polling(self) -> bool:
+        """A loop sleeps out the poll interval, or has just seen it run out (and has not
+        fetched since)."""
+        poller = self._poller
+        return poller is not None and (not poller.done() or poller.result() == _DUE)
+
+    async def idle(self, delay: Callable[[], Awaitable[float]]) -> bool:
+        """Return when this loop should fetch (at once after ``close()``): True when the
+        poll interval ran out, False when woken."""
         loop = asyncio.get_running_loop()
         while True:
             if self._closed:
-                return
+                return False
             if self._pending:
                 self._pending = False
-                return
+                return False
             turn: asyncio.Future[str] = loop.create_future()
             if self._poller is None:
                 self._poller = turn
@@ -36,15 +44,15 @@ class _Gate:
                 try:
                     seconds = await delay()
                     if not turn.done():
-                        timer = loop.call_later(max(0.0, seconds), _resolve, turn, _FETCH)
-                    await turn
+                        timer = loop.call_later(max(0.0, seconds), _resolve, turn, _DUE)
+                    why = await turn
                 finally:
                     if timer is not None:
                         timer.cancel()
                     if self._poller is turn:
                         self._poller = None
                     self._promote()
-                return
+                return why == _DUE
             self._parked.append(turn)
             try:
                 why = await turn
@@ -55,7 +63,7 @@ class _Gate:
                     self._promote()  # the poller's role was just handed to us: pass it on
                 raise
             if why == _FETCH:
-                return
+                return False
             # _POLL: the poller left; take its role (or park again if another took it)
 
     def _promote(self) -> None:

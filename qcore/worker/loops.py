@@ -31,6 +31,7 @@ from qcore.worker.gate import _Gate
 from qcore.worker.groups import LocalGroups
 from qcore.worker.handlers import _HANDLER_LOOP, _consume, _inside, _is_async, _Slot
 from qcore.worker.options import WorkOptions
+from qcore.worker.poll import SharedPoll
 from qcore.worker.settlement import _UNSTORABLE, _outcome_of, _Settlement, _timed_out, _transient
 from qcore.worker.status import WorkerStatus
 
@@ -111,7 +112,8 @@ class Worker:
 
     ``listening(queue)`` says whether a NOTIFY for the queue would reach this worker
     (the Boss's notifier is up); ``on_change()`` is called when its status changes;
-    while ``paused()`` the loops claim nothing (an operator paused the server).
+    while ``paused()`` the loops claim nothing (an operator paused the server); with
+    ``poll``, a poll that falls due asks the Boss's shared poll before claiming.
     """
 
     def __init__(
@@ -125,6 +127,7 @@ class Worker:
         listening: Callable[[str], bool] | None = None,
         on_change: Callable[[], None] | None = None,
         paused: Callable[[], bool] | None = None,
+        poll: SharedPoll | None = None,
     ) -> None:
         queue_name(name)
         if not callable(handler):
@@ -138,6 +141,7 @@ class Worker:
         self._listening = listening
         self._on_change = on_change
         self._paused = paused
+        self._poll = poll
         #: a service's own reason to claim nothing for now, asked before each poll (the
         #: timekeeper's forwarder while cron is not in use); ``wake()`` ends a wait early
         self.dormant: Callable[[], bool] | None = None
@@ -241,6 +245,8 @@ class Worker:
             await asyncio.gather(*loops, return_exceptions=True)
         for slot in self._slots:
             slot.close()
+        if self._poll is not None:
+            self._poll.forget(self)
         if self._state != "stopped":
             self._state = "stopped"
             self._changed()
@@ -272,22 +278,50 @@ class Worker:
         burst = False
         while not self._stopping:
             try:
+                due = False
                 if not burst:
-                    await self._gate.idle(self._poll_delay)
+                    due = await self._gate.idle(self._poll_delay)
                     if self._stopping:
                         break
-                if (self._paused is not None and self._paused()) or (
-                    self.dormant is not None and self.dormant()
-                ):
+                if self._resting():
                     # an operator paused this server, or its service has nothing to
                     # claim: no claim, ask again next poll
                     self._last_fetch = asyncio.get_running_loop().time()
                     burst = False
                     continue
+                if due and not await self._poll_finds_work():
+                    continue
                 burst = await self._fetch_and_process(slot) and await self._bursting()
             except Exception as exc:  # never let a loop die: report and go on polling
                 self._report(exc)
                 burst = False
+
+    def _resting(self) -> bool:
+        """Paused by an operator, or dormant (a service's worker with nothing to claim)."""
+        return (self._paused is not None and self._paused()) or (
+            self.dormant is not None and self.dormant()
+        )
+
+    @property
+    def polling(self) -> bool:
+        """Idle: a loop sleeps out the polling interval (the shared poll may answer for
+        it), nothing paused or stopping."""
+        return self._gate.polling and not self._stopping and not self._resting()
+
+    @property
+    def anytime(self) -> bool:
+        """Its claims ignore ``start_after``."""
+        return bool(self._fetch_options.get("ignore_start_after"))
+
+    async def _poll_finds_work(self) -> bool:
+        """A poll fell due: whether to claim. Not if the shared poll answered for this
+        worker meanwhile (the next poll is a polling interval from that answer), or
+        answers now that its queue has nothing to claim."""
+        if self._poll is None:
+            return True
+        if await self._poll_delay() > 0:
+            return False
+        return await self._poll.ready(self._context(), self)
 
     async def _bursting(self) -> bool:
         """After a full batch, whether to fetch again at once rather than wait out the
@@ -456,11 +490,14 @@ class Worker:
 
     async def _poll_delay(self) -> float:
         """How long the poller sleeps: the (relaxed, while NOTIFY would wake us) polling
-        interval, counted from the last fetch."""
+        interval, counted from the last fetch or the shared poll's last answer."""
         interval = self.options.polling_interval_seconds
         if await self._relaxed():
             interval = self.options.relaxed_polling_interval_seconds
-        return self._last_fetch + interval - asyncio.get_running_loop().time()
+        since = self._last_fetch
+        if self._poll is not None:
+            since = max(since, self._poll.answered_at(self))
+        return since + interval - asyncio.get_running_loop().time()
 
     async def _relaxed(self) -> bool:
         """Whether a NOTIFY would wake this worker: the Boss listens and the queue has

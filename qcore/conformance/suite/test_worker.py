@@ -19,12 +19,19 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from qcore import Boss, jobs, queues
+from qcore import Boss, flows, jobs, queues
 from qcore import worker as worker_module
 from qcore.backend import Backend
 from qcore.conformance.helpers import job_state, running, send, settled, until
+from qcore.context import Context
 from qcore.db import Database
-from qcore.errors import ConfigError, NotStartedError, ValidationError
+from qcore.errors import (
+    ConfigError,
+    ConnectionLostError,
+    NotStartedError,
+    QueueNotFoundError,
+    ValidationError,
+)
 from qcore.job import Job, JobResult, JobState
 from qcore.worker import WorkerStatus
 
@@ -65,6 +72,26 @@ def count_fetches(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
     monkeypatch.setattr(jobs, "fetch", counting)
     return calls
+
+
+def count_claims_and_polls(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[list[str]]]:
+    """Record the queue of every claim the workers make, and the queues every shared
+    poll asks for."""
+    claims: list[str] = []
+    asked: list[list[str]] = []
+    real_fetch, real_ready = jobs.fetch, jobs.ready_queues
+
+    async def fetch(ctx: Context, name: str, **options: Any) -> list[Job]:
+        claims.append(name)
+        return await real_fetch(ctx, name, **options)
+
+    async def ready(ctx: Context, queues: list[str], anytime: Any = ()) -> dict[str, bool]:
+        asked.append(sorted(queues))
+        return await real_ready(ctx, queues, anytime)
+
+    monkeypatch.setattr(jobs, "fetch", fetch)
+    monkeypatch.setattr(jobs, "ready_queues", ready)
+    return claims, asked
 
 
 # --------------------------------------------------------------------------- handlers
@@ -458,6 +485,142 @@ async def test_wip_reports_the_workers(wboss: Boss, monkeypatch: pytest.MonkeyPa
     await wboss.stop(timeout=1, close=False)
     [final] = reports[-1]
     assert final.id == worker_id and final.state == "stopped" and final.active == 0
+
+
+# --------------------------------------------------------------------------- the shared poll
+
+
+async def test_ready_queues_says_which_queues_have_a_job_to_claim(
+    ctx: Context, db: Database
+) -> None:
+    """The shared poll's statement: queued, unblocked and due; due or not for queues in
+    ``anytime``; a missing queue counts (its worker's claim reports it); each existing
+    queue's ``notify`` is noted as a claim notes it. Never a false no."""
+    for name in ("waiting", "empty", "later", "taken", "held"):
+        await queues.create_queue(ctx, name, notify=name == "waiting")
+    await jobs.send(ctx, "waiting")
+    await jobs.send(ctx, "later", start_after=3600)
+    await jobs.send(ctx, "taken")
+    assert len(await jobs.fetch(ctx, "taken")) == 1  # active: nothing left to claim
+    ids = await flows.flow(
+        ctx,
+        [
+            {"ref": "parent", "name": "held"},
+            {"ref": "child", "name": "held", "depends_on": ["parent"]},
+        ],
+    )
+    [parent] = await jobs.fetch(ctx, "held")  # the child stays blocked behind it
+    assert parent.id == ids["parent"]
+    names = ["waiting", "empty", "later", "taken", "held", "ghost"]
+    ctx.notify_seen.clear()
+    assert await jobs.ready_queues(ctx, names) == {
+        "waiting": True,
+        "empty": False,
+        "later": False,
+        "taken": False,
+        "held": False,
+        "ghost": True,
+    }
+    rows = [await queues.get_queue(ctx, name) for name in names[:-1]]
+    assert ctx.notify_seen == {r.name: r.notify for r in rows if r is not None}
+    assert len(ctx.notify_seen) == 5
+    assert (await jobs.ready_queues(ctx, names, anytime=["later", "empty"]))["later"] is True
+    assert await jobs.ready_queues(ctx, []) == {}
+    # and each answer agrees with a claim made right after it
+    for name in ("waiting", "later", "empty"):
+        assert bool(await jobs.fetch(ctx, name)) is (name == "waiting")
+
+
+async def test_idle_workers_share_one_poll_and_only_a_queue_with_a_job_claims(
+    wboss: Boss, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker alone polls with its claim. Several idle workers of one Boss share one
+    statement a polling interval, which asks for all of them; a job sent to one queue
+    is claimed by that queue's worker alone, at its next poll (no NOTIFY here)."""
+    names = ["s0", "s1", "s2", "s3"]
+    for name in names:
+        await wboss.create_queue(name)
+    claims, asked = count_claims_and_polls(monkeypatch)
+    handled: list[str] = []
+
+    async def handler(batch: list[Job]) -> None:
+        handled.extend(j.name for j in batch)
+
+    await wboss.work("s0", handler, polling_interval_seconds=0.5)
+    await until(lambda: len(claims) >= 3, 30.0, what="two polls of the lone worker")
+    assert asked == [] and set(claims) == {"s0"}  # alone: its claim is its poll
+    for name in names[1:]:
+        await wboss.work(name, handler, polling_interval_seconds=0.5)
+    await until(lambda: set(claims) == set(names), 30.0, what="each worker's first claim")
+    await until(lambda: len(asked) >= 4, 30.0, what="four shared polls")
+    settled_claims = len(claims)
+    await until(lambda: len(asked) >= 8, 30.0, what="four more shared polls")
+    assert len(claims) == settled_claims  # idle queues: the shared poll, no claims
+    assert asked[-1] == names  # one statement answers for every idle worker
+    before = len(claims)
+    await send(wboss, "s2")
+    await until(lambda: handled == ["s2"], 30.0, what="the job handled by its worker")
+    assert set(claims[before:]) == {"s2"}
+
+
+async def test_a_failed_shared_poll_lets_every_worker_it_asked_for_claim(
+    wboss: Boss, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shared poll's statement fails: every worker it answered for claims, as each
+    would have polled on its own, so a ready job does not wait another interval."""
+    names = ["f0", "f1", "f2"]
+    for name in names:
+        await wboss.create_queue(name)
+    claims, asked = count_claims_and_polls(monkeypatch)
+    polled = jobs.ready_queues
+    failed: list[list[str]] = []
+
+    async def failing(ctx: Context, queues: list[str], anytime: Any = ()) -> dict[str, bool]:
+        if not failed:
+            failed.append(sorted(queues))
+            raise ConnectionLostError("the connection broke", retryable=True)
+        return await polled(ctx, queues, anytime)
+
+    handled: list[str] = []
+
+    async def handler(batch: list[Job]) -> None:
+        handled.extend(j.name for j in batch)
+
+    for name in names:
+        await wboss.work(name, handler, polling_interval_seconds=0.5)
+    await until(lambda: len(asked) >= 2, 30.0, what="two shared polls")
+    monkeypatch.setattr(jobs, "ready_queues", failing)
+    before = len(claims)
+    await send(wboss, "f1")
+    await until(lambda: handled == ["f1"], 30.0, what="the job handled")
+    await until(lambda: failed, 30.0, what="the failed shared poll")
+    assert set(failed[0]) <= set(claims[before:])  # each worker it asked for claimed
+
+
+async def test_a_worker_whose_queue_was_deleted_reports_it_under_the_shared_poll(
+    wboss: Boss, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shared poll counts a missing queue as ready, so its worker claims and reports
+    the missing queue as it did polling alone, on every poll."""
+    for name in ("kept", "gone"):
+        await wboss.create_queue(name)
+    claims, asked = count_claims_and_polls(monkeypatch)
+    errors: list[BaseException] = []
+    wboss.on("error", errors.append)
+
+    async def handler(batch: list[Job]) -> None:
+        pass
+
+    for name in ("kept", "gone"):
+        await wboss.work(name, handler, polling_interval_seconds=0.5)
+    await until(lambda: len(asked) >= 2, 30.0, what="two shared polls")
+    await wboss.delete_queue("gone")
+    await until(
+        lambda: sum(isinstance(e, QueueNotFoundError) for e in errors) >= 2,
+        30.0,
+        what="the missing queue reported on two polls",
+    )
+    assert "kept" not in claims[2:]  # the other queue stayed idle: polled, never claimed
 
 
 # --------------------------------------------------------------------------- options

@@ -43,6 +43,7 @@ from qcore.sql.jobs.fetch import fetch_jobs, pin_claim_plan, unpin_claim_plan
 from qcore.sql.jobs.held import claim_held, complete_held, fail_held, hold_longer
 from qcore.sql.jobs.insert import insert_jobs, send_job
 from qcore.sql.jobs.reads import browse_jobs, find_jobs, get_job
+from qcore.sql.jobs.ready import ready_queues
 from qcore.sql.jobs.settle import (
     cancel_jobs,
     complete_each,
@@ -81,6 +82,7 @@ __all__ = [
     "insert_jobs",
     "insert_redriven",
     "pin_claim_plan",
+    "ready_queues",
     "redrive_candidates",
     "redrive_jobs",
     "restore_jobs",
