@@ -293,7 +293,7 @@ class Worker:
                     continue
                 burst = await self._fetch_and_process(slot) and await self._bursting()
             except Exception as exc:  # never let a loop die: report and go on polling
-                self._report(exc)
+                self._poll_failed(exc)
                 burst = False
 
     def _resting(self) -> bool:
@@ -347,7 +347,7 @@ class Worker:
             self._fetch.lanes, self._settle_and_claim.lanes = _claim_lanes(ctx, self.options)
             jobs: list[Job] | None = await self._fetch(ctx)
         except Exception as exc:
-            self._report(exc)
+            self._poll_failed(exc)
             return False
         full = False
         while jobs:
@@ -738,6 +738,13 @@ class Worker:
         self._failed += bool(failures)
 
     # -- reporting ---------------------------------------------------------------------
+
+    def _poll_failed(self, exc: BaseException) -> None:
+        """A poll (a claim, or the question before it) failed: reported, and counted as
+        the poll, so the next one is a polling interval away, not at once (a Boss not
+        started, or a statement failing fast, would otherwise spin the loop)."""
+        self._last_fetch = asyncio.get_running_loop().time()
+        self._report(exc)
 
     def _report(self, exc: BaseException) -> None:
         self._error = f"{type(exc).__name__}: {exc}"
