@@ -6,6 +6,8 @@ browser: ``tests/test_web_browser.py``."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -285,12 +287,48 @@ async def test_credentials_guard_every_page(fleet: Fleet) -> None:
         assert wrong.status_code == 401
         signed = await http.post("/login", data={"token": TOKEN})
         assert signed.status_code == 303
-        assert (await http.get("/")).status_code == 200  # the session cookie
+        assert "Max-Age=43200" in signed.headers["set-cookie"]  # a sign-in lasts 12 h
+        assert TOKEN not in signed.headers["set-cookie"]
+        page = await http.get("/")  # the session cookie
+        assert page.status_code == 200 and "Sign out" in page.text
+        refused = await http.post("/logout", data={"csrf": "0" * 64})
+        assert refused.status_code == 403
+        assert (await http.get("/")).status_code == 200  # a forged sign-out changes nothing
+        out = await http.post("/logout", data={"csrf": token_of(page.text)})
+        assert out.status_code == 303 and out.headers["location"] == "/login"
+        assert "Max-Age=0" in out.headers["set-cookie"]
+        assert (await http.get("/")).status_code == 401  # signed out
     async with client(fleet.app(basic_auth="ops:correct horse")) as http:
         assert (await http.get("/")).status_code == 401
         ok = await http.get("/", auth=("ops", "correct horse"))
         assert ok.status_code == 200
         assert (await http.get("/", auth=("ops", "wrong password"))).status_code == 401
+
+
+def test_a_sign_in_expires_and_cannot_be_forged() -> None:
+    """The form's cookie carries when it was issued and a MAC of that under the token:
+    good for twelve hours, then refused; a changed time, another board's token, the
+    token itself or the old never-expiring value are refused."""
+    now = [1_700_000_000.0]
+    access = Access(token=TOKEN, clock=lambda: now[0])
+    cookie = access.session_value()
+    assert access.allows(None, cookie)
+    now[0] += 12 * 3600 - 1
+    assert access.allows(None, cookie)
+    now[0] += 1
+    assert not access.allows(None, cookie)  # expired
+    issued, _, mac = cookie.partition(".")
+    assert not access.allows(None, f"{int(issued) + 3600}.{mac}")  # a later time, same MAC
+    fresh = access.session_value()
+    assert access.allows(None, fresh)
+    other = Access(token="another-token-of-sixteen", clock=lambda: now[0])
+    assert not other.allows(None, fresh)
+    never_expiring = hmac.new(TOKEN.encode(), b"qcore-dashboard-session", hashlib.sha256)
+    for bad in (TOKEN, mac, never_expiring.hexdigest(), "", ".", f"{issued}.", "x.y", "１２.ab"):
+        assert not access.allows(None, bad), bad
+    ahead = Access(token=TOKEN, clock=lambda: now[0] + 3600)  # issued by a clock ahead
+    assert not access.allows(None, ahead.session_value())
+    assert Access(token=TOKEN, session_seconds=60, clock=lambda: now[0]).allows(None, fresh)
 
 
 def test_the_board_listens_beyond_this_machine_only_with_credentials() -> None:

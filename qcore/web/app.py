@@ -110,6 +110,15 @@ def _root(scope: Scope) -> str:
     return str(scope.get("root_path", "")).rstrip("/")
 
 
+def _session_cookie(request: Request, response: Response, value: str, seconds: int) -> None:
+    """Set the sign-in cookie on ``response``: ``value`` for ``seconds`` (0: dropped)."""
+    secure = "; Secure" if request.url.scheme == "https" else ""
+    response.headers.append(
+        "set-cookie",
+        f"{SESSION_COOKIE}={value}; Path=/; Max-Age={seconds}; HttpOnly; SameSite=Strict{secure}",
+    )
+
+
 def _route_path(scope: Scope) -> str:
     """The request's path inside the board, wherever it is mounted."""
     path, root = str(scope["path"]), _root(scope)
@@ -193,6 +202,7 @@ class Dashboard:
             csrf_token=self.csrf.token(browser),
             refresh_seconds=REFRESH_SECONDS,
             notice=request.query_params.get("done"),
+            signed_in=SESSION_COOKIE in request.cookies,
             root=_root(request.scope),
             path=_route_path(request.scope),
             **values,
@@ -333,12 +343,21 @@ class Dashboard:
         ):
             return self.render(request, "login.html", status=401, failed=True)
         response = RedirectResponse(f"{_root(request.scope)}/", status_code=303)
-        secure = "; Secure" if request.url.scheme == "https" else ""
-        response.headers.append(
-            "set-cookie",
-            f"{SESSION_COOKIE}={self.access.session_value()}; Path=/; HttpOnly;"
-            f" SameSite=Strict{secure}",
-        )
+        lasts = int(self.access.session_seconds)
+        _session_cookie(request, response, self.access.session_value(), lasts)
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        """Sign out: the session cookie dropped (a POST carrying this browser's CSRF
+        token, allowed on a read-only board too)."""
+        form = await request.form()
+        token = form.get(Csrf.FIELD)
+        if not self.csrf.valid(
+            request.cookies.get(Csrf.COOKIE), token if isinstance(token, str) else None
+        ):
+            return self.error(request, _Refused("missing or invalid CSRF token"), 403)
+        response = RedirectResponse(f"{_root(request.scope)}/login", status_code=303)
+        _session_cookie(request, response, "", 0)
         return response
 
     # -- actions -----------------------------------------------------------------------
@@ -530,6 +549,7 @@ def create_app(
         Route("/history/purge", h(ui.purge), methods=["POST"]),
         Route("/metrics", h(ui.metrics)),
         Route("/login", h(ui.login), methods=["GET", "POST"]),
+        Route("/logout", h(ui.logout), methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes)

@@ -13,11 +13,19 @@ import hashlib
 import hmac
 import ipaddress
 import secrets
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from qcore.errors import ConfigError
 
-__all__ = ["HEADERS", "Access", "Csrf", "check_bind", "is_loopback"]
+__all__ = ["HEADERS", "SESSION_SECONDS", "Access", "Csrf", "check_bind", "is_loopback"]
+
+#: how long a sign-in through the form lasts
+SESSION_SECONDS = 12 * 3600
+
+#: how far ahead of this board's clock a sign-in may have been issued (another replica)
+_SESSION_SKEW_SECONDS = 60
 
 #: sent with every answer
 HEADERS = {
@@ -46,12 +54,15 @@ def is_loopback(host: str) -> bool:
 @dataclass(frozen=True)
 class Access:
     """Who may use the board: anyone who reaches it (neither set), the holder of
-    ``token`` (``Authorization: Bearer``, or the sign-in form, which keeps a cookie), or
-    ``user`` with ``password`` (HTTP basic)."""
+    ``token`` (``Authorization: Bearer``, or the sign-in form, whose cookie lasts
+    ``session_seconds``), or ``user`` with ``password`` (HTTP basic). ``clock``: the
+    time in seconds (tests move it)."""
 
     token: str | None = None
     user: str | None = None
     password: str | None = None
+    session_seconds: float = SESSION_SECONDS
+    clock: Callable[[], float] = field(default=time.time, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.token is not None and (not isinstance(self.token, str) or len(self.token) < 16):
@@ -86,7 +97,7 @@ class Access:
             if scheme.lower() == "bearer":
                 ok |= _same(value.strip(), self.token)
             if cookie is not None:
-                ok |= _same(cookie, self.session_value())
+                ok |= self._signed_in(cookie)
         if self.user is not None and self.password is not None and scheme.lower() == "basic":
             try:
                 decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")
@@ -97,9 +108,24 @@ class Access:
         return ok
 
     def session_value(self) -> str:
-        """The sign-in cookie's value: derived from the token, never the token itself."""
+        """A sign-in cookie's value, issued now: the time, and a MAC of it under the token
+        (never the token itself). It is good for ``session_seconds``."""
+        issued = str(int(self.clock()))
+        return f"{issued}.{self._session_mac(issued)}"
+
+    def _session_mac(self, issued: str) -> str:
         assert self.token is not None
-        return hmac.new(self.token.encode(), b"qcore-dashboard-session", hashlib.sha256).hexdigest()
+        message = f"qcore-dashboard-session:{issued}".encode()
+        return hmac.new(self.token.encode(), message, hashlib.sha256).hexdigest()
+
+    def _signed_in(self, cookie: str) -> bool:
+        """Whether ``cookie`` is a sign-in this token issued that has not expired."""
+        issued, dot, mac = cookie.partition(".")
+        if not dot or not (issued.isascii() and issued.isdigit()) or len(issued) > 12:
+            return False
+        age = self.clock() - int(issued)
+        fresh = -_SESSION_SKEW_SECONDS <= age < self.session_seconds
+        return _same(mac, self._session_mac(issued)) and fresh
 
 
 def _same(given: str, expected: str) -> bool:
