@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import hmac
 import re
+import urllib.parse
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any, cast
@@ -240,6 +241,16 @@ async def test_actions_change_the_database(fleet: Fleet) -> None:
             assert done.status_code == 303
             job = await fleet.boss.get_job_by_id("idle", job_id.group(1))
             assert job is not None and job.state is not None and job.state.value == state
+            shown = (await http.get(done.headers["location"])).text
+            assert f'class="notice" role="status">{action}: 1 job(s)<' in shown
+        # a notice only this board's redirect sealed is shown: a link made elsewhere,
+        # or a sealed notice with its words changed, puts nothing on the page
+        sealed = urllib.parse.urlsplit(done.headers["location"]).query
+        job_page = f"queue=idle&id={job_id.group(1)}"
+        forged = sealed.replace("resume", "Session+expired%3A+sign+in+at+evil.example")
+        for query in (f"{job_page}&done=Session+expired", forged):
+            page = await http.get(f"/job?{query}")
+            assert page.status_code == 200 and 'class="notice"' not in page.text, query
         bad = await http.post(
             "/queue/create", data={"csrf": token, "queue": "idle", "data": "{not json"}
         )

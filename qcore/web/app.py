@@ -44,6 +44,9 @@ JOB_ACTIONS = ("cancel", "retry", "resume", "delete")
 INSTANCE_ACTIONS = ("pause", "resume", "remove")
 SESSION_COOKIE = "qcore_session"
 
+#: what a notice's seal signs, before the notice's text
+_NOTICE = "notice:"
+
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -201,7 +204,7 @@ class Dashboard:
             csrf_field=Csrf.FIELD,
             csrf_token=self.csrf.token(browser),
             refresh_seconds=REFRESH_SECONDS,
-            notice=request.query_params.get("done"),
+            notice=self.notice(request),
             signed_in=SESSION_COOKIE in request.cookies,
             root=_root(request.scope),
             path=_route_path(request.scope),
@@ -247,11 +250,19 @@ class Dashboard:
 
         return run
 
-    @staticmethod
-    def back(request: Request, to: str, done: str, **params: str) -> Response:
-        """A redirect after an action to ``to``, which shows ``done`` as its notice."""
-        query = urllib.parse.urlencode({**params, "done": done})
+    def back(self, request: Request, to: str, done: str, **params: str) -> Response:
+        """A redirect after an action to ``to``, which shows ``done`` as its notice (sealed
+        under this board's secret: a link made elsewhere cannot put words on the board)."""
+        seal = self.csrf.token(_NOTICE + done)
+        query = urllib.parse.urlencode({**params, "done": done, "seal": seal})
         return RedirectResponse(f"{_root(request.scope)}{to}?{query}", status_code=303)
+
+    def notice(self, request: Request) -> str | None:
+        """The notice an action's redirect carries, if this board sealed it."""
+        done = request.query_params.get("done")
+        if done is None or not self.csrf.valid(_NOTICE + done, request.query_params.get("seal")):
+            return None
+        return done
 
     # -- pages -------------------------------------------------------------------------
 
