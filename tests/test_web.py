@@ -309,6 +309,12 @@ async def test_credentials_guard_every_page(fleet: Fleet) -> None:
         assert out.status_code == 303 and out.headers["location"] == "/login"
         assert "Max-Age=0" in out.headers["set-cookie"]
         assert (await http.get("/")).status_code == 401  # signed out
+    async with client(fleet.app(token=TOKEN, read_only=True)) as http:
+        await http.post("/login", data={"token": TOKEN})
+        page = await http.get("/")
+        out = await http.post("/logout", data={"csrf": token_of(page.text)})
+        assert out.status_code == 303  # signing out changes no data: read-only allows it
+        assert (await http.get("/")).status_code == 401
     async with client(fleet.app(basic_auth="ops:correct horse")) as http:
         assert (await http.get("/")).status_code == 401
         ok = await http.get("/", auth=("ops", "correct horse"))

@@ -215,10 +215,11 @@ class Dashboard:
     def error(self, request: Request, exc: Exception, status: int) -> Response:
         return self.render(request, "error.html", status=status, message=str(exc))
 
-    async def form(self, request: Request) -> dict[str, str]:
-        """A POST's fields, once the request is allowed to change anything: not read
-        only, same origin (when the browser says), and carrying this browser's token."""
-        if self.read_only:
+    async def form(self, request: Request, *, changes_data: bool = True) -> dict[str, str]:
+        """A POST's fields, once the request is allowed: same origin (when the browser
+        says), carrying this browser's token, and, if it ``changes_data``, not on a
+        read-only board."""
+        if changes_data and self.read_only:
             raise _Refused("this dashboard is read-only")
         origin = request.headers.get("origin")  # the host only: a proxy may end TLS
         if origin is not None and urllib.parse.urlsplit(origin).netloc != request.headers.get(
@@ -361,12 +362,7 @@ class Dashboard:
     async def logout(self, request: Request) -> Response:
         """Sign out: the session cookie dropped (a POST carrying this browser's CSRF
         token, allowed on a read-only board too)."""
-        form = await request.form()
-        token = form.get(Csrf.FIELD)
-        if not self.csrf.valid(
-            request.cookies.get(Csrf.COOKIE), token if isinstance(token, str) else None
-        ):
-            return self.error(request, _Refused("missing or invalid CSRF token"), 403)
+        await self.form(request, changes_data=False)
         response = RedirectResponse(f"{_root(request.scope)}/login", status_code=303)
         _session_cookie(request, response, "", 0)
         return response
