@@ -502,6 +502,10 @@ async def test_one_board_for_several_databases(fleet: Fleet, pg_dsn: str) -> Non
             combine({"a/b": create_app(other)})
         with pytest.raises(ConfigError, match="create_app"):
             combine({"x": cast(Any, object())})
+        alone = create_app(other)
+        with pytest.raises(ConfigError, match="create_app"):  # refused whole: alone untouched
+            combine({"alone": alone, "x": cast(Any, object())})
+        assert alone.state.dashboard.databases == []
     finally:
         await other.stop(graceful=False)
         admin_execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE', pg_dsn)

@@ -577,7 +577,8 @@ def combine(boards: Mapping[str, Starlette]) -> Starlette:
     if not boards:
         raise ConfigError("combine() needs at least one board")
     names = list(boards)
-    for name in names:
+    uis: dict[str, Dashboard] = {}
+    for name in names:  # every board checked before any is told about the others
         if not _DATABASE_NAME.fullmatch(name):
             raise ConfigError(
                 f"a database's name on the board may hold letters, digits, - and _, got {name!r}"
@@ -585,6 +586,8 @@ def combine(boards: Mapping[str, Starlette]) -> Starlette:
         ui = getattr(getattr(boards[name], "state", None), "dashboard", None)
         if not isinstance(ui, Dashboard):
             raise ConfigError(f"board {name!r} is not an app of qcore.web.create_app")
+        uis[name] = ui
+    for name, ui in uis.items():
         ui.databases, ui.database = names, name
 
     async def first(request: Request) -> Response:
