@@ -596,7 +596,13 @@ async def test_a_failed_shared_poll_lets_every_worker_it_asked_for_claim(
     await send(wboss, "f1")
     await until(lambda: handled == ["f1"], 30.0, what="the job handled")
     await until(lambda: failed, 30.0, what="the failed shared poll")
-    assert set(failed[0]) <= set(claims[before:])  # each worker it asked for claimed
+    # Each worker it asked for claims (woken, in its own time). Without the wake the
+    # empty queues would never claim: later shared polls succeed and answer "nothing".
+    await until(
+        lambda: set(failed[0]) <= set(claims[before:]),
+        30.0,
+        what="a claim by every worker the failed poll asked for",
+    )
 
 
 async def test_a_worker_whose_queue_was_deleted_reports_it_under_the_shared_poll(
