@@ -94,6 +94,20 @@ if (spec.scenario === 'bulk_enqueue') {
   console.log(JSON.stringify({ median_ms: times[Math.floor(times.length / 2)], jobs }))
   await boss.stop({ graceful: false, timeout: 1000 })
   process.exit(0)
+} else if (spec.scenario === 'settle') {
+  // one complete(queue, ids) at a time, for each batch of ids given; each call's milliseconds
+  const times = []
+  for (const ids of spec.batches) {
+    const t = performance.now()
+    const result = await boss.complete(spec.queue, ids)
+    times.push(performance.now() - t)
+    if (result.affected !== ids.length) throw new Error(`a complete settled ${result.affected} of ${ids.length}`)
+  }
+  times.sort((a, b) => a - b)
+  jobs = times.length
+  console.log(JSON.stringify({ median_ms: times[Math.floor(times.length / 2)], jobs }))
+  await boss.stop({ graceful: false, timeout: 1000 })
+  process.exit(0)
 } else if (spec.scenario === 'wakeup_latency') {
   // send → handler start, one job in flight, the worker idle before each send; the same
   // protocol as the qcore side (warm-up samples, a pause after each handler start)

@@ -182,6 +182,23 @@ def test_the_affinity_bench_runs_both_scenarios(pg_dsn: str) -> None:
     assert any("10 matching behind 200 (each its own pattern), behind:" in x for x in lines)
 
 
+def test_the_settle_bench_times_completes_next_to_pgboss(pg_dsn: str) -> None:
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench.settle", "--dsn", pg_dsn, "--sizes", "200,400"),
+            *("--settles", "5", "--batch", "2", "--compare", "pgboss"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = [line.split() for line in done.stdout.splitlines()[1:]]
+    assert [row[0] for row in rows] == ["200", "400"]
+    assert all(float(ms) > 0 for row in rows for ms in row[1:3])
+
+
 @pytest.mark.parametrize("store", ["postgres", "redis"])
 def test_the_metrics_bench_measures_a_tick(pg_dsn: str, store: str) -> None:
     done = subprocess.run(

@@ -18,7 +18,7 @@ import pytest
 
 from qcore import Boss
 from qcore.sql import jobs as job_sql
-from tests.test_claim_plan import _nodes, _sorts_over_jobs
+from tests.plans import nodes, sorts_over_jobs
 
 pytestmark = [pytest.mark.feature("dashboard"), pytest.mark.postgres]
 
@@ -51,8 +51,8 @@ async def test_a_deep_page_reads_the_index_in_order_and_stops(boss: Boss, partit
     params = statement.bind(queue="q", before_created=deep.created_on, before_id=deep.id, limit=50)
     (explained,) = await boss.db.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement.sql, params)
     plan: dict[str, Any] = explained["QUERY PLAN"][0]["Plan"]
-    assert not [s for s in _sorts_over_jobs(plan, {table, "job"}) if "Incremental" not in s]
-    scans = [n for n in _nodes(plan) if "Index" in n["Node Type"] and "Relation Name" in n]
+    assert not [s for s in sorts_over_jobs(plan, {table, "job"}) if "Incremental" not in s]
+    scans = [n for n in nodes(plan) if "Index" in n["Node Type"] and "Relation Name" in n]
     assert scans and all(n["Scan Direction"] == "Backward" for n in scans), scans
     # rows read from the job table: the page, never the 10,000 below the cursor
     assert sum(int(n["Actual Rows"]) for n in scans if n["Relation Name"] == table) <= 2 * 51

@@ -7,6 +7,7 @@ from functools import lru_cache
 from qcore.sql._statement import Params, Statement
 from qcore.sql.jobs.columns import (
     _command,
+    _in_state,
     _job_table,
     _now,
     _queue_cte,
@@ -36,7 +37,7 @@ def complete_update(
     """The UPDATE of :func:`complete_jobs` (also the settling half of the worker's
     settle-and-claim statement): the targeted jobs completed with ``output``; their ids."""
     where = _targets(p, "j", fenced)  # first: the ids are the leading parameters
-    state = "j.state < 'completed'" if include_queued else "j.state = 'active'"
+    state = "j.state < 'completed'" if include_queued else _in_state("j", "active")
     release = ", blocked = false, pending_dependencies = 0" if include_queued else ""
     return (
         f"UPDATE {_job_table(q, table)} j SET state = 'completed', completed_on = {_now(q)},"
@@ -56,7 +57,7 @@ def complete_each(q: str, *, table: str | None = None) -> Statement:
     mutation = (
         f"UPDATE {_job_table(q, table)} j SET state = 'completed', completed_on = {_now(q)},"
         f" output = r.output FROM {outputs}"
-        f" WHERE {where} AND j.id = r.id AND j.state = 'active' RETURNING j.id"
+        f" WHERE {where} AND j.id = r.id AND {_in_state('j', 'active')} RETURNING j.id"
     )
     return p.statement(_command(q, p, mutation, table=table))
 
@@ -110,7 +111,8 @@ def retry_jobs(q: str, *, notify: bool = False, table: str | None = None) -> Sta
     mutation = (
         f"UPDATE {_job_table(q, table)} j SET state = 'retry', retry_limit = j.retry_limit + 1,"
         f" completed_on = NULL, start_after = GREATEST(j.start_after, {now})"
-        f" WHERE {_targets(p, 'j', False)} AND j.state = 'failed' RETURNING j.id, j.start_after"
+        f" WHERE {_targets(p, 'j', False)} AND {_in_state('j', 'failed')}"
+        " RETURNING j.id, j.start_after"
     )
     if not notify:
         return p.statement(_command(q, p, mutation, table=table))
@@ -151,7 +153,7 @@ def restore_jobs(q: str, *, fenced: bool = False, table: str | None = None) -> S
     mutation = (
         f"UPDATE {_job_table(q, table)} j SET state = 'created', started_on = NULL,"
         " heartbeat_on = NULL, upsert_by_key = NULL"
-        f" WHERE {_targets(p, 'j', fenced)} AND j.state = 'active' RETURNING j.id"
+        f" WHERE {_targets(p, 'j', fenced)} AND {_in_state('j', 'active')} RETURNING j.id"
     )
     return p.statement(_command(q, p, mutation, table=table))
 
@@ -162,6 +164,6 @@ def touch_jobs(q: str, *, fenced: bool = False, table: str | None = None) -> Sta
     p = Params()
     mutation = (
         f"UPDATE {_job_table(q, table)} j SET heartbeat_on = {_now(q)}"
-        f" WHERE {_targets(p, 'j', fenced)} AND j.state = 'active' RETURNING j.id"
+        f" WHERE {_targets(p, 'j', fenced)} AND {_in_state('j', 'active')} RETURNING j.id"
     )
     return p.statement(_command(q, p, mutation, table=table))

@@ -1,0 +1,56 @@
+"""Reading the server's plans in tests: the nodes of an ``EXPLAIN (FORMAT JSON)`` plan,
+the sorts and the rows over the job tables, and test values written as SQL literals for
+``EXECUTE`` (which takes no bind parameters)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+
+def nodes(plan: dict[str, Any], *, inputs_only: bool = False) -> Iterator[dict[str, Any]]:
+    """The node and those beneath it; with ``inputs_only`` only the rows it reads (not
+    the CTEs and subqueries attached to it as init plans)."""
+    yield plan
+    for child in plan.get("Plans", []):
+        if inputs_only and child.get("Parent Relationship") in ("InitPlan", "SubPlan"):
+            continue
+        yield from nodes(child, inputs_only=inputs_only)
+
+
+def sorts_over_jobs(plan: dict[str, Any], tables: set[str]) -> list[str]:
+    """The sort nodes (Sort, Incremental Sort) that read rows of a job table."""
+    found = []
+    for node in nodes(plan):
+        if "Sort" in node["Node Type"]:
+            scanned = {str(n.get("Relation Name")) for n in nodes(node, inputs_only=True)}
+            if scanned & tables:
+                found.append(f"{node['Node Type']} over {sorted(scanned & tables)}")
+    return found
+
+
+def rows_read(plan: dict[str, Any], tables: set[str]) -> int:
+    """Rows the plan's scans of a job table read (returned or filtered out), over all
+    their loops: what a statement's cost grows with (``EXPLAIN ANALYZE``)."""
+    read = 0
+    for node in nodes(plan):
+        if str(node.get("Relation Name")) in tables:
+            rows = node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)
+            read += rows * node.get("Actual Loops", 1)
+    return read
+
+
+def literal(value: object) -> str:
+    """A fixed test value as SQL text: NULL, ints, UUIDs, lists of them (as an array's
+    text), and strings without quotes in them."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, list):
+        text = "{" + ",".join(str(v) for v in value) + "}"
+    elif isinstance(value, (int, uuid.UUID)):
+        return str(value) if isinstance(value, int) else f"'{value}'"
+    else:
+        text = str(value)
+    assert "'" not in text
+    return f"'{text}'"
