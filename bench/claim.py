@@ -20,6 +20,7 @@ import asyncio
 import statistics
 import time
 
+from bench.common import drop_schema
 from qcore import Boss
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -51,10 +52,9 @@ async def measure(
 ) -> tuple[float, float | None]:
     """The median milliseconds of one claim of ``batch`` jobs on a backlog of ``size``:
     qcore's, and with ``pgboss`` pg-boss's on a queue of its own filled the same way."""
-    async with Boss(dsn, schema=SCHEMA, supervise=False) as boss:
-        await boss.db.execute_script(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
-    async with Boss(dsn, schema=SCHEMA, supervise=False) as boss:
-        try:
+    await drop_schema(dsn, SCHEMA)
+    try:
+        async with Boss(dsn, schema=SCHEMA, supervise=False, schedule=False) as boss:
             await boss.create_queue("q")
             await _fill(boss, size, tied)
             if pgboss:
@@ -69,8 +69,8 @@ async def measure(
                 assert len(jobs) == batch, f"a claim got {len(jobs)} jobs of {batch}"
             theirs = await _pgboss_claims(dsn, claims, batch) if pgboss else None
             return statistics.median(times) * 1000, theirs
-        finally:
-            await boss.db.execute_script(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+    finally:
+        await drop_schema(dsn, SCHEMA)  # once the Boss has stopped
 
 
 async def _pgboss_claims(dsn: str, claims: int, batch: int) -> float:

@@ -25,6 +25,7 @@ __all__ = [
     "PAD",
     "DrainCounter",
     "Meter",
+    "drop_schema",
     "open_boss",
     "payload",
     "peak_rss_mib",
@@ -78,6 +79,15 @@ def spans(total: int, parts: int) -> list[tuple[int, int]]:
 def quote_ident(name: str) -> str:
     """A double-quoted SQL identifier."""
     return '"' + name.replace('"', '""') + '"'
+
+
+async def drop_schema(dsn: str, schema: str) -> None:
+    """Drop ``schema`` and what is in it, if it is there (once its Boss has stopped, so
+    nothing of the Boss runs on against a schema gone)."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(f"DROP SCHEMA IF EXISTS {quote_ident(schema)} CASCADE")
 
 
 def peak_rss_mib() -> float:

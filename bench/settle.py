@@ -21,6 +21,7 @@ import statistics
 import time
 from typing import Any
 
+from bench.common import drop_schema
 from qcore import Boss
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -53,10 +54,9 @@ async def measure(
 ) -> tuple[float, float | None]:
     """The median milliseconds of one complete of ``batch`` jobs among ``size`` active:
     qcore's, and with ``pgboss`` pg-boss's on a queue of its own filled the same way."""
-    async with Boss(dsn, schema=SCHEMA, supervise=False) as boss:
-        await boss.db.execute_script(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
-    async with Boss(dsn, schema=SCHEMA, supervise=False) as boss:
-        try:
+    await drop_schema(dsn, SCHEMA)
+    try:
+        async with Boss(dsn, schema=SCHEMA, supervise=False, schedule=False) as boss:
             await boss.create_queue("q")
             ours = _batches(await _fill(boss, size, "q"), settles, batch)
             theirs: list[list[Any]] = []
@@ -72,8 +72,8 @@ async def measure(
                 assert result.affected == len(ids), f"a complete settled {result.affected}"
             peer = await _pgboss_settles(dsn, theirs) if pgboss else None
             return statistics.median(times) * 1000, peer
-        finally:
-            await boss.db.execute_script(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+    finally:
+        await drop_schema(dsn, SCHEMA)  # once the Boss has stopped
 
 
 async def _pgboss_settles(dsn: str, batches: list[list[Any]]) -> float:
