@@ -1,12 +1,17 @@
 """Reading the server's plans in tests: the nodes of an ``EXPLAIN (FORMAT JSON)`` plan,
-the sorts and the rows over the job tables, and test values written as SQL literals for
-``EXECUTE`` (which takes no bind parameters)."""
+the sorts and the rows over the job tables, test values written as SQL literals for
+``EXECUTE`` (which takes no bind parameters), and an exception that undoes what
+``EXPLAIN ANALYZE`` changed."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
 from typing import Any
+
+
+class Undo(Exception):
+    """Raised to roll a test's transaction back (what ``EXPLAIN ANALYZE`` changed)."""
 
 
 def nodes(plan: dict[str, Any], *, inputs_only: bool = False) -> Iterator[dict[str, Any]]:

@@ -20,7 +20,7 @@ from qcore.errors import DatabaseError
 from qcore.job import JobState
 from qcore.jobs.claim import claim_plan_pins
 from qcore.sql import jobs as job_sql
-from tests.plans import literal, rows_read, sorts_over_jobs
+from tests.plans import Undo, literal, rows_read, sorts_over_jobs
 
 pytestmark = [pytest.mark.feature("lifecycle"), pytest.mark.postgres]
 
@@ -147,10 +147,6 @@ async def test_a_claim_keeps_one_generic_plan_per_batch_size(
             await boss.db.execute_script("DROP SCHEMA qcore_plan_cache CASCADE")
 
 
-class _Undo(Exception):
-    """Raised to roll a test's transaction back."""
-
-
 @pytest.mark.parametrize("backlog", [2_000, BACKLOG])
 @pytest.mark.parametrize("skip_locked", [True, False], ids=["skip-locked", "atomic-update"])
 async def test_a_claim_reads_what_it_takes_not_the_backlog(
@@ -173,7 +169,7 @@ async def test_a_claim_reads_what_it_takes_not_the_backlog(
     params = statement.bind(queue="q", policy="standard", limit=1, table=table, matching=[])
     tables = {table, "job"}
     plans: list[dict[str, Any]] = []
-    with contextlib.suppress(_Undo):
+    with contextlib.suppress(Undo):
         async with boss.db.transaction() as tx:
             plans += await tx.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement.sql, params)
             await tx.execute("SET LOCAL plan_cache_mode = force_generic_plan")
@@ -182,7 +178,7 @@ async def test_a_claim_reads_what_it_takes_not_the_backlog(
             plans += await tx.execute(
                 f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE qcore_claim_read({literals})"
             )
-            raise _Undo  # the claims made by EXPLAIN ANALYZE, and the prepared statement
+            raise Undo  # the claims made by EXPLAIN ANALYZE, and the prepared statement
     assert len(plans) == 2
     for explained in plans:
         assert rows_read(explained["QUERY PLAN"][0]["Plan"], tables) <= 20

@@ -17,7 +17,7 @@ import pytest
 from qcore import Boss
 from qcore.sql import jobs as job_sql
 from qcore.sql._statement import Statement
-from tests.plans import literal, rows_read
+from tests.plans import Undo, literal, rows_read
 
 pytestmark = [pytest.mark.feature("lifecycle"), pytest.mark.postgres]
 
@@ -61,10 +61,6 @@ COMMANDS: dict[str, tuple[str, Build, str]] = {
     "cancel": ("active", lambda q, t: job_sql.cancel_jobs(q, table=t), "state = 'cancelled'"),
     "retry": ("failed", lambda q, t: job_sql.retry_jobs(q, table=t), "state = 'retry'"),
 }
-
-
-class _Undo(Exception):
-    """Raised to roll a test's transaction back."""
 
 
 @pytest.fixture
@@ -119,7 +115,7 @@ async def test_a_command_by_id_reads_its_jobs_not_all_in_their_state(
     params = statement.bind(**{name: known[name] for name in statement.params})
     tables = {table, "job"}
     plans: list[dict[str, Any]] = []
-    with contextlib.suppress(_Undo):
+    with contextlib.suppress(Undo):
         async with boss.db.transaction() as tx:
             plans += await tx.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement.sql, params)
             await tx.execute("SET LOCAL plan_cache_mode = force_generic_plan")
@@ -128,7 +124,7 @@ async def test_a_command_by_id_reads_its_jobs_not_all_in_their_state(
             plans += await tx.execute(
                 f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE qcore_settle_read({literals})"
             )
-            raise _Undo  # the changes EXPLAIN ANALYZE made, and the prepared statement
+            raise Undo  # the changes EXPLAIN ANALYZE made, and the prepared statement
     assert len(plans) == 2
     for explained in plans:
         plan = explained["QUERY PLAN"][0]["Plan"]

@@ -152,7 +152,8 @@ def _targets(p: Params, alias: str, fenced: bool) -> str:
     it costs a custom plan as it costs the generic one (ten ids), so a prepared command
     keeps its generic plan. Given plainly, a settle of one job (the batch-1 worker's)
     looked far cheaper planned for its one id than generically, and was planned afresh on
-    every call. Both engines' grammars read the form alike (no ``ANY (subquery)``)."""
+    every call. (``ANY (SELECT ...)`` without ``ARRAY`` would compare with each row of
+    the subquery instead: the constructor keeps the meaning plain on every backend.)"""
     where = f"{alias}.name = {p('queue')}::text"
     where += f" AND {alias}.id = ANY(ARRAY(SELECT unnest({p('ids')}::uuid[])))"
     if fenced:
