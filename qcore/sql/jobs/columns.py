@@ -144,9 +144,8 @@ def _in_state(alias: str, state: str) -> str:
     return f"{alias}.state::text = '{state}'"
 
 
-def _targets(p: Params, alias: str, fenced: bool) -> str:
-    """The jobs a command acts on: the queue's jobs among ``ids``; with ``fenced``, those
-    given as a Job only while still active in the attempt they were fetched in.
+def _among_ids(p: Params, alias: str) -> str:
+    """``alias`` is one of the jobs ``ids`` (after the queue's name test, which it follows).
 
     The ids come through ``ARRAY(SELECT unnest(...))``, which the planner cannot see into:
     it costs a custom plan as it costs the generic one (ten ids), so a prepared command
@@ -154,8 +153,13 @@ def _targets(p: Params, alias: str, fenced: bool) -> str:
     looked far cheaper planned for its one id than generically, and was planned afresh on
     every call. (``ANY (SELECT ...)`` without ``ARRAY`` would compare with each row of
     the subquery instead: the constructor keeps the meaning plain on every backend.)"""
-    where = f"{alias}.name = {p('queue')}::text"
-    where += f" AND {alias}.id = ANY(ARRAY(SELECT unnest({p('ids')}::uuid[])))"
+    return f"{alias}.id = ANY(ARRAY(SELECT unnest({p('ids')}::uuid[])))"
+
+
+def _targets(p: Params, alias: str, fenced: bool) -> str:
+    """The jobs a command acts on: the queue's jobs among ``ids``; with ``fenced``, those
+    given as a Job only while still active in the attempt they were fetched in."""
+    where = f"{alias}.name = {p('queue')}::text AND {_among_ids(p, alias)}"
     if fenced:
         where += (
             f" AND ({alias}.id = ANY({p('plain_ids')}::uuid[])"

@@ -13,6 +13,7 @@ from qcore.sql.jobs.columns import (
     ATTEMPT_COUNT,
     FETCH_COLUMNS,
     JOB_COLUMNS,
+    _among_ids,
     _ended,
     _job_table,
     _now,
@@ -116,7 +117,7 @@ def hold_longer() -> Statement:
 def _held(p: Params) -> str:
     """The jobs a held settle may touch: the queue's, among ``ids``, still queued (the
     claiming transaction holds their locks, so nobody else has moved them)."""
-    return f"j.name = {p('queue')}::text AND j.id = ANY({p('ids')}::uuid[]) AND j.state < 'active'"
+    return f"j.name = {p('queue')}::text AND {_among_ids(p, 'j')} AND j.state < 'active'"
 
 
 @lru_cache(maxsize=256)
