@@ -145,7 +145,8 @@ def _in_state(alias: str, state: str) -> str:
 
 
 def _among_ids(p: Params, alias: str) -> str:
-    """``alias`` is one of the jobs ``ids`` (after the queue's name test, which it follows).
+    """``alias`` is one of the jobs ``ids`` (written after the queue's name test, so
+    ``queue`` is a statement's first parameter and ``ids`` its second).
 
     The ids come through ``ARRAY(SELECT unnest(...))``, which the planner cannot see into:
     it costs a custom plan as it costs the generic one (ten ids), so a prepared command
