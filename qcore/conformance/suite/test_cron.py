@@ -332,9 +332,13 @@ async def test_the_forwarder_idles_while_cron_is_not_in_use(
     async with running(boss):
         timekeeper = boss._timekeeper
         assert timekeeper is not None
+        forwarder = timekeeper._forwarder
+        assert forwarder is not None
 
-        async def idle() -> bool:  # the pass at start (detached) has found nothing
-            return not timekeeper.cron_in_use
+        async def idle() -> bool:
+            # the pass at start (detached) has found nothing, and no claim the forwarder
+            # began before that is still in flight (it would take what is sent next)
+            return not timekeeper.cron_in_use and forwarder._gate.polling
 
         await until(idle, timeout=30, what="the first pass")
         await enqueue.send(ctx, SEND_IT, {"name": "tick", "key": "", "data": {"n": 1}})
