@@ -77,22 +77,7 @@ async def _pgboss_claims(dsn: str, claims: int, batch: int) -> float:
     """pg-boss's median claim, in milliseconds, on queue ``pgboss`` (Node, its fetch)."""
     from bench import pgboss
 
-    spec = {
-        "dsn": dsn,
-        "schema": SCHEMA,
-        "queue": "pgboss",
-        "scenario": "claim",
-        "jobs": claims,
-        "batch": batch,
-        "concurrency": 1,
-        "pool": 2,
-        "pad": 0,
-        "application_name": "bench-claim-pgboss",
-    }
-    proc = await pgboss.start(spec)
-    result = await pgboss.go(proc)
-    await pgboss.ended(proc)
-    return float(result["median_ms"])
+    return await pgboss.median_ms(dsn, SCHEMA, "claim", jobs=claims, batch=batch)
 
 
 def main() -> None:

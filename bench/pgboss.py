@@ -21,7 +21,7 @@ from bench.common import APPLICATION, BATCH_INSERT, PAD, Meter, payload
 from bench.env import Env
 from bench.latency import IDLE_GAP_SECONDS, WARMUP_SAMPLES, summary
 
-__all__ = ["QUEUE", "SCENARIOS", "prepare", "run", "verify"]
+__all__ = ["QUEUE", "SCENARIOS", "median_ms", "prepare", "run", "verify"]
 
 #: the queue the pg-boss side works
 QUEUE = "pgboss"
@@ -140,3 +140,23 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         # a reading of 0 means the meter did not find pg-boss's connections: say unknown
         "server_cpu_s": cpu["server_cpu_s"] or None,
     }
+
+
+async def median_ms(dsn: str, schema: str, scenario: str, **spec: Any) -> float:
+    """pg-boss's median milliseconds of one call in a one-at-a-time scenario (``claim``:
+    its fetch; ``settle``: its complete) on queue ``pgboss`` of ``schema``."""
+    command = {
+        "dsn": dsn,
+        "schema": schema,
+        "queue": "pgboss",
+        "scenario": scenario,
+        "concurrency": 1,
+        "pool": 2,
+        "pad": 0,
+        "application_name": f"bench-{scenario}-pgboss",
+        **spec,
+    }
+    proc = await start(command)
+    result = await go(proc)
+    await ended(proc)
+    return float(result["median_ms"])

@@ -80,22 +80,8 @@ async def _pgboss_settles(dsn: str, batches: list[list[Any]]) -> float:
     """pg-boss's median complete, in milliseconds, of each batch of queue ``pgboss``."""
     from bench import pgboss
 
-    spec = {
-        "dsn": dsn,
-        "schema": SCHEMA,
-        "queue": "pgboss",
-        "scenario": "settle",
-        "batches": [[str(i) for i in ids] for ids in batches],
-        "jobs": len(batches),
-        "concurrency": 1,
-        "pool": 2,
-        "pad": 0,
-        "application_name": "bench-settle-pgboss",
-    }
-    proc = await pgboss.start(spec)
-    result = await pgboss.go(proc)
-    await pgboss.ended(proc)
-    return float(result["median_ms"])
+    batches_given = [[str(i) for i in ids] for ids in batches]
+    return await pgboss.median_ms(dsn, SCHEMA, "settle", batches=batches_given, jobs=len(batches))
 
 
 def main() -> None:
