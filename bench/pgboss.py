@@ -148,7 +148,7 @@ async def median_ms(dsn: str, schema: str, scenario: str, **spec: Any) -> float:
     command = {
         "dsn": dsn,
         "schema": schema,
-        "queue": "pgboss",
+        "queue": QUEUE,
         "scenario": scenario,
         "concurrency": 1,
         "pool": 2,
