@@ -45,10 +45,9 @@ if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
         allow_module_level=True,
     )
 
-from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.common.exceptions import NoAlertPresentException, WebDriverException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support import expected_conditions  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 
@@ -180,9 +179,27 @@ def _open(driver: Any, url: str) -> None:
 
 def _click(driver: Any, element: Any) -> None:
     """Click ``element`` and wait until the page it leads to has replaced this one."""
-    page = driver.find_element(By.TAG_NAME, "html")
-    element.click()
-    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(page))
+    _leave(driver, element.click)
+
+
+def _leave(driver: Any, action: Any, *args: Any) -> None:
+    """Run ``action`` and wait until a new document has replaced this one and loaded.
+
+    The old document is marked on its window rather than watched through an element:
+    asking ChromeDriver about an element of a page being replaced can fail with an
+    inspector error instead of reporting the element stale.
+    """
+    driver.execute_script("window.qcoreLeftBehind = true")
+    action(*args)
+
+    def arrived(driver: Any) -> bool:
+        return bool(
+            driver.execute_script(
+                "return window.qcoreLeftBehind === undefined && document.readyState === 'complete'"
+            )
+        )
+
+    WebDriverWait(driver, 30, ignored_exceptions=(WebDriverException,)).until(arrived)
 
 
 def _text(driver: Any) -> str:
@@ -321,9 +338,7 @@ async def test_a_forged_post_is_rejected(world: World, browser: Any) -> None:
     def forge() -> str:
         _open(browser, f"{world.board.url}/")
         fields = {"queue": "mail", "id": str(world.xss), "action": "delete", "csrf": "f" * 64}
-        page = browser.find_element(By.TAG_NAME, "html")
-        browser.execute_script(_FORGE, fields)
-        WebDriverWait(browser, 30).until(expected_conditions.staleness_of(page))
+        _leave(browser, browser.execute_script, _FORGE, fields)
         return str(browser.find_element(By.ID, "error").text)
 
     assert "CSRF" in await _run(forge)
@@ -340,9 +355,7 @@ async def test_read_only_shows_no_action_and_refuses_posts(world: World, browser
         _open(browser, url + "/history/storage")
         purges = len(browser.find_elements(By.ID, "clear-all"))
         fields = {"queue": "mail", "id": str(world.xss), "action": "delete", "csrf": ""}
-        page = browser.find_element(By.TAG_NAME, "html")
-        browser.execute_script(_FORGE, fields)
-        WebDriverWait(browser, 30).until(expected_conditions.staleness_of(page))
+        _leave(browser, browser.execute_script, _FORGE, fields)
         return forms, purges, str(browser.find_element(By.ID, "error").text)
 
     forms, purges, refused = await _run(look)
