@@ -178,9 +178,10 @@ class Job:
         if missing and not (missing == {"data"} and "_data_text" in values):
             values.pop("_data_text", None)
             return cls(**values)  # raises: names the missing fields
-        # the generated __init__ would set the fields one by one
+        # the generated __init__ would set the fields one by one; the fields not given
+        # are read from their defaults on the class
         job = object.__new__(cls)
-        job.__dict__.update(_DEFAULTS, **values)
+        job.__dict__.update(values)
         return job
 
     @classmethod
@@ -203,10 +204,9 @@ class Job:
         jobs = []
         new = object.__new__
         for row in kept:
+            # the fields a row does not give are read from their defaults on the class
             job = new(cls)
-            fields = job.__dict__
-            fields.update(_DEFAULTS)
-            fields.update(zip(names, row.values(), strict=True))
+            job.__dict__.update(zip(names, row.values(), strict=True))
             jobs.append(job)
         if "" in given:  # the columns a Job does not carry
             for job in jobs:
@@ -229,7 +229,6 @@ def _field_names(columns: tuple[str, ...]) -> tuple[str, ...]:
     return names
 
 
-_DEFAULTS = {f.name: f.default for f in fields(Job) if f.default is not MISSING}
 _REQUIRED_FIELDS = frozenset(f.name for f in fields(Job) if f.default is MISSING and f.init)
 
 

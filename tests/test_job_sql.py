@@ -4,9 +4,11 @@ parser), how parameters are named, and the messages bad options get."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import inspect
 import json
+import pickle
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -209,6 +211,35 @@ def test_job_and_queue_from_rows() -> None:
         6,
         7,
     )
+
+
+def test_a_claims_jobs_read_every_field_the_constructor_sets() -> None:
+    """from_rows leaves the defaults to the class: each job still reads every field as
+    the constructor sets it, compares, copies and pickles as one built by it."""
+    rows: list[dict[str, Any]] = [
+        {
+            "id": uuid.uuid4(),
+            "name": "q",
+            "priority": 3,
+            "data_text": json.dumps({"n": n}),
+            "retry_count": 0,
+            "expire_seconds": 9,
+            "queue_notify": True,
+        }
+        for n in range(3)
+    ]
+    jobs = Job.from_rows(rows)
+    for n, (job, row) in enumerate(zip(jobs, rows, strict=True)):
+        built = Job(
+            id=row["id"], name="q", priority=3, data={"n": n}, retry_count=0, expire_in_seconds=9
+        )
+        for f in dataclasses.fields(Job):
+            assert getattr(job, f.name) == getattr(built, f.name), f.name
+        assert job == built and repr(job) == repr(built)
+        assert pickle.loads(pickle.dumps(job)) == built
+        assert dataclasses.replace(job, priority=1) == dataclasses.replace(built, priority=1)
+        assert not job.cancelled.is_set()
+    assert jobs[0].cancelled is not jobs[1].cancelled  # each job its own event
 
 
 # --------------------------------------------------------------------------- validation

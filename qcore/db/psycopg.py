@@ -79,10 +79,14 @@ def values(params: Sequence[Any]) -> list[Any] | None:
 def _value(value: Any) -> Any:
     if is_json(value):
         return Jsonb(dumps(value), dumps=verbatim)
-    if type(value) is list and value and all(type(v) is uuid.UUID for v in value):
-        # a batch's ids, in every settle: psycopg's text dump of a list checks each
-        # element for quoting (7x this); the statement casts it (``$n::uuid[]``)
-        return "{" + ",".join([v.hex for v in value]) + "}"
+    if type(value) is list and value:
+        # a batch's ids, in every settle, and its attempts, in a fenced one: psycopg's
+        # dump of a list checks each element for its type and quoting (7x and 5x this);
+        # the statement casts the text (``$n::uuid[]``, ``$n::int[]``)
+        if all(type(v) is uuid.UUID for v in value):
+            return "{" + ",".join([v.hex for v in value]) + "}"
+        if all(type(v) is int for v in value):
+            return "{" + ",".join(map(str, value)) + "}"
     return value
 
 

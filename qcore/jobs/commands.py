@@ -67,6 +67,27 @@ async def complete_together(
     checked ids (:func:`qcore.options.ids_and_fences`), in one statement for every call
     whose ids overlap no other's in it (a call sharing a job with one before it waits
     for the next statement, so each job is completed, and counted, by one call only)."""
+    results: list[CommandResult | None] = [None] * len(calls)
+    for members in _disjoint_rounds(calls):
+        merged: Targets = (
+            [x for i in members for x in calls[i][0]],
+            [x for i in members for x in calls[i][1]],
+            [x for i in members for x in calls[i][2]],
+        )
+        completed = await _complete(ctx, name, merged, None, include_queued)
+        # as many as given (ids distinct in a round): every call completed all its ids
+        done = None if len(completed) == len(merged[0]) else set(completed)
+        for i in members:
+            every = calls[i][0]
+            results[i] = _result(every, every if done is None else [x for x in every if x in done])
+    return [r for r in results if r is not None]
+
+
+def _disjoint_rounds(calls: list[Targets]) -> list[list[int]]:
+    """The calls (by index) grouped into rounds that share no job id, each call in the
+    first round it fits."""
+    if len(calls) == 1:
+        return [[0]]
     rounds: list[tuple[set[uuid.UUID], list[int]]] = []
     for i, (every, _, _) in enumerate(calls):
         ids = set(every)
@@ -77,18 +98,7 @@ async def complete_together(
                 break
         else:
             rounds.append((ids, [i]))
-    results: list[CommandResult | None] = [None] * len(calls)
-    for _, members in rounds:
-        merged: Targets = (
-            [x for i in members for x in calls[i][0]],
-            [x for i in members for x in calls[i][1]],
-            [x for i in members for x in calls[i][2]],
-        )
-        done = set(await _complete(ctx, name, merged, None, include_queued))
-        for i in members:
-            every = calls[i][0]
-            results[i] = _result(every, [x for x in every if x in done])
-    return [r for r in results if r is not None]
+    return [members for _, members in rounds]
 
 
 async def _complete(
