@@ -1,17 +1,35 @@
-"""Reading the server's plans in tests: the nodes of an ``EXPLAIN (FORMAT JSON)`` plan,
-the sorts and the rows over the job tables, test values written as SQL literals for
-``EXECUTE`` (which takes no bind parameters), and an exception that undoes what
-``EXPLAIN ANALYZE`` changed."""
+"""Reading the server's plans in tests: a statement's custom and generic plans, the nodes
+of an ``EXPLAIN (FORMAT JSON)`` plan, the sorts and the rows over the job tables, test
+values written as SQL literals for ``EXECUTE`` (which takes no bind parameters), and an
+exception that undoes what ``EXPLAIN ANALYZE`` changed."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
+
+from qcore.db import Database
 
 
 class Undo(Exception):
     """Raised to roll a test's transaction back (what ``EXPLAIN ANALYZE`` changed)."""
+
+
+async def custom_and_generic_plans(
+    tx: Database, sql: str, params: Sequence[Any], *, analyze: bool = False
+) -> list[dict[str, Any]]:
+    """The plans of ``sql`` in the transaction ``tx``: the one made for ``params``, then
+    the generic one a prepared statement settles on (``force_generic_plan`` for the rest
+    of ``tx``). With ``analyze`` both run: the caller undoes what they did (:class:`Undo`)."""
+    explain = f"EXPLAIN ({'ANALYZE, ' if analyze else ''}FORMAT JSON) "
+    (custom,) = await tx.execute(explain + sql, params)
+    await tx.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+    await tx.execute("PREPARE qcore_test_plan AS " + sql)
+    literals = ", ".join(literal(v) for v in params)  # EXECUTE takes no binds
+    (generic,) = await tx.execute(f"{explain}EXECUTE qcore_test_plan({literals})")
+    await tx.execute("DEALLOCATE qcore_test_plan")  # a rollback would keep it
+    return [custom["QUERY PLAN"][0]["Plan"], generic["QUERY PLAN"][0]["Plan"]]
 
 
 def nodes(plan: dict[str, Any], *, inputs_only: bool = False) -> Iterator[dict[str, Any]]:

@@ -41,37 +41,28 @@ def _stat_ok(value: Any) -> bool:
     )
 
 
-@pytest.fixture(scope="module")
-def summary(pg_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    out = tmp_path_factory.mktemp("bench") / "bench.json"
+def _bench(module: str, *args: str) -> str:
+    """What ``python -m module args`` printed, from the project's root; it must succeed."""
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "run",
-            "--dsn",
-            pg_dsn,
-            "--jobs",
-            "50",
-            "--repeat",
-            "1",
-            "--scenarios",
-            "all",
-            "--idle-seconds",
-            "4",
-            "--latency-samples",
-            "5",
-            "--out",
-            str(out),
-        ],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    assert "| scenario | qcore | raw baseline" in done.stdout
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def summary(pg_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    stdout = _bench(
+        *("bench", "run", "--dsn", pg_dsn, "--jobs", "50", "--repeat", "1"),
+        *("--scenarios", "all", "--idle-seconds", "4", "--latency-samples", "5"),
+        *("--out", str(out)),
+    )
+    assert "| scenario | qcore | raw baseline" in stdout
     result: dict[str, Any] = json.loads(out.read_text())
     return result
 
@@ -166,66 +157,40 @@ def test_profile_counts_qcore_statements_by_their_kind() -> None:
 
 
 def test_the_affinity_bench_runs_both_scenarios(pg_dsn: str) -> None:
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "bench.affinity", "--dsn", pg_dsn, "--backlog", "200"),
-            *("--claims", "5", "--rounds", "3", "--distinct"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    stdout = _bench(
+        *("bench.affinity", "--dsn", pg_dsn, "--backlog", "200"),
+        *("--claims", "5", "--rounds", "3", "--distinct"),
     )
-    assert done.returncode == 0, done.stderr[-4000:]
-    lines = done.stdout.splitlines()
+    lines = stdout.splitlines()
     assert len([line for line in lines if line.startswith("plain queue, 200 waiting")]) == 4
     assert any("10 matching behind 200 (each its own pattern), behind:" in x for x in lines)
 
 
 def test_the_settle_bench_times_completes_next_to_pgboss(pg_dsn: str) -> None:
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "bench.settle", "--dsn", pg_dsn, "--sizes", "200,400"),
-            *("--settles", "5", "--batch", "2", "--compare", "pgboss"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    stdout = _bench(
+        *("bench.settle", "--dsn", pg_dsn, "--sizes", "200,400"),
+        *("--settles", "5", "--batch", "2", "--compare", "pgboss"),
     )
-    assert done.returncode == 0, done.stderr[-4000:]
-    rows = [line.split() for line in done.stdout.splitlines()[1:]]
+    rows = [line.split() for line in stdout.splitlines()[1:]]
     assert [row[0] for row in rows] == ["200", "400"]
     assert all(float(ms) > 0 for row in rows for ms in row[1:3])
 
 
 @pytest.mark.parametrize("store", ["postgres", "redis"])
 def test_the_metrics_bench_measures_a_tick(pg_dsn: str, store: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.metrics", "--dsn", pg_dsn, "--queues", "2", "--rates", "5",
-         "--store", store, "--redis", REDIS_URL],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
-    [result] = json.loads(done.stdout.splitlines()[-1])
+    stdout = _bench(
+        *("bench.metrics", "--dsn", pg_dsn, "--queues", "2", "--rates", "5"),
+        *("--store", store, "--redis", REDIS_URL),
+    )
+    [result] = json.loads(stdout.splitlines()[-1])
     assert (result["store"], result["queues"], result["jobs_per_minute"]) == (store, 2, 5)
     assert result["round_trips"] > 0 and result["tick_ms"] > 0
     assert (result["redis_commands"] > 0) == (store == "redis")
 
 
 def test_the_dashboard_bench_counts_each_page(pg_dsn: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.dashboard", "--dsn", pg_dsn, "--queues", "2"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    rows = [line.split() for line in done.stdout.splitlines()[1:]]
+    stdout = _bench("bench.dashboard", "--dsn", pg_dsn, "--queues", "2")
+    rows = [line.split() for line in stdout.splitlines()[1:]]
     assert [r[1] for r in rows] == ["/", "/queues", "/queue?name=q0", "/instances",
                                     "/history?range=7d", "/metrics"]  # fmt: skip
     assert all(int(r[3]) > 0 for r in rows)  # every page read the database

@@ -20,7 +20,7 @@ from qcore.errors import DatabaseError
 from qcore.job import JobState
 from qcore.jobs.claim import claim_plan_pins
 from qcore.sql import jobs as job_sql
-from tests.plans import Undo, literal, rows_read, sorts_over_jobs
+from tests.plans import Undo, custom_and_generic_plans, rows_read, sorts_over_jobs
 
 pytestmark = [pytest.mark.feature("lifecycle"), pytest.mark.postgres]
 
@@ -78,18 +78,9 @@ async def test_the_claim_sorts_nothing_on_a_never_analyzed_backlog(
     async with boss.db.transaction() as tx:
         for pin, _ in pins:
             await tx.execute(pin)
-        (custom,) = await tx.execute("EXPLAIN (FORMAT JSON) " + statement.sql, params)
-        assert sorts_over_jobs(custom["QUERY PLAN"][0]["Plan"], tables) == []
-        await tx.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        await tx.execute("PREPARE qcore_claim_plan AS " + statement.sql)
-        try:
-            literals = ", ".join(literal(v) for v in params)  # EXECUTE takes no binds
-            (generic,) = await tx.execute(
-                f"EXPLAIN (FORMAT JSON) EXECUTE qcore_claim_plan({literals})"
-            )
-        finally:
-            await tx.execute("DEALLOCATE qcore_claim_plan")
-    assert sorts_over_jobs(generic["QUERY PLAN"][0]["Plan"], tables) == []
+        plans = await custom_and_generic_plans(tx, statement.sql, params)
+    for plan in plans:
+        assert sorts_over_jobs(plan, tables) == []
     (job,) = await boss.fetch("q")  # and the claim still works on it
     claimed = await boss.get_job_by_id("q", job.id)
     assert claimed is not None and claimed.state is JobState.ACTIVE
@@ -172,17 +163,11 @@ async def test_a_claim_reads_what_it_takes_not_the_backlog(
     plans: list[dict[str, Any]] = []
     with contextlib.suppress(Undo):
         async with boss.db.transaction() as tx:
-            plans += await tx.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement.sql, params)
-            await tx.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-            await tx.execute("PREPARE qcore_claim_read AS " + statement.sql)
-            literals = ", ".join(literal(v) for v in params)
-            plans += await tx.execute(
-                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE qcore_claim_read({literals})"
-            )
-            raise Undo  # the claims made by EXPLAIN ANALYZE, and the prepared statement
+            plans += await custom_and_generic_plans(tx, statement.sql, params, analyze=True)
+            raise Undo  # the claims made by EXPLAIN ANALYZE
     assert len(plans) == 2
-    for explained in plans:
-        assert rows_read(explained["QUERY PLAN"][0]["Plan"], tables) <= 20
+    for plan in plans:
+        assert rows_read(plan, tables) <= 20
 
 
 def _logged_claim_plans(messages: list[str]) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ import pytest
 from qcore import Boss
 from qcore.sql import jobs as job_sql
 from qcore.sql._statement import Statement
-from tests.plans import Undo, literal, rows_read
+from tests.plans import Undo, custom_and_generic_plans, rows_read
 
 pytestmark = [pytest.mark.feature("lifecycle"), pytest.mark.postgres]
 
@@ -117,17 +117,10 @@ async def test_a_command_by_id_reads_its_jobs_not_all_in_their_state(
     plans: list[dict[str, Any]] = []
     with contextlib.suppress(Undo):
         async with boss.db.transaction() as tx:
-            plans += await tx.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement.sql, params)
-            await tx.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-            await tx.execute("PREPARE qcore_settle_read AS " + statement.sql)
-            literals = ", ".join(literal(v) for v in params)  # EXECUTE takes no binds
-            plans += await tx.execute(
-                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE qcore_settle_read({literals})"
-            )
-            raise Undo  # the changes EXPLAIN ANALYZE made, and the prepared statement
+            plans += await custom_and_generic_plans(tx, statement.sql, params, analyze=True)
+            raise Undo  # the changes EXPLAIN ANALYZE made
     assert len(plans) == 2
-    for explained in plans:
-        plan = explained["QUERY PLAN"][0]["Plan"]
+    for plan in plans:
         # each named job read once per plan node that reaches it (the update, and the
         # settle-and-claim's look at the jobs it completes), never the crowd
         assert rows_read(plan, tables) <= 4 * TARGETS, json.dumps(plan)[:2000]
