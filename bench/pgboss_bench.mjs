@@ -1,8 +1,8 @@
 // The pg-boss side of a bench scenario: reads a JSON spec line on stdin, starts
 // pg-boss on the schema qcore installed and opens its pool, prints "ready", waits for
 // a "go" line, runs the scenario's timed half and prints one JSON line: {elapsed,
-// jobs, client_cpu_s}. The parent (bench/pgboss.py) reads the server's CPU between
-// "go" and the result, as for every other side.
+// jobs, client_cpu_s}; it stops once stdin closes. The parent (bench/pgboss.py) reads
+// the server's CPU between "go" and the result, as for every other side.
 import { createInterface } from 'node:readline'
 import { PgBoss } from 'pg-boss'
 
@@ -10,6 +10,16 @@ const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]()
 const spec = JSON.parse((await lines.next()).value)
 
 const payload = i => ({ i, pad: 'x'.repeat(spec.pad) })
+
+// print the result, then keep the connections open until the parent closes stdin: it
+// reads the server's CPU of these connections after the result, and a backend that has
+// exited by then is not counted
+async function finish (result) {
+  console.log(JSON.stringify(result))
+  await lines.next()
+  await boss.stop({ graceful: false, timeout: 1000 })
+  process.exit(0)
+}
 
 const boss = new PgBoss({
   connectionString: spec.dsn,
@@ -91,9 +101,7 @@ if (spec.scenario === 'bulk_enqueue') {
   }
   times.sort((a, b) => a - b)
   jobs = times.length
-  console.log(JSON.stringify({ median_ms: times[Math.floor(times.length / 2)], jobs }))
-  await boss.stop({ graceful: false, timeout: 1000 })
-  process.exit(0)
+  await finish({ median_ms: times[Math.floor(times.length / 2)], jobs })
 } else if (spec.scenario === 'settle') {
   // one complete(queue, ids) at a time, for each batch of ids given; each call's milliseconds
   const times = []
@@ -105,9 +113,7 @@ if (spec.scenario === 'bulk_enqueue') {
   }
   times.sort((a, b) => a - b)
   jobs = times.length
-  console.log(JSON.stringify({ median_ms: times[Math.floor(times.length / 2)], jobs }))
-  await boss.stop({ graceful: false, timeout: 1000 })
-  process.exit(0)
+  await finish({ median_ms: times[Math.floor(times.length / 2)], jobs })
 } else if (spec.scenario === 'wakeup_latency') {
   // send → handler start, one job in flight, the worker idle before each send; the same
   // protocol as the qcore side (warm-up samples, a pause after each handler start)
@@ -141,14 +147,10 @@ if (spec.scenario === 'bulk_enqueue') {
     await new Promise(resolve => setTimeout(resolve, spec.idle_gap_ms))
   }
   jobs = latencies.length
-  console.log(JSON.stringify({ samples: jobs, latencies_ms: latencies, send_ms: sends, wake_ms: wakes }))
-  await boss.stop({ graceful: false, timeout: 1000 })
-  process.exit(0)
+  await finish({ samples: jobs, latencies_ms: latencies, send_ms: sends, wake_ms: wakes })
 } else {
   throw new Error(`pgboss_bench: no pg-boss side for ${spec.scenario}`)
 }
 const elapsed = (performance.now() - start) / 1000
 const cpu = process.cpuUsage(cpu0)
-console.log(JSON.stringify({ elapsed, jobs, client_cpu_s: (cpu.user + cpu.system) / 1e6 }))
-await boss.stop({ graceful: false, timeout: 1000 })
-process.exit(0)
+await finish({ elapsed, jobs, client_cpu_s: (cpu.user + cpu.system) / 1e6 })
