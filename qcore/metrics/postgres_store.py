@@ -205,21 +205,26 @@ class PostgresMetricsStore:
             await self._write(statement, tier=tier, before=retention.oldest(tier, minute))
         await self._write(sql.prune_leases(self.schema, self.prefix))
 
-    async def read_series(self, key: str, tier: str, first: int, last: int) -> dict[int, Bucket]:
-        key_id = await self._key_id(key)
-        if key_id is None:
+    async def read_series(
+        self, keys: list[str], tier: str, first: int, last: int
+    ) -> dict[str, dict[int, Bucket]]:
+        ids = await self._key_ids(keys, create=False)
+        if not ids:
             return {}
         statement = sql.read_series(self.schema, self.prefix)
-        rows = await self._read(statement, key=key_id, tier=tier, first=first, last=last)
-        return {
-            int(r["bucket"]): Bucket(
+        rows = await self._read(
+            statement, keys=list(ids.values()), tier=tier, first=first, last=last
+        )
+        named = {key_id: key for key, key_id in ids.items()}
+        series: dict[str, dict[int, Bucket]] = {}
+        for r in rows:
+            series.setdefault(named[int(r["key_id"])], {})[int(r["bucket"])] = Bucket(
                 completed=int(r["completed"]),
                 failed=int(r["failed"]),
                 latency=None if r["latency"] is None else [int(n) for n in r["latency"]],
                 age=None if r["age"] is None else float(r["age"]),
             )
-            for r in rows
-        }
+        return series
 
     async def keys(self, namespace: str) -> list[str]:
         return sorted({str(r["queue"]) for r in await self._usage_rows(namespace)})

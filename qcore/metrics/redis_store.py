@@ -314,15 +314,18 @@ class RedisMetricsStore:
                         pipe.hdel(name, *old)
                 await pipe.execute()
 
-    async def read_series(self, key: str, tier: str, first: int, last: int) -> dict[int, Bucket]:
+    async def read_series(
+        self, keys: list[str], tier: str, first: int, last: int
+    ) -> dict[str, dict[int, Bucket]]:
         first_minute, last_minute = first * TIERS[tier], last * TIERS[tier]
         if tier == "d":
             groups: list[int | None] = [None]
         else:
             span = _SPAN[tier]
             groups = list(range(first_minute // span, last_minute // span + 1))
+        wanted = [(key, group) for key in dict.fromkeys(keys) for group in groups]
         async with self._client.pipeline(transaction=False) as pipe:
-            for group in groups:
+            for key, group in wanted:
                 name = (
                     f"{self.prefix}:{key}:d"
                     if group is None
@@ -330,13 +333,13 @@ class RedisMetricsStore:
                 )
                 pipe.hgetall(name)
             found = await pipe.execute()
-        series: dict[int, Bucket] = {}
-        for group, fields in zip(groups, found, strict=True):
+        series: dict[str, dict[int, Bucket]] = {}
+        for (key, group), fields in zip(wanted, found, strict=True):
             for field, value in fields.items():
                 bucket = self._bucket(tier, group, _text(field))
                 if first <= bucket <= last:
-                    series[bucket] = _decode(value)
-        return dict(sorted(series.items()))
+                    series.setdefault(key, {})[bucket] = _decode(value)
+        return {key: dict(sorted(buckets.items())) for key, buckets in series.items()}
 
     async def keys(self, namespace: str) -> list[str]:
         stored = await self._client.hkeys(self._index)

@@ -131,8 +131,12 @@ class MetricsStore(Protocol):
     async def prune(self, retention: Retention, *, minute: int) -> None:
         """Drop the buckets past each tier's retention when the clock reads ``minute``."""
 
-    async def read_series(self, key: str, tier: str, first: int, last: int) -> dict[int, Bucket]:
-        """``key``'s buckets of ``tier`` from bucket ``first`` to ``last``, oldest first."""
+    async def read_series(
+        self, keys: list[str], tier: str, first: int, last: int
+    ) -> dict[str, dict[int, Bucket]]:
+        """The buckets of ``tier`` from bucket ``first`` to ``last`` of every one of
+        ``keys`` (oldest first), in one read whatever their number; a key without any
+        is left out."""
 
     async def keys(self, namespace: str) -> list[str]:
         """Every key under ``namespace`` holding buckets."""

@@ -413,12 +413,14 @@ def prune_tier(schema: str, prefix: str) -> Statement:
 
 
 def read_series(schema: str, prefix: str) -> Statement:
-    """One key's rows of a tier from bucket ``first`` to ``last``, oldest first."""
+    """The rows of a tier from bucket ``first`` to ``last`` of every key id in ``keys``
+    (one read for a page of every queue), each key's oldest first."""
     p = Params()
     return p.statement(
-        f"SELECT bucket, completed, failed, latency, age FROM {_table(schema, prefix, 'series')}"
-        f' WHERE key_id = {p("key")} AND tier = {p("tier")}::"char"'
-        f" AND bucket BETWEEN {p('first')} AND {p('last')} ORDER BY bucket"
+        "SELECT key_id, bucket, completed, failed, latency, age"
+        f" FROM {_table(schema, prefix, 'series')}"
+        f' WHERE key_id = ANY({p("keys")}::int[]) AND tier = {p("tier")}::"char"'
+        f" AND bucket BETWEEN {p('first')} AND {p('last')} ORDER BY key_id, bucket"
     )
 
 

@@ -126,14 +126,14 @@ async def _history(history: MetricsHistoryProvider, names: list[str]) -> list[Me
     run = HistogramMetricFamily(
         "qcore_job_run_seconds", "Time from started to finished", labels=["queue"]
     )
-    for name in names:
-        try:
-            totals = await history.totals(name, window=WINDOW)
-        except ConfigError:
-            return []
-        finished.add_metric([name, "completed"], totals.completed)
-        finished.add_metric([name, "failed"], totals.failed)
+    try:
+        every = await history.totals_of(names, window=WINDOW)
+    except ConfigError:
+        return []
+    for totals in every:
+        finished.add_metric([totals.queue, "completed"], totals.completed)
+        finished.add_metric([totals.queue, "failed"], totals.failed)
         for family, counts in ((wait, totals.wait_histogram), (run, totals.run_histogram)):
             buckets, total = _buckets(counts)
-            family.add_metric([name], buckets, total)
+            family.add_metric([totals.queue], buckets, total)
     return [finished, wait, run]

@@ -134,7 +134,8 @@ async def _tiers(store: MetricsStore, ctx: Context, queue: str) -> dict[str, tup
     key = namespace_of(ctx.schema) + queue
     found = {}
     for tier, width in TIERS.items():
-        rows = await store.read_series(key, tier, (now - 100 * 1440) // width, now // width)
+        series = await store.read_series([key], tier, (now - 100 * 1440) // width, now // width)
+        rows = series.get(key, {})
         counts = (sum(b.completed for b in rows.values()), sum(b.failed for b in rows.values()))
         if counts != (0, 0):
             found[tier] = counts
@@ -521,6 +522,67 @@ async def test_a_namespaced_view_and_the_breakdown(
     view = raw.namespaced(namespace_of(ctx.schema))
     assert _totals(await view.throughput("mail")) == (3, 0)
     assert [t.queue for t in await view.breakdown(window="7d")] == ["sms", "mail"]
+
+
+class _CountedReads:
+    """``store``, unchanged, with its clock reads and series reads counted."""
+
+    def __init__(self, store: MetricsStore) -> None:
+        self.store = store
+        self.default_namespace = store.default_namespace
+        self.clock = self.reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    async def now_minute(self) -> int:
+        self.clock += 1
+        return await self.store.now_minute()
+
+    async def read_series(self, keys: list[str], tier: str, first: int, last: int) -> Any:
+        self.reads += 1
+        return await self.store.read_series(keys, tier, first, last)
+
+
+async def test_the_totals_of_many_queues_are_one_read_and_each_its_own(
+    ctx: Context, metrics_store: MetricsStore
+) -> None:
+    for name in ("mail", "sms", "idle"):
+        await _queue(ctx, name)
+    await _finished(ctx, "mail", "completed", 10, n=3)
+    await _finished(ctx, "mail", "failed", 10, run_ms=2_000)
+    await _finished(ctx, "sms", "completed", 12, n=2, wait_ms=5_000)
+    await MetricsRecorder(metrics_store, PgBossQueues(ctx)).tick()
+    counted = _CountedReads(metrics_store)
+    provider = MetricsHistoryProvider(counted)
+    every = await provider.totals_of(["sms", "idle", "mail", "never"], window="7d")
+    assert (counted.clock, counted.reads) == (1, 1)
+    assert [(t.queue, t.completed, t.failed) for t in every] == [
+        ("sms", 2, 0),
+        ("idle", 0, 0),
+        ("mail", 3, 1),
+        ("never", 0, 0),
+    ]
+    # the same totals, percentiles and histograms as each queue read alone
+    for one in every:
+        alone = await provider.totals(one.queue, window="7d")
+        assert one == alone
+        assert one.wait_histogram == alone.wait_histogram
+        assert one.run_histogram == alone.run_histogram
+    assert every[0].wait.p50 != every[2].wait.p50  # each its own: sms waited 5 s, mail 60 s
+    counted.reads = 0
+    busiest = await provider.breakdown(window="7d")
+    assert counted.reads == 1
+    assert [(t.queue, t.completed + t.failed) for t in busiest if t.queue != "idle"] == [
+        ("mail", 4),
+        ("sms", 2),
+    ]
+    assert await provider.totals_of([], window="7d") == []
+    for wrong in ("mail", ["mail", None]):
+        with pytest.raises(ValidationError, match="list of queue names"):
+            await provider.totals_of(wrong)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="window must be one of"):
+        await provider.totals_of([], window="1y")
 
 
 async def test_a_boss_records_its_queues_while_it_runs(
