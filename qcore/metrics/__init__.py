@@ -17,6 +17,7 @@ from qcore.metrics.history import (
     Percentiles,
     QueueTotals,
     ThroughputPoint,
+    WindowHistory,
 )
 from qcore.metrics.postgres_store import PostgresMetricsStore, migrate_metrics
 from qcore.metrics.recorder import MetricsRecorder, record_metrics
@@ -42,6 +43,7 @@ __all__ = [
     "ThroughputPoint",
     "TierUsage",
     "Usage",
+    "WindowHistory",
     "migrate_metrics",
     "namespace_of",
     "record_metrics",

@@ -30,6 +30,7 @@ __all__ = [
     "Percentiles",
     "QueueTotals",
     "ThroughputPoint",
+    "WindowHistory",
 ]
 
 #: window -> (minutes covered, the granularity drawn by default)
@@ -104,6 +105,18 @@ class QueueTotals:
 
 
 @dataclass(frozen=True)
+class WindowHistory:
+    """What a board shows of one window, at the window's own granularity: a queue's (or
+    the rollup's) throughput and latency series and totals, and, when asked for, every
+    queue's totals, busiest first."""
+
+    throughput: list[ThroughputPoint]
+    latency: list[LatencyPoint]
+    totals: QueueTotals
+    breakdown: list[QueueTotals] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class _Rows:
     buckets: range
     width: int
@@ -152,16 +165,8 @@ class MetricsHistoryProvider:
     ) -> list[_Rows]:
         """The window's buckets of each of ``queues`` (None: the rollup), in one read of
         the store whatever their number."""
-        if window not in WINDOWS:
-            raise ValidationError(f"window must be one of {', '.join(WINDOWS)}, got {window!r}")
-        minutes, default = WINDOWS[window]
-        granularity = granularity or default
-        if granularity not in _TIER:
-            raise ValidationError(f"granularity must be minute, hour or day, got {granularity!r}")
-        tier = _TIER[granularity]
+        minutes, tier = _span(window, granularity)
         width = TIERS[tier]
-        if minutes < width:
-            raise ValidationError(f"a {window} window is shorter than one {granularity}")
         if not queues:
             return []
         now = await self.store.now_minute()
@@ -172,45 +177,17 @@ class MetricsHistoryProvider:
         buckets = range(first, newest + 1)
         return [_Rows(buckets, width, newest, found.get(key, {})) for key in keys]
 
-    @staticmethod
-    def _start(rows: _Rows, bucket: int) -> dt.datetime:
-        return dt.datetime.fromtimestamp(bucket * rows.width * 60, dt.timezone.utc)
-
     async def throughput(
         self, queue: str | None = None, *, window: str = "60m", granularity: str | None = None
     ) -> list[ThroughputPoint]:
         """Completed and failed per bucket for ``queue`` (None: every queue together)."""
-        rows = await self._read(queue, window, granularity)
-        return [
-            ThroughputPoint(
-                start=self._start(rows, b),
-                completed=rows.found[b].completed if b in rows.found else 0,
-                failed=rows.found[b].failed if b in rows.found else 0,
-                filling=b == rows.newest,
-            )
-            for b in rows.buckets
-        ]
+        return _throughput(await self._read(queue, window, granularity))
 
     async def latency(
         self, queue: str | None = None, *, window: str = "60m", granularity: str | None = None
     ) -> list[LatencyPoint]:
         """Wait and run percentiles and the queue age per bucket."""
-        rows = await self._read(queue, window, granularity)
-        points = []
-        for b in rows.buckets:
-            row = rows.found.get(b)
-            wait, run = _split(row)
-            age = row.age if row else None
-            points.append(
-                LatencyPoint(
-                    start=self._start(rows, b),
-                    wait=Percentiles.of(wait),
-                    run=Percentiles.of(run),
-                    age=age,
-                    filling=b == rows.newest,
-                )
-            )
-        return points
+        return _latency(await self._read(queue, window, granularity))
 
     async def totals(self, queue: str | None = None, *, window: str = "7d") -> QueueTotals:
         """A window's totals: counts summed, percentiles over its merged histograms."""
@@ -228,10 +205,31 @@ class MetricsHistoryProvider:
 
     async def breakdown(self, *, window: str = "7d") -> list[QueueTotals]:
         """Every queue's totals over a window, busiest (most runs) first."""
+        return _busiest(await self.totals_of(await self._names(), window=window))
+
+    async def window_history(
+        self, queue: str | None = None, *, window: str = "60m", breakdown: bool = False
+    ) -> WindowHistory:
+        """What :meth:`throughput`, :meth:`latency` and :meth:`totals` give of ``queue``
+        over a window at its own granularity and, with ``breakdown``, what
+        :meth:`breakdown` gives, from one read of the store (and one of its queue names
+        for the breakdown): a board's page costs the same whatever it shows."""
+        _span(window, None)  # a wrong window is refused before anything is read
+        names = await self._names() if breakdown else []
+        rows, *each = await self._read_each([queue, *names], window, None)
+        return WindowHistory(
+            throughput=_throughput(rows),
+            latency=_latency(rows),
+            totals=_totals(queue or GLOBAL, rows.found.values()),
+            breakdown=_busiest(
+                [_totals(name, r.found.values()) for name, r in zip(names, each, strict=True)]
+            ),
+        )
+
+    async def _names(self) -> list[str]:
+        """The queues the store has series of under this namespace, by name."""
         keys = await self.store.keys(self.namespace)
-        names = sorted({key[len(self.namespace) :] for key in keys} - {GLOBAL})
-        result = await self.totals_of(names, window=window)
-        return sorted(result, key=lambda t: (-(t.completed + t.failed), t.queue))
+        return sorted({key[len(self.namespace) :] for key in keys} - {GLOBAL})
 
     async def depth(
         self, queue: str, *, range: str = "24h", jobs: Context | None = None
@@ -264,6 +262,59 @@ class MetricsHistoryProvider:
             aggregate="max",
         )
         return snapshots[::-1]
+
+
+def _span(window: str, granularity: str | None) -> tuple[int, str]:
+    """The minutes ``window`` covers and the tier its buckets are read from (the
+    window's own granularity when None); ``ValidationError`` for a window or granularity
+    that does not exist or a bucket wider than the window."""
+    if window not in WINDOWS:
+        raise ValidationError(f"window must be one of {', '.join(WINDOWS)}, got {window!r}")
+    minutes, default = WINDOWS[window]
+    granularity = granularity or default
+    if granularity not in _TIER:
+        raise ValidationError(f"granularity must be minute, hour or day, got {granularity!r}")
+    tier = _TIER[granularity]
+    if minutes < TIERS[tier]:
+        raise ValidationError(f"a {window} window is shorter than one {granularity}")
+    return minutes, tier
+
+
+def _start(rows: _Rows, bucket: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(bucket * rows.width * 60, dt.timezone.utc)
+
+
+def _throughput(rows: _Rows) -> list[ThroughputPoint]:
+    return [
+        ThroughputPoint(
+            start=_start(rows, b),
+            completed=rows.found[b].completed if b in rows.found else 0,
+            failed=rows.found[b].failed if b in rows.found else 0,
+            filling=b == rows.newest,
+        )
+        for b in rows.buckets
+    ]
+
+
+def _latency(rows: _Rows) -> list[LatencyPoint]:
+    points = []
+    for b in rows.buckets:
+        row = rows.found.get(b)
+        wait, run = _split(row)
+        points.append(
+            LatencyPoint(
+                start=_start(rows, b),
+                wait=Percentiles.of(wait),
+                run=Percentiles.of(run),
+                age=row.age if row else None,
+                filling=b == rows.newest,
+            )
+        )
+    return points
+
+
+def _busiest(totals: list[QueueTotals]) -> list[QueueTotals]:
+    return sorted(totals, key=lambda t: (-(t.completed + t.failed), t.queue))
 
 
 def _totals(queue: str, rows: Iterable[Bucket]) -> QueueTotals:

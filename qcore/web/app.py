@@ -28,9 +28,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from qcore.boss import Boss
 from qcore.errors import ConfigError, QcoreError, QueueNotFoundError, ValidationError
-from qcore.metrics import LatencyPoint, MetricsHistoryAdmin, MetricsHistoryProvider
+from qcore.metrics import LatencyPoint, MetricsHistoryAdmin, MetricsHistoryProvider, WindowHistory
 from qcore.web import charts, prometheus
-from qcore.web.board import RANGES, STATES, Board, History, JobFilter
+from qcore.web.board import RANGES, STATES, Board, JobFilter
 from qcore.web.security import HEADERS, Access, Csrf
 
 __all__ = ["combine", "create_app"]
@@ -480,7 +480,7 @@ def _depth_chart(depth: list[dict[str, Any]]) -> str:
     )
 
 
-def _history_charts(history: History, label: str) -> dict[str, Markup]:
+def _history_charts(history: WindowHistory, label: str) -> dict[str, Markup]:
     points = history.throughput
     latency = history.latency
     filling = bool(latency) and latency[-1].filling

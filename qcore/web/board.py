@@ -12,19 +12,17 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from qcore.boss import Boss
 from qcore.errors import ValidationError
 from qcore.job import Instance, Job, JobState, Queue
 from qcore.metrics import (
-    LatencyPoint,
     MetricsHistoryAdmin,
     MetricsHistoryProvider,
-    QueueTotals,
-    ThroughputPoint,
     Usage,
+    WindowHistory,
 )
 from qcore.queues import missing_queue
 from qcore.schedules import Schedule
@@ -34,7 +32,6 @@ __all__ = [
     "RANGES",
     "STATES",
     "Board",
-    "History",
     "JobFilter",
     "JobPage",
     "Overview",
@@ -106,17 +103,6 @@ class QueuePage:
     page: JobPage
     depth: list[dict[str, Any]]
     dead_letter_for: list[str]
-
-
-@dataclass(frozen=True)
-class History:
-    """A range of the history: throughput and latency series, totals, and per queue."""
-
-    range: str
-    throughput: list[ThroughputPoint]
-    latency: list[LatencyPoint]
-    totals: QueueTotals
-    breakdown: list[QueueTotals] = field(default_factory=list)
 
 
 def cursor(created_on: dt.datetime | None, id: uuid.UUID) -> str:
@@ -267,18 +253,12 @@ class Board:
     async def schedules(self) -> list[Schedule]:
         return await self.boss.get_schedules(limit=1000)
 
-    async def queue_history(self, name: str | None, range: str) -> History | None:
+    async def queue_history(self, name: str | None, range: str) -> WindowHistory | None:
         if self.history is None:
             return None
         if range not in RANGES:
             raise ValidationError(f"range must be one of {', '.join(RANGES)}, got {range!r}")
-        return History(
-            range=range,
-            throughput=await self.history.throughput(name, window=range),
-            latency=await self.history.latency(name, window=range),
-            totals=await self.history.totals(name, window=range),
-            breakdown=await self.history.breakdown(window=range) if name is None else [],
-        )
+        return await self.history.window_history(name, window=range, breakdown=name is None)
 
     async def storage(self) -> Usage | None:
         return await self.admin.stats() if self.admin is not None else None

@@ -35,7 +35,7 @@ from qcore.metrics import (
     record_metrics,
 )
 from qcore.metrics.histogram import slot_of
-from qcore.metrics.store import TIERS
+from qcore.metrics.store import GLOBAL, TIERS
 from qcore.ops.drift import detect_schema_drift
 
 pytestmark = pytest.mark.feature("metrics")
@@ -530,7 +530,7 @@ class _CountedReads:
     def __init__(self, store: MetricsStore) -> None:
         self.store = store
         self.default_namespace = store.default_namespace
-        self.clock = self.reads = 0
+        self.clock = self.reads = self.listings = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
@@ -542,6 +542,10 @@ class _CountedReads:
     async def read_series(self, keys: list[str], tier: str, first: int, last: int) -> Any:
         self.reads += 1
         return await self.store.read_series(keys, tier, first, last)
+
+    async def keys(self, namespace: str) -> Any:
+        self.listings += 1
+        return await self.store.keys(namespace)
 
 
 async def test_the_totals_of_many_queues_are_one_read_and_each_its_own(
@@ -583,6 +587,45 @@ async def test_the_totals_of_many_queues_are_one_read_and_each_its_own(
             await provider.totals_of(wrong)  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="window must be one of"):
         await provider.totals_of([], window="1y")
+
+
+async def test_a_window_of_a_queue_or_of_every_queue_is_one_read(
+    ctx: Context, metrics_store: MetricsStore
+) -> None:
+    for name in ("mail", "sms", "idle"):
+        await _queue(ctx, name)
+    await _finished(ctx, "mail", "completed", 10, n=3)
+    await _finished(ctx, "mail", "failed", 10, run_ms=2_000)
+    await _finished(ctx, "sms", "completed", 12, n=2, wait_ms=5_000)
+    await MetricsRecorder(metrics_store, PgBossQueues(ctx)).tick()
+    counted = _CountedReads(metrics_store)
+    provider = MetricsHistoryProvider(counted)
+    for window in ("60m", "7d"):
+        for queue, breakdown in (("mail", False), (None, True), ("never", False)):
+            counted.clock = counted.reads = counted.listings = 0
+            view = await provider.window_history(queue, window=window, breakdown=breakdown)
+            assert (counted.clock, counted.reads, counted.listings) == (1, 1, int(breakdown))
+            # what the separate reads give, point for point
+            assert view.throughput == await provider.throughput(queue, window=window)
+            assert view.latency == await provider.latency(queue, window=window)
+            alone = await provider.totals(queue, window=window)
+            assert view.totals == alone
+            assert view.totals.wait_histogram == alone.wait_histogram
+            assert view.totals.run_histogram == alone.run_histogram
+            assert view.breakdown == (await provider.breakdown(window=window) if breakdown else [])
+    mail = await provider.window_history("mail", window="60m")
+    assert (mail.totals.completed, mail.totals.failed) == (3, 1)
+    every = await provider.window_history(window="60m", breakdown=True)
+    assert (every.totals.queue, every.totals.completed, every.totals.failed) == (GLOBAL, 5, 1)
+    assert [(t.queue, t.completed + t.failed) for t in every.breakdown if t.queue != "idle"] == [
+        ("mail", 4),
+        ("sms", 2),
+    ]
+    counted.clock = counted.reads = counted.listings = 0
+    for wrong in ("1y", "5m"):
+        with pytest.raises(ValidationError, match="window must be one of"):
+            await provider.window_history(window=wrong, breakdown=True)
+    assert (counted.clock, counted.reads, counted.listings) == (0, 0, 0)  # refused unread
 
 
 async def test_a_boss_records_its_queues_while_it_runs(
