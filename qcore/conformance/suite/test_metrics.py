@@ -548,16 +548,22 @@ class _CountedReads:
         return await self.store.keys(namespace)
 
 
-async def test_the_totals_of_many_queues_are_one_read_and_each_its_own(
-    ctx: Context, metrics_store: MetricsStore
-) -> None:
+async def _three_queues_recorded(ctx: Context, store: MetricsStore) -> _CountedReads:
+    """Queues mail (3 completed, 1 failed), sms (2 completed, waited 5 s) and idle,
+    recorded into ``store``; the store with its reads counted from now on."""
     for name in ("mail", "sms", "idle"):
         await _queue(ctx, name)
     await _finished(ctx, "mail", "completed", 10, n=3)
     await _finished(ctx, "mail", "failed", 10, run_ms=2_000)
     await _finished(ctx, "sms", "completed", 12, n=2, wait_ms=5_000)
-    await MetricsRecorder(metrics_store, PgBossQueues(ctx)).tick()
-    counted = _CountedReads(metrics_store)
+    await MetricsRecorder(store, PgBossQueues(ctx)).tick()
+    return _CountedReads(store)
+
+
+async def test_the_totals_of_many_queues_are_one_read_and_each_its_own(
+    ctx: Context, metrics_store: MetricsStore
+) -> None:
+    counted = await _three_queues_recorded(ctx, metrics_store)
     provider = MetricsHistoryProvider(counted)
     every = await provider.totals_of(["sms", "idle", "mail", "never"], window="7d")
     assert (counted.clock, counted.reads) == (1, 1)
@@ -592,13 +598,7 @@ async def test_the_totals_of_many_queues_are_one_read_and_each_its_own(
 async def test_a_window_of_a_queue_or_of_every_queue_is_one_read(
     ctx: Context, metrics_store: MetricsStore
 ) -> None:
-    for name in ("mail", "sms", "idle"):
-        await _queue(ctx, name)
-    await _finished(ctx, "mail", "completed", 10, n=3)
-    await _finished(ctx, "mail", "failed", 10, run_ms=2_000)
-    await _finished(ctx, "sms", "completed", 12, n=2, wait_ms=5_000)
-    await MetricsRecorder(metrics_store, PgBossQueues(ctx)).tick()
-    counted = _CountedReads(metrics_store)
+    counted = await _three_queues_recorded(ctx, metrics_store)
     provider = MetricsHistoryProvider(counted)
     for window in ("60m", "7d"):
         for queue, breakdown in (("mail", False), (None, True), ("never", False)):
