@@ -29,7 +29,7 @@ from qcore.conformance.provisioners import (
     dsn_env_var,
     to_url,
 )
-from qcore.conformance.results import load_results, summarise, write_results
+from qcore.conformance.results import empty_counts, load_results, summarise, write_results
 from qcore.conformance.runner import RunOptions, resolve_backends, run_matrix
 from qcore.conformance.table import (
     EMULATED,
@@ -227,9 +227,7 @@ def summary(backend: str, groups: dict[str, dict[str, int]], **extra: Any) -> di
     base = summarise({"backends": {}, "tests": []}, backend, exit_status=0)
     full = {
         g: {
-            **dict.fromkeys(
-                ("passed", "failed", "errors", "skipped", "unsupported", "not_available"), 0
-            ),
+            **empty_counts(),
             **c,
         }
         for g, c in groups.items()
@@ -307,6 +305,70 @@ def test_table_cells_from_results_files(tmp_path: Path) -> None:
     assert table["notifications"]["cockroachdb"] == UNSUPPORTED
     assert "not available here: no Docker daemon answers" in page
     assert "PostgreSQL 15.2" in page and "## Legend" in page
+
+
+def test_the_table_says_which_server_each_column_ran_on(tmp_path: Path) -> None:
+    """The first row names the server of each column: the version() the results recorded,
+    the Citus extension's version where the server had it, and for an emulation the
+    PostgreSQL beneath it, marked as such."""
+    debian = "PostgreSQL 15.20 (Debian 15.20-0+deb12u1) on x86_64-pc-linux-gnu, compiled by gcc"
+    results = {
+        "postgres": summary("postgres", {"basics": {"passed": 1}}, engine_version=debian),
+        "cockroachdb": summary(
+            "cockroachdb", {"basics": {"passed": 1}}, engine_version=debian, emulated=True
+        ),
+        "citus": summary(
+            "citus",
+            {"basics": {"passed": 1}},
+            engine_version="PostgreSQL 18.1 (Debian 18.1-1.pgdg13+2) on aarch64-unknown-linux-gnu",
+            engine_markers={"citus": "14.0-1"},
+        ),
+        "pglite": summary(
+            "pglite",
+            {"basics": {"passed": 1}},
+            engine_version="PostgreSQL 18.6 (PGlite 0.5.14) on wasm32-unknown-emscripten",
+        ),
+        "yugabytedb": summary(
+            "yugabytedb", {}, engine_version=None, available=False, reason="no Docker"
+        ),
+    }
+    from qcore.conformance.table import ENGINE_ROW, render
+
+    page = render(results)
+    assert parse_table(page)[ENGINE_ROW] == {
+        "postgres": "PostgreSQL 15.20",
+        "citus": "Citus 14.0-1 on PostgreSQL 18.1",
+        "cockroachdb": "PostgreSQL 15.20 (emulation)",
+        "pglite": "PostgreSQL 18.6 (PGlite 0.5.14)",
+        "yugabytedb": NOT_RUN,
+    }
+    [where] = [line for line in page.splitlines() if line.startswith("| cockroachdb |")]
+    assert "PostgreSQL 15.20 (Debian 15.20-0+deb12u1) (beneath the emulation)" in where
+
+
+def test_results_of_the_first_format_are_still_read(tmp_path: Path) -> None:
+    """Results files written before ``not_run`` was counted (format 1, as CI committed
+    them) load with every counter; one from a run that did not exit cleanly is flagged,
+    since format 1 counted a test that never ran as passed."""
+    first = summary("postgres", {"basics": {"passed": 3}}, format="qcore-matrix-results/1")
+    for counts in [first["totals"], *first["groups"].values()]:
+        del counts["not_run"]
+    broken = {**first, "backend": "citus", "pytest_exit_status": 1}
+    broken["groups"] = {"basics": {**first["groups"]["basics"], "failed": 1}}
+    results = tmp_path / "results"
+    write_results(first, results)
+    write_results(broken, results)
+    loaded = load_results(results)
+    assert loaded["postgres"]["groups"]["basics"]["not_run"] == 0
+    assert loaded["postgres"]["totals"]["not_run"] == 0
+    from qcore.conformance.table import render
+
+    page = render(loaded)
+    assert parse_table(page)["basics"]["postgres"] == f"{REAL} 3/3"
+    [clean] = [line for line in page.splitlines() if line.startswith("| postgres |")]
+    [flagged] = [line for line in page.splitlines() if line.startswith("| citus |")]
+    assert "format 1" not in clean
+    assert "format 1, which counted a test that never ran as passed" in flagged
 
 
 def test_cell_rules() -> None:
@@ -524,6 +586,109 @@ def test_not_available_backend_skips_with_reason(inner: pytest.Pytester) -> None
     assert report["backends"]["nowhere"]["available"] is False
     [test] = report["tests"]
     assert test["skip_kind"] == "not_available" and test["feature"] == "engine"
+
+
+STOPPED_TESTS = """
+import pytest
+from qcore.conformance.markers import feature
+
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("the fixture broke before the test")
+
+
+@feature("first")
+def test_fails(backend):
+    assert backend.name == "no such backend"
+
+
+@feature("setup")
+def test_setup_breaks(backend, broken):
+    pass
+
+
+@feature("later")
+def test_never_reached(backend):
+    pass
+"""
+
+
+def test_tests_that_never_ran_are_not_run_not_passed(pytester: pytest.Pytester) -> None:
+    """``-x`` stops the session at the first failure: the tests after it were collected
+    (each has a record) but never ran. They are "not_run", their group's cell says so
+    and no cell of theirs is green; a setup error is an error."""
+    pytester.makeini(ASYNC_INI)
+    pytester.makepyfile(test_stopped=STOPPED_TESTS)
+    report_path = pytester.path / "report.json"
+    result = pytester.runpytest("--backend", "citus", "-x", "--matrix-report", str(report_path))
+    result.assert_outcomes(failed=1)
+    report = load_report(report_path)
+    outcomes = {t["nodeid"].split("::")[-1]: t["outcome"] for t in report["tests"]}
+    assert outcomes == {
+        "test_fails[citus]": "failed",
+        "test_setup_breaks[citus]": "not_run",
+        "test_never_reached[citus]": "not_run",
+    }
+    s = summarise(report, "citus")
+    assert s["totals"]["passed"] == 0 and s["totals"]["not_run"] == 2
+    assert s["groups"]["later"]["not_run"] == 1
+    from qcore.conformance.table import render
+
+    table = parse_table(render({"citus": s}))
+    assert table["later"]["citus"] == f"{NOT_RUN} 0/1, 1 not run"
+    assert table["first"]["citus"] == f"{FAILING} 0/1"
+
+    without_x = pytester.runpytest("--backend", "citus", "--matrix-report", str(report_path))
+    without_x.assert_outcomes(failed=1, passed=1, errors=1)
+    report = load_report(report_path)
+    outcomes = {t["nodeid"].split("::")[-1]: t["outcome"] for t in report["tests"]}
+    assert outcomes["test_setup_breaks[citus]"] == "error"
+    assert outcomes["test_never_reached[citus]"] == "passed"
+
+
+INTERRUPTED_TESTS = """
+from qcore.conformance.markers import feature
+
+pytestmark = feature("interrupted")
+
+
+def test_passes(backend):
+    pass
+
+
+def test_interrupted(backend):
+    raise KeyboardInterrupt
+
+
+def test_after(backend):
+    pass
+"""
+
+
+def test_an_interrupted_session_records_what_never_ran(pytester: pytest.Pytester) -> None:
+    """An interrupt in the middle of a test: its setup passed but its call never reported,
+    and the tests after it never started. Neither counts as passed, and the results of
+    the interrupted run are a broken run, whatever exit status the recorder was told."""
+    pytester.makeini(ASYNC_INI)
+    pytester.makepyfile(test_interrupted=INTERRUPTED_TESTS)
+    report_path = pytester.path / "report.json"
+    # its own process: the interrupt would stop this session too
+    pytester.runpytest_subprocess(
+        "--backend", "citus", "--matrix-report", str(report_path), "-p", "no:cacheprovider"
+    )
+    report = load_report(report_path)
+    assert report["pytest_exit_status"] == 2  # pytest's "interrupted"
+    outcomes = {t["nodeid"].split("::")[-1]: t["outcome"] for t in report["tests"]}
+    assert outcomes == {
+        "test_passes[citus]": "passed",
+        "test_interrupted[citus]": "not_run",
+        "test_after[citus]": "not_run",
+    }
+    s = summarise(report, "citus", exit_status=0)  # as `record` is called by default
+    assert s["totals"]["passed"] == 1 and s["totals"]["not_run"] == 2
+    assert s["error"] == "pytest exited with status 2"
+    assert cell(s, "interrupted") == FAILING
 
 
 def test_unknown_capability_is_a_collection_error(pytester: pytest.Pytester) -> None:

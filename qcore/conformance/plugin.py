@@ -76,6 +76,7 @@ except ImportError:  # pragma: no cover - the db fixtures need it; the rest work
 __all__ = [
     "BACKEND_FIXTURES",
     "BACKEND_PARAM",
+    "NOT_RUN",
     "REPORT_FORMAT",
     "MatrixState",
     "open_database",
@@ -86,7 +87,8 @@ BACKEND_PARAM = "qcore_backend_name"
 #: the fixtures that make a test run once per backend (BACKEND_PARAM pulls them in)
 BACKEND_FIXTURES = frozenset({"backend", "provisioned", "db", "schema", "boss"})
 #: the ``format`` field of a --matrix-report file
-REPORT_FORMAT = "qcore-matrix-report/1"
+#: (2: a test with no passing call is ``not_run``; 1 counted it as passed)
+REPORT_FORMAT = "qcore-matrix-report/2"
 DEFAULT_BACKEND = "postgres"
 
 SKIP_UNSUPPORTED = "unsupported"  # the backend lacks a capability the test requires
@@ -172,13 +174,22 @@ def _state(config: pytest.Config) -> MatrixState:
 # --------------------------------------------------------------------------- session state
 
 
+#: the outcome of a collected test until a report says otherwise: a session stopped
+#: before it (``-x``, an interrupt, a crash) never ran it, and the matrix must not
+#: count it as passed
+NOT_RUN = "not_run"
+
+
 @dataclasses.dataclass
 class TestRecord:
+    """One collected test's line in the report. It starts as ``not_run``: only a passing
+    call (the test body) makes it ``passed``; a setup error makes it ``error``."""
+
     nodeid: str
     backend: str | None
     feature: str
     requires: list[str]
-    outcome: str = "passed"  # passed | failed | error | skipped
+    outcome: str = NOT_RUN  # not_run | passed | failed | error | skipped
     skip_kind: str | None = None
     reason: str | None = None
     duration: float = 0.0
@@ -192,7 +203,8 @@ class MatrixState:
         self.dsn = dsn
         self.default = default  # no --backend given: postgres on the local PostgreSQL
         self.provisioners: dict[str, Provisioner] = {}
-        self.versions: dict[str, str] = {}
+        self.versions: dict[str, str] = {}  # backend -> the server's version()
+        self.markers: dict[str, dict[str, str]] = {}  # backend -> e.g. {"citus": "14.0-1"}
         self.unavailable: dict[str, str] = {}  # backend -> reason
         self.broken: dict[str, str] = {}  # backend -> why provisioning failed
         self.records: dict[str, TestRecord] = {}
@@ -244,6 +256,8 @@ class MatrixState:
             try:
                 provisioner.start()
                 self.versions[name] = provisioner.engine_version
+                if provisioner.identity is not None:
+                    self.markers[name] = dict(provisioner.identity.markers)
             except NotAvailable as exc:
                 self.unavailable[name] = exc.reason
                 raise NotAvailable(name, exc.reason) from exc
@@ -275,6 +289,7 @@ class MatrixState:
                 "emulated": provisioner.emulated,
                 "engine": provisioner.identity.describe() if provisioner.identity else None,
                 "engine_version": self.versions.get(name),
+                "engine_markers": self.markers.get(name),
                 "started": name in self.versions,
                 "available": (name not in self.unavailable) if tried else None,
                 "reason": self.unavailable.get(name) or self.broken.get(name),

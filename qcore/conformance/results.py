@@ -4,13 +4,15 @@ stored as ``<results directory>/<backend>.json``, read back by the table generat
 A results file::
 
     {
-      "format": "qcore-matrix-results/1",
+      "format": "qcore-matrix-results/2",
       "backend": "cockroachdb",
       "description": "CockroachDB 24.1 or newer",
       "provisioner": "emulation",          # container | local | pglite | emulation | external
       "provisioner_detail": "emulated on local PostgreSQL (...)",
       "emulated": true,
-      "engine_version": "PostgreSQL 15.20 ...",
+      "engine_version": "PostgreSQL 15.20 ...",   # the server's version(); under an
+                                           # emulation, of the PostgreSQL beneath it
+      "engine_markers": {"citus": "14.0-1"},  # what else the server said (or null)
       "available": true,                   # false: the engine cannot run here ("reason")
       "reason": null,
       "error": null,                       # the run itself broke (pytest crashed, no report)
@@ -18,7 +20,7 @@ A results file::
       "finished_at": "2026-05-20T10:00:00+00:00",
       "pytest_exit_status": 0,
       "totals": {"passed": 5, "failed": 0, "errors": 0, "skipped": 3, "unsupported": 3,
-                 "not_available": 0},
+                 "not_available": 0, "not_run": 0},
       "groups": {"locking": {...same counters...}, ...},   # tests run per backend
       "independent": {"adapters": {...}, ...},  # tests using no backend fixture, by group
                                                 # (only in the run that included them)
@@ -28,7 +30,13 @@ A results file::
 
 ``skipped`` counts every skip; ``unsupported`` (the backend lacks a capability
 the test requires) and ``not_available`` (the engine cannot run here) are the
-skips of those two kinds.
+skips of those two kinds. ``not_run`` counts the tests that were collected but
+never ran (the session stopped before them: ``-x``, an interrupt, a crash).
+
+Format 1 files, written before ``not_run`` and ``engine_markers`` existed, are
+still read (their counters get ``not_run: 0``). A format 1 report counted a test
+that never ran as passed; that could only happen in a run that did not exit 0,
+so the table flags such files.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from qcore import __version__
 
 __all__ = [
     "COUNTERS",
+    "READABLE_FORMATS",
     "RESULTS_FORMAT",
     "empty_counts",
     "load_results",
@@ -52,8 +61,10 @@ __all__ = [
     "write_results",
 ]
 
-RESULTS_FORMAT = "qcore-matrix-results/1"
-COUNTERS = ("passed", "failed", "errors", "skipped", "unsupported", "not_available")
+RESULTS_FORMAT = "qcore-matrix-results/2"
+#: the formats :func:`load_results` reads (1: before ``not_run`` was counted)
+READABLE_FORMATS = ("qcore-matrix-results/1", RESULTS_FORMAT)
+COUNTERS = ("passed", "failed", "errors", "skipped", "unsupported", "not_available", "not_run")
 
 
 def empty_counts() -> dict[str, int]:
@@ -74,6 +85,8 @@ def _count(counts: dict[str, int], test: Mapping[str, Any]) -> None:
             counts["unsupported"] += 1
         elif test.get("skip_kind") == "not_available":
             counts["not_available"] += 1
+    else:  # "not_run", or an outcome this reader does not know: no evidence it passed
+        counts["not_run"] += 1
 
 
 def _now() -> dt.datetime:
@@ -90,14 +103,18 @@ def summarise(
 ) -> dict[str, Any]:
     """One backend's results from the plugin's ``--matrix-report`` (``None`` if the run
     wrote none). Tests of other backends are left out; tests that do not run per
-    backend (``backend: null``) are counted apart, under ``independent``."""
+    backend (``backend: null``) are counted apart, under ``independent``.
+
+    The report's own exit status wins over a zero ``exit_status``: ``record`` is told 0
+    by default, and an interrupted run must not be recorded as a finished one."""
     info: Mapping[str, Any] = {}
     tests: list[Mapping[str, Any]] = []
     if report is not None:
         info = report.get("backends", {}).get(backend, {})
         tests = [t for t in report.get("tests", []) if t.get("backend") in (backend, None)]
-        if exit_status is None:
-            exit_status = report.get("pytest_exit_status")
+        reported = report.get("pytest_exit_status")
+        if exit_status in (None, 0) and reported is not None:
+            exit_status = int(reported)
     info = {**(fallback or {}), **{k: v for k, v in info.items() if v is not None}}
     if report is None and error is None:
         error = "the pytest run wrote no report"
@@ -138,6 +155,7 @@ def summarise(
         "emulated": bool(info.get("emulated", info.get("provisioner") == "emulation")),
         "engine": info.get("engine"),
         "engine_version": info.get("engine_version"),
+        "engine_markers": info.get("engine_markers"),
         "available": True if available is None else bool(available),
         "reason": info.get("reason"),
         "error": error,
@@ -185,9 +203,23 @@ def load_results(
             if isinstance(warn, list):
                 warn.append(f"{path}: {exc}")
             continue
-        if not isinstance(data, dict) or data.get("format") != RESULTS_FORMAT:
+        if not isinstance(data, dict) or data.get("format") not in READABLE_FORMATS:
             if isinstance(warn, list):
                 warn.append(f"{path}: not a qcore matrix results file")
             continue
-        found[str(data.get("backend") or path.stem)] = data
+        found[str(data.get("backend") or path.stem)] = _with_every_counter(data)
     return found
+
+
+def _with_every_counter(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with each counter present in its totals and groups (a format 1 file has
+    no ``not_run``), so readers need not know which format they read."""
+    for counts in [
+        data.get("totals"),
+        *(data.get("groups") or {}).values(),
+        *(data.get("independent") or {}).values(),
+    ]:
+        if isinstance(counts, dict):
+            for counter in COUNTERS:
+                counts.setdefault(counter, 0)
+    return data

@@ -97,8 +97,15 @@ class BackendOutcome:
 
     @property
     def failed(self) -> bool:
+        """Whether the run failed: a test failed or errored, the run broke, or tests were
+        left unrun (a run that stopped half-way proves nothing of them)."""
         totals = self.summary.get("totals", {})
-        return bool(self.summary.get("error") or totals.get("failed") or totals.get("errors"))
+        return bool(
+            self.summary.get("error")
+            or totals.get("failed")
+            or totals.get("errors")
+            or totals.get("not_run")
+        )
 
     @property
     def available(self) -> bool:
@@ -245,9 +252,13 @@ def one_line(outcome: BackendOutcome) -> str:
     text = (
         f"{totals['passed']} passed, {totals['failed']} failed, {totals['errors']} errors,"
         f" {totals['skipped']} skipped ({totals['unsupported']} capability off)"
-        f" on {summary.get('provisioner')}"
+        f"{_not_run(totals)} on {summary.get('provisioner')}"
     )
     return ("FAILED: " if outcome.failed else "ok: ") + text
+
+
+def _not_run(totals: dict[str, Any]) -> str:
+    return f", {totals['not_run']} not run" if totals.get("not_run") else ""
 
 
 def run_matrix(options: RunOptions) -> int:
