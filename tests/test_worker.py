@@ -88,7 +88,9 @@ async def test_a_settle_and_claim_killed_mid_statement_loses_nothing(
     async with running(Boss(db=pool, schema=schema, supervise=False)) as boss:
         await boss.work("q", handler, batch_size=1, local_concurrency=2)
         [victim] = await until(lambda: _held(ctx), timeout=60, what="a settle-and-claim in flight")
-        [killed] = await ctx.db.execute("SELECT pg_terminate_backend($1) AS ok", [victim["pid"]])
+        [killed] = await ctx.db.execute(
+            "SELECT pg_terminate_backend($1::int) AS ok", [victim["pid"]]
+        )
         assert killed["ok"] is True
 
         async def drained() -> bool:
@@ -130,7 +132,7 @@ async def test_a_split_settle_and_claim_killed_mid_pipeline_loses_nothing(
             assert sent is not None
             await boss.work("q", handler, batch_size=1, local_concurrency=2)
             [victim] = await until(lambda: _held(ctx), timeout=60, what="a settle in flight")
-            await ctx.db.execute("SELECT pg_terminate_backend($1)", [victim["pid"]])
+            await ctx.db.execute("SELECT pg_terminate_backend($1::int)", [victim["pid"]])
 
             async def drained() -> bool:
                 return await states(ctx, "q") == {"completed": 10}
