@@ -1,8 +1,12 @@
 """``qcore dashboard``: the web board (``qcore[web]``), served by uvicorn.
 
-Listens on 127.0.0.1:8080 by default. Anywhere else it needs credentials: ``--token``
-(or ``QCORE_DASHBOARD_TOKEN``) or ``--basic-auth user:password`` (or
-``QCORE_DASHBOARD_BASIC_AUTH``). ``--read-only`` hides and refuses every action;
+Listens on 127.0.0.1:8080 by default. Anywhere else it needs credentials:
+``QCORE_DASHBOARD_TOKEN`` (or ``--token``) or ``QCORE_DASHBOARD_BASIC_AUTH=user:password``
+(or ``--basic-auth``); given as options they show in every user's process list, so the
+command warns. It answers to ``localhost``, to addresses written as digits and to the
+DNS names given with ``--allowed-host`` (repeatable; ``--host`` when it is a name):
+any other ``Host`` is refused, so a rebound DNS name cannot reach it from a browser.
+``--read-only`` hides and refuses every action;
 ``--history`` adds the metrics-history views, read from the store in
 ``--store-schema`` (default: the queues' schema). ``--database NAME=URL`` (repeatable)
 puts more databases on the same board, switched from its sidebar. Exit status 2 when the extra is
@@ -36,8 +40,25 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--read-only", action="store_true", help="no actions")
     parser.add_argument("--history", action="store_true", help="metrics-history views")
     parser.add_argument("--store-schema", default=None, help="the metrics store's schema")
-    parser.add_argument("--token", default=None, help="a bearer token (16+ characters)")
-    parser.add_argument("--basic-auth", default=None, metavar="USER:PASSWORD")
+    parser.add_argument(
+        "--token",
+        default=None,
+        help="a bearer token (16+ characters); prefer QCORE_DASHBOARD_TOKEN (ps shows options)",
+    )
+    parser.add_argument(
+        "--basic-auth",
+        default=None,
+        metavar="USER:PASSWORD",
+        help="prefer QCORE_DASHBOARD_BASIC_AUTH (ps shows options)",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a DNS name the board is reached by (repeatable; .example.com: every name"
+        " under it); localhost and IP addresses always pass",
+    )
     parser.add_argument(
         "--database",
         action="append",
@@ -54,18 +75,37 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
 
         from qcore.web import combine, create_app
-        from qcore.web.security import Access, check_bind
+        from qcore.web.security import Access, AllowedHosts, check_bind, is_wildcard
     except ImportError as exc:
         print(f"qcore dashboard: {exc.name} is missing: pip install 'qcore[web]'", file=sys.stderr)
         return 2
+    for option, variable in (("token", "TOKEN"), ("basic_auth", "BASIC_AUTH")):
+        if getattr(args, option) is not None:
+            print(
+                f"qcore dashboard: warning: --{option.replace('_', '-')} is visible to every"
+                f" user of this machine in the process list (ps); set QCORE_DASHBOARD_{variable}"
+                " in the environment instead",
+                file=sys.stderr,
+            )
     token = args.token or os.environ.get("QCORE_DASHBOARD_TOKEN") or None
     basic = args.basic_auth or os.environ.get("QCORE_DASHBOARD_BASIC_AUTH") or None
+    names = list(args.allowed_host)
+    if not is_wildcard(args.host):
+        names.append(args.host)  # the name it listens on is one it is reached by
     try:
         check_bind(args.host, Access.of(token, basic))
+        AllowedHosts(names)  # refused here, before connecting, if a name is not one
         others = [_named(value) for value in args.database]
     except ConfigError as exc:
         print(f"qcore dashboard: {exc}", file=sys.stderr)
         return 2
+    if is_wildcard(args.host) and not args.allowed_host:
+        print(
+            f"qcore dashboard: listening on {args.host or 'every address'}: requests are"
+            " answered when addressed to localhost or an IP address; give the DNS names"
+            " it is reached by with --allowed-host NAME",
+            file=sys.stderr,
+        )
 
     async def board(target: Target, stack: contextlib.AsyncExitStack) -> Any:
         from qcore.metrics import MetricsHistoryAdmin, MetricsHistoryProvider, PostgresMetricsStore
@@ -88,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
             read_only=args.read_only,
             token=token,
             basic_auth=basic,
+            allowed_hosts=names,
         )
 
     async def serve(target: Target) -> int:

@@ -5,15 +5,21 @@ Pages are rendered on the server (Jinja2, autoescaped; charts are SVG drawn by
 a page marked live and toggles chart series. Every state change is a POST carrying the
 browser's CSRF token; ``read_only`` hides every action and refuses every POST. No SQL
 travels from the browser: each action is one of the ``Boss``'s verbs.
+
+Two middlewares wrap the routes. :class:`_Shield`, outermost, refuses a request
+addressed to a name the board was not given (DNS rebinding) before anything else runs,
+and puts the security headers on every answer, a crash's 500 included. :class:`_Guard`
+checks credentials (and how often they failed) and gives each browser its CSRF id.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import re
 import urllib.parse
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,11 +33,18 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from qcore.boss import Boss
-from qcore.errors import ConfigError, QcoreError, QueueNotFoundError, ValidationError
+from qcore.errors import (
+    ConfigError,
+    ConnectionLostError,
+    DatabaseError,
+    QcoreError,
+    QueueNotFoundError,
+    ValidationError,
+)
 from qcore.metrics import LatencyPoint, MetricsHistoryAdmin, MetricsHistoryProvider, WindowHistory
 from qcore.web import charts, prometheus
 from qcore.web.board import RANGES, STATES, Board, JobFilter
-from qcore.web.security import HEADERS, Access, Csrf
+from qcore.web.security import HEADERS, Access, AllowedHosts, Csrf, SignInLimit
 
 __all__ = ["combine", "create_app"]
 
@@ -40,6 +53,10 @@ HERE = Path(__file__).parent
 REFRESH_SECONDS = 10
 #: what a history purge keeps, by choice on the storage panel
 KEEP_CHOICES = {"7d": 7, "30d": 30, "90d": 90}
+#: the tabs of the history page
+HISTORY_TABS = ("throughput", "latency")
+#: methods that only read, so a request may be run again after a lost connection
+READS = ("GET", "HEAD")
 JOB_ACTIONS = ("cancel", "retry", "resume", "delete")
 INSTANCE_ACTIONS = ("pause", "resume", "remove")
 SESSION_COOKIE = "qcore_session"
@@ -128,12 +145,57 @@ def _route_path(scope: Scope) -> str:
     return path[len(root) :] or "/" if root and path.startswith(root) else path
 
 
-class _Guard:
-    """ASGI middleware: credentials, the browser's CSRF id, and the security headers."""
+def _text(status: int, text: str, headers: Mapping[str, str] | None = None) -> Response:
+    return Response(text, status_code=status, media_type="text/plain", headers=headers)
 
-    def __init__(self, app: ASGIApp, access: Access) -> None:
+
+class _Shield:
+    """ASGI middleware, outermost: a request addressed to a name the board does not
+    answer to is refused (400) before anything else looks at it, and every answer
+    carries the security headers, whichever part of the stack made it (a page, a 404 of
+    the router, a refusal, the 500 of a crash). A crash is answered here, then raised
+    on, so the server (or the application the board is mounted in) logs it."""
+
+    def __init__(self, app: ASGIApp, hosts: AllowedHosts) -> None:
+        self.app = app
+        self.hosts = hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def with_headers(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                names = {k.encode() for k in HEADERS}
+                headers = [h for h in message.get("headers", []) if h[0].lower() not in names]
+                headers += [(k.encode(), v.encode()) for k, v in HEADERS.items()]
+                message["headers"] = headers
+            await send(message)
+
+        host = Request(scope).headers.get("host")
+        if not self.hosts.allows(host):
+            await _text(400, self.hosts.refusal(host))(scope, receive, with_headers)
+            return
+        try:
+            await self.app(scope, receive, with_headers)
+        except Exception:
+            if not started:
+                crashed = _text(500, "the dashboard failed to answer; its log says why\n")
+                await crashed(scope, receive, with_headers)
+            raise
+
+
+class _Guard:
+    """ASGI middleware: credentials, how often they failed, and the browser's CSRF id."""
+
+    def __init__(self, app: ASGIApp, access: Access, sign_ins: SignInLimit) -> None:
         self.app = app
         self.access = access
+        self.sign_ins = sign_ins
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -142,48 +204,78 @@ class _Guard:
         request = Request(scope)
         path = _route_path(scope)
         open_path = path == "/login" or path.startswith("/static/")
-        if not open_path and not self.access.allows(
-            request.headers.get("authorization"), request.cookies.get(SESSION_COOKIE)
-        ):
-            await self._refuse(request)(scope, receive, send)
-            return
+        if not open_path and self.access.required:
+            refusal = self._check(request)
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
         browser = request.cookies.get(Csrf.COOKIE)
         fresh = None
         if not browser:
             browser = fresh = Csrf.new_id()
         scope.setdefault("state", {})["browser"] = browser
 
-        async def with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
-                headers += [(k.encode(), v.encode()) for k, v in HEADERS.items()]
-                if fresh is not None:
-                    cookie = f"{Csrf.COOKIE}={fresh}; Path=/; HttpOnly; SameSite=Strict"
-                    headers.append((b"set-cookie", cookie.encode()))
-                message["headers"] = headers
+        async def with_cookie(message: Message) -> None:
+            if message["type"] == "http.response.start" and fresh is not None:
+                cookie = f"{Csrf.COOKIE}={fresh}; Path=/; HttpOnly; SameSite=Strict"
+                message["headers"] = [*message.get("headers", []), (b"set-cookie", cookie.encode())]
             await send(message)
 
-        await self.app(scope, receive, with_headers)
+        await self.app(scope, receive, with_cookie)
+
+    def _check(self, request: Request) -> Response | None:
+        """None when the request may pass, else its refusal. Credentials sent in the
+        ``Authorization`` header are a sign-in: one from a client that failed too often
+        lately is not even looked at, and a wrong one counts as a failure (a signed-in
+        browser's cookie is not a guess: it is neither limited nor counted)."""
+        authorization = request.headers.get("authorization")
+        client = request.client.host if request.client else None
+        if authorization is not None:
+            wait = self.sign_ins.wait(client)
+            if wait:
+                return _too_many(wait)
+        if self.access.allows(authorization, request.cookies.get(SESSION_COOKIE)):
+            return None
+        if authorization is not None:
+            self.sign_ins.failed(client)
+        return self._refuse(request)
 
     def _refuse(self, request: Request) -> Response:
-        headers = dict(HEADERS)
         if self.access.user is not None:
-            headers["www-authenticate"] = 'Basic realm="qcore dashboard", charset="UTF-8"'
-        elif request.method == "GET" and "text/html" in request.headers.get("accept", ""):
-            return RedirectResponse(
-                f"{_root(request.scope)}/login", status_code=303, headers=headers
-            )
-        return Response("authentication required\n", status_code=401, headers=headers)
+            challenge = 'Basic realm="qcore dashboard", charset="UTF-8"'
+            return _text(401, "authentication required\n", {"www-authenticate": challenge})
+        if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
+            return RedirectResponse(f"{_root(request.scope)}/login", status_code=303)
+        return _text(401, "authentication required\n")
+
+
+def _too_many(wait: int) -> Response:
+    return _text(
+        429,
+        f"too many failed sign-ins from this address: try again in {wait} s\n",
+        {"retry-after": str(wait)},
+    )
 
 
 class Dashboard:
     """The routes, bound to one :class:`~qcore.web.board.Board`."""
 
-    def __init__(self, board: Board, *, read_only: bool, access: Access, title: str) -> None:
+    def __init__(
+        self,
+        board: Board,
+        *,
+        read_only: bool,
+        access: Access,
+        hosts: AllowedHosts,
+        title: str,
+    ) -> None:
         self.board = board
         self.read_only = read_only
         self.access = access
+        self.hosts = hosts
         self.title = title
+        #: failed sign-ins, by client (the form here, credentials in headers in _Guard)
+        self.sign_ins = SignInLimit()
         #: the databases of a combined board (:func:`combine`) and which one this is
         self.databases: list[str] = []
         self.database: str | None = None
@@ -235,13 +327,31 @@ class Dashboard:
 
     def handle(self, handler: Handler) -> Handler:
         """``handler`` with qcore's errors shown as pages (bad input 400, missing 404,
-        refused 403) instead of tracebacks."""
+        refused 403, no history store a page that says how to get one) instead of
+        tracebacks. A read that lost its connection (a server restart leaves the pool's
+        connections dead; the pool drops them on the first failure) is run once more."""
 
         async def run(request: Request) -> Response:
             try:
-                return await handler(request)
+                _check_query(request)
+                try:
+                    return await handler(request)
+                except DatabaseError as exc:
+                    if request.method not in READS or not (
+                        exc.retryable or isinstance(exc, ConnectionLostError)
+                    ):
+                        raise
+                    return await handler(request)
             except _Refused as exc:
                 return self.error(request, exc, 403)
+            except _NoHistory as exc:
+                return self.render(
+                    request,
+                    "no_history.html",
+                    status=200 if exc.configured else 404,
+                    configured=exc.configured,
+                    message=exc.message,
+                )
             except QueueNotFoundError as exc:
                 return self.error(request, exc, 404)
             except ValidationError as exc:
@@ -275,7 +385,7 @@ class Dashboard:
 
     async def queue(self, request: Request) -> Response:
         query = request.query_params
-        name, span = query.get("name", ""), query.get("range", "60m")
+        name, span = query.get("name", ""), _one_of(query, "range", RANGES, "60m")
         wanted = JobFilter(
             state=query.get("state") or None,
             key=query.get("key") or None,
@@ -283,8 +393,8 @@ class Dashboard:
         )
         page = await self.board.queue(name, filter=wanted, before=query.get("before"))
         try:
-            history = await self.board.queue_history(name, span)
-        except ConfigError:  # no store yet (a read-only board never creates one): no charts
+            history = await _from_store(self.board.queue_history(name, span))
+        except _NoHistory:  # none, or no store yet (a read-only board creates none): no charts
             history = None
         return self.render(
             request,
@@ -315,8 +425,9 @@ class Dashboard:
         return self.render(request, "schedules.html", schedules=await self.board.schedules())
 
     async def history(self, request: Request) -> Response:
-        span = request.query_params.get("range", "7d")
-        history = _configured(await self.board.queue_history(None, span))
+        span = _one_of(request.query_params, "range", RANGES, "7d")
+        tab = _one_of(request.query_params, "tab", HISTORY_TABS, HISTORY_TABS[0])
+        history = await _from_store(self.board.queue_history(None, span))
         busiest = max((t.completed + t.failed for t in history.breakdown), default=0)
         return self.render(
             request,
@@ -326,17 +437,17 @@ class Dashboard:
             range=span,
             busiest=busiest,
             charts=_history_charts(history, "all queues"),
-            tab=request.query_params.get("tab", "throughput"),
+            tab=tab,
         )
 
     async def storage(self, request: Request) -> Response:
-        usage = _configured(await self.board.storage())
+        usage = await _from_store(self.board.storage())
         return self.render(request, "storage.html", usage=usage, keeps=KEEP_CHOICES)
 
     async def confirm_purge(self, request: Request) -> Response:
         keep = request.query_params.get("keep", "")
         cutoff = _cutoff(keep)
-        usage = _configured(await self.board.storage())
+        usage = await _from_store(self.board.storage())
         return self.render(request, "purge.html", keep=keep, cutoff=cutoff, usage=usage)
 
     async def metrics(self, request: Request) -> Response:
@@ -346,6 +457,12 @@ class Dashboard:
     async def login(self, request: Request) -> Response:
         if request.method == "GET":
             return self.render(request, "login.html", failed=False)
+        client = request.client.host if request.client else None
+        wait = self.sign_ins.wait(client)
+        if wait:  # the form is not even read: a right guess now would tell nothing
+            page = self.render(request, "login.html", status=429, failed=False, wait=wait)
+            page.headers["retry-after"] = str(wait)
+            return page
         form = await request.form()
         given = form.get("token")
         if (
@@ -353,6 +470,7 @@ class Dashboard:
             or not isinstance(given, str)
             or not self.access.allows(f"Bearer {given}", None)
         ):
+            self.sign_ins.failed(client)
             return self.render(request, "login.html", status=401, failed=True)
         response = RedirectResponse(f"{_root(request.scope)}/", status_code=303)
         lasts = int(self.access.session_seconds)
@@ -397,6 +515,8 @@ class Dashboard:
             data = json.loads(text) if text else None
         except ValueError as exc:
             raise ValidationError(f"data must be JSON: {exc}") from None
+        except RecursionError:  # the decoder's own limit, far past what a job may hold
+            raise ValidationError("data nests lists and objects too deep") from None
         options: dict[str, Any] = {}
         if fields.get("priority"):
             options["priority"] = _integer("priority", fields["priority"])
@@ -429,7 +549,10 @@ class Dashboard:
 
     async def purge(self, request: Request) -> Response:
         cutoff = _cutoff((await self.form(request)).get("keep", ""))
-        await _configured(self.board.admin).purge(before=cutoff)
+        if self.board.admin is None:
+            raise _NoHistory(configured=False)
+        with _store_state():
+            await self.board.admin.purge(before=cutoff)
         what = "all history" if cutoff is None else f"history before {cutoff.isoformat()}"
         return self.back(request, "/history/storage", f"purged {what}")
 
@@ -454,13 +577,58 @@ def _cutoff(keep: str) -> dt.date | None:
     return dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=KEEP_CHOICES[keep])
 
 
+def _one_of(query: Mapping[str, str], name: str, allowed: tuple[str, ...], default: str) -> str:
+    """Query parameter ``name``, which must be one of ``allowed`` (``default`` when absent)."""
+    value = query.get(name, default)
+    if value not in allowed:
+        raise ValidationError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
+def _check_query(request: Request) -> None:
+    """Refuse a query parameter no database can hold (a NUL character) whatever the page
+    does with it, so it reads as the bad input it is."""
+    for name, value in request.query_params.multi_items():
+        if "\x00" in name or "\x00" in value:
+            raise ValidationError(
+                f"query parameter {name.replace(chr(0), '')!r} holds a NUL character"
+            )
+
+
+class _NoHistory(Exception):
+    """The board has no metrics history (``configured`` False), or its store cannot be
+    used yet (``message`` says why: not set up, a read-only board may not create it)."""
+
+    def __init__(self, *, configured: bool, message: str | None = None) -> None:
+        super().__init__(message)
+        self.configured = configured
+        self.message = message
+
+
 T = TypeVar("T")
 
 
-def _configured(value: T | None) -> T:
-    """A part of the metrics history, or the error a board without one answers."""
+@contextlib.contextmanager
+def _store_state() -> Iterator[None]:
+    """Inside: the metrics store refusing its configuration (not set up, and a
+    read-only board may not create it) becomes :class:`_NoHistory`."""
+    try:
+        yield
+    except ValidationError:
+        raise
+    except ConfigError as exc:
+        if isinstance(exc, DatabaseError):  # the server refused us: not the store's state
+            raise
+        raise _NoHistory(configured=True, message=str(exc)) from exc
+
+
+async def _from_store(read: Awaitable[T | None]) -> T:
+    """What a read of the metrics history gave; :class:`_NoHistory` when the board has
+    none (the read gave None) or its store cannot be used yet."""
+    with _store_state():
+        value = await read
     if value is None:
-        raise ValidationError("no metrics history is configured for this dashboard")
+        raise _NoHistory(configured=False)
     return value
 
 
@@ -526,16 +694,22 @@ def create_app(
     read_only: bool = False,
     token: str | None = None,
     basic_auth: str | None = None,
+    allowed_hosts: Iterable[str] = (),
     title: str = "qcore",
 ) -> Starlette:
     """The dashboard as an ASGI app, for ``boss``'s job schema (its verbs only; the
     boss need not run workers), with the metrics-history views when ``history`` (and
     the storage panel when ``admin``) is given. ``token`` or ``basic_auth``
     (``user:password``) guard every page; ``read_only`` hides and refuses every action.
-    Mount it in a Starlette or FastAPI app, or serve it with ``qcore dashboard``."""
+    ``allowed_hosts``: the DNS names browsers reach the board by (``ops.example.com``,
+    or ``.example.com`` for every name under it); ``localhost`` and addresses written
+    as digits always pass, any other name is refused (see
+    :class:`~qcore.web.security.AllowedHosts`). Mount it in a Starlette or FastAPI app,
+    or serve it with ``qcore dashboard``."""
     access = Access.of(token, basic_auth)
+    hosts = AllowedHosts(allowed_hosts)
     board = Board(boss, history=history, admin=admin)
-    ui = Dashboard(board, read_only=read_only, access=access, title=title)
+    ui = Dashboard(board, read_only=read_only, access=access, hosts=hosts, title=title)
     h = ui.handle
     routes = [
         Route("/", h(ui.overview)),
@@ -560,7 +734,8 @@ def create_app(
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes)
-    app.add_middleware(_Guard, access=access)
+    app.add_middleware(_Guard, access=access, sign_ins=ui.sign_ins)
+    app.add_middleware(_Shield, hosts=hosts)  # added last: outermost
     app.state.dashboard = ui
     return app
 
@@ -573,7 +748,8 @@ def combine(boards: Mapping[str, Starlette]) -> Starlette:
     """One board for several databases: each of ``boards`` (apps from :func:`create_app`,
     by a name of letters, digits, ``-`` and ``_``) under ``/db/<name>/``, ``/`` leading to
     the first, and every board's sidebar switching between them. Each keeps its own
-    credentials, read-only setting and CSRF secret."""
+    credentials, read-only setting, allowed hosts and CSRF secret; what lies outside
+    every board answers only to a name one of them does, with the same headers."""
     if not boards:
         raise ConfigError("combine() needs at least one board")
     names = list(boards)
@@ -595,4 +771,8 @@ def combine(boards: Mapping[str, Starlette]) -> Starlette:
 
     routes: list[Route | Mount] = [Route("/", first)]
     routes += [Mount(f"/db/{name}", app=boards[name]) for name in names]
-    return Starlette(routes=routes)
+    app = Starlette(routes=routes)
+    app.add_middleware(
+        _Shield, hosts=AllowedHosts(n for ui in uis.values() for n in ui.hosts.names)
+    )
+    return app

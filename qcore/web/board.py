@@ -205,6 +205,8 @@ class Board:
             data = json.loads(filter.data) if filter.data else None
         except ValueError as exc:
             raise ValidationError(f"the data filter must be JSON: {exc}") from None
+        except RecursionError:  # the decoder's own limit, far past what a job may hold
+            raise ValidationError("the data filter nests lists and objects too deep") from None
         jobs = await self.boss.browse_jobs(
             name,
             states=[filter.state] if filter.state else None,
