@@ -20,14 +20,42 @@ from qcore.sql.jobs.columns import (
     _targets,
 )
 
+#: The longest a failed attempt waits for its retry, in seconds (about 68 years).
+#:
+#: With ``retry_backoff`` the delay doubles with every attempt up to 2^16 times the
+#: base, and with a large ``retry_delay`` and no ``retry_delay_max`` that product
+#: leaves the range of a PostgreSQL interval (or of a timestamp once added to now):
+#: the statement failing the job would raise, so the job would stay active, and the
+#: monitor's expiry of a shared job table would raise on every pass, for every queue
+#: in it. Every statement that turns a delay into a ``start_after`` caps it here.
+#:
+#: Why this value: it is the longest delay a queue or job can be given, as both
+#: ``retry_delay`` and ``retry_delay_max`` are integer columns, so a NULL
+#: ``retry_delay_max`` behaves as the largest one a user could have set, and no delay
+#: a user chose is ever shortened. 68 years is "never" for any deployment, yet the
+#: resulting date stays far inside what a timestamp, a Python ``datetime`` (year 9999)
+#: and a JavaScript ``Date`` can hold, so the row stays readable by every client.
+#: Below the cap the delay is exactly pg-boss's; above it pg-boss's own statement
+#: fails or writes a date decades to millennia away (past year 9999 a Python driver
+#: cannot read the row back).
+MAX_RETRY_DELAY_SECONDS = 2**31 - 1
+
+
+def _capped(seconds: str) -> str:
+    """A delay in seconds, never above :data:`MAX_RETRY_DELAY_SECONDS` (a NULL delay
+    gives the cap: LEAST ignores NULLs)."""
+    return f"LEAST({seconds}, {MAX_RETRY_DELAY_SECONDS}::float8)"
+
 
 def _retry_delay(alias: str) -> str:
     """Seconds until a failed attempt runs again: retry_delay, or with retry_backoff a
     random delay in [d*2^k, d*2^(k+1)) for attempt k (exponent at most 16, d at least 1),
-    capped by retry_delay_max (LEAST ignores a NULL cap)."""
+    capped by retry_delay_max (LEAST ignores a NULL cap), and whatever the row holds by
+    :data:`MAX_RETRY_DELAY_SECONDS`. The exponent is bounded before the increment, so
+    not even a retry_count at the integer maximum can overflow it."""
     a = alias
-    exp = f"2 ^ LEAST(16, {a}.retry_count + 1)"
-    return (
+    exp = f"2 ^ (LEAST(15, {a}.retry_count) + 1)"
+    return _capped(
         f"CASE WHEN NOT {a}.retry_backoff THEN {a}.retry_delay::float8"
         f" ELSE LEAST({a}.retry_delay_max, GREATEST({a}.retry_delay, 1)"
         f" * ({exp} / 2 + {exp} / 2 * random())) END"
@@ -247,13 +275,14 @@ def _row_columns(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 @lru_cache(maxsize=8)
 def fail_reinsert_retry(q: str) -> Statement:
     """Split fail, step 2: insert the jobs with retries left again as retry, each
-    ``delay`` seconds (computed by the client) from now; a row a policy index refuses
-    is skipped. Rows: the ids inserted."""
+    ``delay`` seconds (computed by the client, capped here as the one-statement fail
+    caps it) from now; a row a policy index refuses is skipped. Rows: the ids
+    inserted."""
     p = Params()
     values = {c: f"r.{c}" for c in REINSERT_COLUMNS}
     values.update(
         state=f"'retry'::{q}.job_state",
-        start_after=f"{_now(q)} + r.delay * interval '1 second'",
+        start_after=f"{_now(q)} + {_capped('r.delay')} * interval '1 second'",
         completed_on="NULL::timestamptz",
         output=f"{p('output')}::jsonb",
         heartbeat_on="NULL::timestamptz",
@@ -267,12 +296,16 @@ def fail_reinsert_retry(q: str) -> Statement:
 def fail_reinsert_failed(q: str) -> Statement:
     """Split fail, step 3: insert the jobs out of retries (or refused as retry) again as
     failed, and a copy of each in its dead letter queue, as one INSERT (one mutation of
-    the job table). A row's ``delay`` moves its start_after as a retry's would (NULL
-    keeps it). Rows ``id, name``: a failed job keeps its queue's name."""
+    the job table). A row's ``delay`` moves its start_after as a retry's would (capped
+    the same way; NULL keeps it). Rows ``id, name``: a failed job keeps its queue's
+    name."""
     p = Params()
     output = f"{p('output')}::jsonb"
     failed = _failed_copy(q, "r", output)
-    failed["start_after"] = f"COALESCE({_now(q)} + r.delay * interval '1 second', r.start_after)"
+    failed["start_after"] = (
+        f"CASE WHEN r.delay IS NULL THEN r.start_after"
+        f" ELSE {_now(q)} + {_capped('r.delay')} * interval '1 second' END"
+    )
     copies = _dead_letter_copy(q, "r", "dq", output)
     # the same parameter, expanded once in each branch of the UNION
     records = _recordset(p, "rows", _row_columns({"delay": "float8"}))
