@@ -908,3 +908,18 @@ def test_compose_file_matches_the_provisioning_spec(name: str) -> None:
         assert service["command"] == spec.command
     assert dict(service.get("environment") or {}) == dict(spec.env)
     assert any(str(p).endswith(f":{spec.port}") for p in service["ports"])
+
+
+#: the PostgreSQL majors each Citus line runs on (Citus's release notes)
+CITUS_POSTGRES = {12: "14–16", 13: "15–17", 14: "16–18"}
+
+
+def test_the_citus_description_names_what_its_image_carries() -> None:
+    """The description says which Citus and PostgreSQL the backend targets, and they
+    are the ones its container image carries."""
+    citus = backends.get("citus")
+    assert citus.provisioning is not None
+    tag = citus.provisioning.image.rpartition(":")[2]
+    major = int(tag.split(".")[0])
+    assert f"Citus {major} " in citus.description
+    assert f"PostgreSQL {CITUS_POSTGRES[major]}" in citus.description
