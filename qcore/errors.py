@@ -18,6 +18,7 @@ __all__ = [
     "DatabaseError",
     "NotInstalledError",
     "NotStartedError",
+    "OrphanedThreadsError",
     "PublishError",
     "QcoreError",
     "QueueNotFoundError",
@@ -64,6 +65,12 @@ class PublishError(QcoreError):
         self.event = event
         self.sent = sent
         self.failed = failed
+
+
+class OrphanedThreadsError(QcoreError):
+    """A worker's plain-function handlers that ran on past the batches it gave up on
+    (they do not return when ``job.cancelled`` is set) hold as many threads as it
+    allows: it claims nothing until one of them ends. Emitted as an ``error`` event."""
 
 
 class NotInstalledError(QcoreError):

@@ -34,6 +34,10 @@ class WorkerStatus:
     last_job_ended_on: dt.datetime | None
     last_error: str | None
     last_error_on: dt.datetime | None
+    #: plain-function handler threads still running batches the worker gave up on
+    #: (expired, past the stop deadline, lost); at ``local_concurrency`` of them it
+    #: claims nothing until one ends
+    orphaned_threads: int = 0
     options: dict[str, Any] = field(default_factory=dict)
 
     def registry_entry(self) -> dict[str, Any]:
