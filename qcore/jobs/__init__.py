@@ -47,7 +47,7 @@ from qcore.jobs.failing import (
     expire,
     fail,
 )
-from qcore.jobs.locked import LockedBatch, locked_fetch
+from qcore.jobs.locked import LockedBatch, fail_released, locked_fetch
 from qcore.jobs.reads import browse_jobs, find_jobs, get_job_by_id, ready_queues
 from qcore.jobs.routes import Ids
 
@@ -66,6 +66,7 @@ __all__ = [
     "complete_each",
     "delete_job",
     "expire",
+    "fail_released",
     "fail",
     "fetch",
     "find_jobs",

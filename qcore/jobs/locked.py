@@ -147,6 +147,29 @@ class LockedBatch:
         return rows
 
 
+async def fail_released(
+    ctx: Context, name: str, jobs: Iterable[Job], data: Any = None
+) -> CommandResult:
+    """Fail, as :meth:`LockedBatch.fail` would have, jobs a locked claim held and gave
+    back: its transaction rolled back because the database refused how they ended (an
+    output it cannot store), which leaves them queued with no attempt counted, ready to
+    run again for ever. In a transaction of its own: the jobs still queued and free are
+    locked and failed (the attempt counted, retried or dead-lettered as the queue says);
+    one that another claim took meanwhile is left to it."""
+    queue_name(name)
+    output = _jsonb(normalize_output(data))
+    ids = [job.id for job in jobs]
+    async with ctx.db.separate_transaction() as tx:
+        lock = sql.lock_released(ctx.q)
+        locked = await tx.execute(lock.sql, lock.bind(queue=name, ids=ids))
+        free = [r["id"] for r in locked]
+        if not free:
+            return _result(ids, [])
+        fail = sql.fail_held(ctx.q)
+        rows = await tx.execute(fail.sql, fail.bind(queue=name, ids=free, output=output))
+    return _result(ids, [r["id"] for r in rows if r["id"] is not None])
+
+
 @asynccontextmanager
 async def locked_fetch(
     ctx: Context, name: str, **options: Unpack[FetchOptions]

@@ -19,6 +19,8 @@ from qcore.backend import FetchStrategy, MutationStrategy
 from qcore.coalescer import Coalescer
 from qcore.context import Context
 from qcore.errors import (
+    DatabaseError,
+    OrphanedThreadsError,
     QueueNotFoundError,
     UniqueViolation,
     ValidationError,
@@ -29,7 +31,14 @@ from qcore.jobs import LockedBatch
 from qcore.options import GroupLimits, normalize_output, queue_name
 from qcore.worker.gate import _Gate
 from qcore.worker.groups import LocalGroups
-from qcore.worker.handlers import _HANDLER_LOOP, _consume, _inside, _is_async, _Slot
+from qcore.worker.handlers import (
+    _HANDLER_LOOP,
+    Orphans,
+    _consume,
+    _inside,
+    _is_async,
+    _Slot,
+)
 from qcore.worker.options import WorkOptions
 from qcore.worker.poll import SharedPoll
 from qcore.worker.settlement import _UNSTORABLE, _outcome_of, _Settlement, _timed_out, _transient
@@ -163,6 +172,9 @@ class Worker:
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._slots: list[_Slot] = []
+        # plain handler threads run on past their batch: at most one per loop before the
+        # loops claim nothing more (the worker never runs twice its concurrency of them)
+        self._orphans = Orphans(options.local_concurrency, on_end=self._orphan_ended)
         self._state = "created"
         self._stopping = False
         self._deadline = math.inf  # loop time after which held jobs are failed
@@ -269,6 +281,7 @@ class Worker:
             last_job_ended_on=_utc(self._ended_on),
             last_error=self._error,
             last_error_on=_utc(self._error_on),
+            orphaned_threads=self._orphans.count,
             options=self.options.changed(),
         )
 
@@ -297,9 +310,12 @@ class Worker:
                 burst = False
 
     def _resting(self) -> bool:
-        """Paused by an operator, or dormant (a service's worker with nothing to claim)."""
-        return (self._paused is not None and self._paused()) or (
-            self.dormant is not None and self.dormant()
+        """Paused by an operator, dormant (a service's worker with nothing to claim), or
+        holding as many orphaned handler threads as it may (until one ends)."""
+        return (
+            (self._paused is not None and self._paused())
+            or (self.dormant is not None and self.dormant())
+            or self._orphans.full
         )
 
     @property
@@ -370,18 +386,44 @@ class Worker:
     async def _process_locked(self, ctx: Context, slot: _Slot) -> bool:
         """One locked claim (``locked_fetch``): the batch claimed, run and settled in one
         transaction of this loop's own; whether it was full. A database error on the
-        way rolls it back (the jobs come back, no attempt spent) and is reported."""
+        way rolls it back (the jobs come back, no attempt spent) and is reported; one
+        that refused how the batch ended is settled again (:meth:`_settle_refused`)."""
         size = self.options.batch_size
-        async with job_ops.locked_fetch(
-            ctx, self.name, batch_size=size, **self._fetch_options
-        ) as batch:
-            jobs = self._deal(batch.jobs, 1)[0]
-            if not jobs:
-                return False
-            with self._holding(jobs):  # no heartbeats: the open transaction holds the jobs
-                settlement = await self._run_handler(ctx, jobs, slot, touching=False)
-                await self._settle_locked(batch, settlement)
-        return len(jobs) >= size
+        settling: list[Job] = []
+        try:
+            async with job_ops.locked_fetch(
+                ctx, self.name, batch_size=size, **self._fetch_options
+            ) as batch:
+                jobs = self._deal(batch.jobs, 1)[0]
+                if not jobs:
+                    return False
+                with self._holding(jobs):  # no heartbeats: the open transaction holds them
+                    settlement = await self._run_handler(ctx, jobs, slot, touching=False)
+                    settling = jobs
+                    await self._settle_locked(batch, settlement)
+        except DatabaseError as exc:
+            if not settling or _transient(exc):
+                raise
+            await self._settle_refused(ctx, settling, exc)
+        return len(settling) >= size
+
+    async def _settle_refused(self, ctx: Context, jobs: list[Job], exc: DatabaseError) -> None:
+        """The database refused how a locked batch ended (an output it cannot store), and
+        the rollback gave the jobs back uncounted: left so, they would run again and be
+        refused again for ever, holding up the queue. Fail them now as :meth:`_settle`
+        fails a fetched batch whose output is refused: with why, else a plain message;
+        the attempt counts, so they retry, fail and dead-letter as the queue says."""
+        self._report(exc)
+        for data in (exc, _UNSTORABLE):
+            try:
+                await job_ops.fail_released(ctx, self.name, jobs, data)
+            except Exception as again:
+                self._report(again)
+                if _transient(again):
+                    return  # the jobs are queued: they run again, no attempt counted
+                continue
+            self._failed += 1
+            return
 
     async def _settle_locked(self, batch: LockedBatch, settlement: _Settlement) -> None:
         """Settle a locked batch in its transaction as :meth:`_settle` settles a fetched
@@ -647,7 +689,21 @@ class Worker:
         running.cancel()
         running.add_done_callback(_consume)
         if not self._async:
-            slot.abandon()
+            slot.abandon(self._orphans)
+            if self._orphans.full and not self._stopping:  # a stop claims nothing anyway
+                self._report(
+                    OrphanedThreadsError(
+                        f"worker {self.id} of queue {self.name!r}: {self._orphans.count}"
+                        " handler thread(s) still run batches given up on (the handler does"
+                        " not return when job.cancelled is set); it claims nothing until"
+                        " one ends"
+                    )
+                )
+
+    def _orphan_ended(self) -> None:
+        """An orphaned handler thread ended: a loop resting at the cap may claim again."""
+        self.wake()
+        self._changed()
 
     async def _touch(self, ctx: Context, beating: list[Job]) -> list[Job]:
         """Refresh the heartbeats; the jobs still ours (a lost one has ``cancelled`` set).

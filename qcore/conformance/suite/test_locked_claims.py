@@ -10,15 +10,17 @@ cannot hold a transaction open."""
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from qcore import Boss, JobResult, jobs, queues
 from qcore.backend import Backend, FetchStrategy, MutationStrategy
-from qcore.conformance.helpers import row, running, states, until
+from qcore.conformance.helpers import count, row, running, states, until
 from qcore.context import Context
 from qcore.errors import ConfigError, DatabaseError, ValidationError
 from qcore.job import Job, JobState
@@ -411,3 +413,110 @@ async def test_the_idle_limit_covers_the_longest_expiry_in_the_batch(pctx: Conte
         assert await limit(batch) == f"{600 + grace}s"
     [outside] = await pctx.db.execute("SHOW idle_in_transaction_session_timeout")
     assert outside["idle_in_transaction_session_timeout"] == "0"  # local to the claims
+
+
+#: an error message as a file name that is not UTF-8 gives it: a lone surrogate, which
+#: no database text can hold
+UNDECODABLE = "cannot open " + os.fsdecode(b"caf\xe9.txt")
+
+
+async def _drain_with_poison(
+    pool: Any,
+    backend: Backend,
+    schema: str,
+    pctx: Context,
+    *,
+    locked: bool,
+    batch_size: int,
+    handler: Callable[[list[Job]], Any],
+) -> tuple[uuid.UUID, list[uuid.UUID]]:
+    """Queue ``q`` (one retry, dead letters to ``dlq``) with one poison job among
+    ``2 * batch_size`` others, worked by ``handler`` until every job has ended: the
+    poison job's id and the others'."""
+    await queues.create_queue(pctx, "dlq")
+    await queues.create_queue(pctx, "q", retry_limit=1, retry_delay=0, dead_letter="dlq")
+    poison = await jobs.send(pctx, "q", {"poison": True})
+    others = await jobs.insert(pctx, "q", [{"data": {"n": n}} for n in range(2 * batch_size)])
+    assert poison is not None and others is not None
+    boss = Boss(db=pool, backend=backend, schema=schema, supervise=False)
+    async with running(boss):
+        await boss.work("q", handler, batch_size=batch_size, locked_fetch=locked)
+
+        async def ended() -> bool:
+            return set(await states(pctx, "q")) <= {"completed", "failed"}
+
+        await until(ended, timeout=120, what="every job of q completed or failed")
+    return poison, others
+
+
+@pytest.mark.parametrize("batch_size", [1, 10])
+@pytest.mark.parametrize("locked", [True, False], ids=["locked", "fetched"])
+async def test_an_error_the_database_cannot_hold_retries_fails_and_dead_letters(
+    pool: Any, backend: Backend, schema: str, pctx: Context, locked: bool, batch_size: int
+) -> None:
+    """A handler's error with a lone surrogate in its message: the job fails with it
+    (escaped), retries once, fails and is dead-lettered, locked or fetched alike, run
+    twice in all; it holds up nobody (once, such a locked batch came back uncounted
+    and ran again for ever)."""
+    if locked:
+        needs_locked_claims(pctx)
+    runs: Counter[uuid.UUID] = Counter()
+
+    async def handler(batch: list[Job]) -> None:
+        runs.update(j.id for j in batch)
+        if any(j.data.get("poison") for j in batch):
+            raise RuntimeError(UNDECODABLE)
+
+    poison, others = await _drain_with_poison(
+        pool, backend, schema, pctx, locked=locked, batch_size=batch_size, handler=handler
+    )
+    failed = await row(pctx, poison)
+    assert (failed["state"], failed["retry_count"]) == ("failed", 1)
+    assert failed["output"]["name"] == "RuntimeError"
+    assert failed["output"]["message"] == "cannot open caf\\udce9.txt"
+    assert runs[poison] == 2
+    lost = [{"poison": True}]
+    for other in others:  # a batch-mate of the poison job fails with it, as a batch does
+        assert runs[other] <= 2
+        mate = await row(pctx, other)
+        assert mate["state"] in ("completed", "failed")
+        if mate["state"] == "failed":
+            lost.append(mate["data"])
+    letters = await pctx.db.execute(
+        f"SELECT data, source_retry_count FROM {pctx.q}.job WHERE name = 'dlq'"
+    )
+    assert sorted(map(str, lost)) == sorted(str(r["data"]) for r in letters)
+    assert {r["source_retry_count"] for r in letters} == {1}
+
+
+@pytest.mark.parametrize("locked", [True, False], ids=["locked", "fetched"])
+async def test_an_output_the_database_refuses_fails_the_job_not_the_queue(
+    pool: Any, backend: Backend, schema: str, pctx: Context, locked: bool
+) -> None:
+    """Whatever the database refuses of how a job ended (here an output a constraint
+    of the test's own forbids, checked only by the server), the job fails with why
+    (or a plain message when why is refused too), retries, fails and is dead-lettered,
+    through a locked claim as through fetch; the other jobs are completed."""
+    needs_locked_claims(pctx)  # both ways on one backend, that of the locked claims
+    await pctx.db.execute(
+        f"ALTER TABLE {pctx.q}.job ADD CONSTRAINT refuse_marked_outputs"
+        " CHECK (output IS NULL OR strpos(output::text, 'refuse-me') = 0)"
+    )
+    runs: Counter[uuid.UUID] = Counter()
+
+    async def handler(batch: list[Job]) -> Any:
+        [job] = batch
+        runs[job.id] += 1
+        return {"note": "refuse-me" if job.data.get("poison") else "fine"}
+
+    poison, others = await _drain_with_poison(
+        pool, backend, schema, pctx, locked=locked, batch_size=1, handler=handler
+    )
+    failed = await row(pctx, poison)
+    assert (failed["state"], failed["retry_count"]) == ("failed", 1)
+    assert "refuse-me" not in str(failed["output"])
+    assert runs[poison] == 2
+    assert await count(pctx, "job", "name = 'dlq'") == 1
+    for other in others:
+        completed = await row(pctx, other)
+        assert (completed["state"], completed["output"]) == ("completed", {"note": "fine"})

@@ -40,7 +40,7 @@ from qcore.sql.jobs.fail import (
     fail_remove,
 )
 from qcore.sql.jobs.fetch import fetch_jobs, pin_claim_plan, unpin_claim_plan
-from qcore.sql.jobs.held import claim_held, complete_held, fail_held, hold_longer
+from qcore.sql.jobs.held import claim_held, complete_held, fail_held, hold_longer, lock_released
 from qcore.sql.jobs.insert import insert_jobs, send_job
 from qcore.sql.jobs.reads import browse_jobs, find_jobs, get_job
 from qcore.sql.jobs.ready import ready_queues
@@ -81,6 +81,7 @@ __all__ = [
     "hold_longer",
     "insert_jobs",
     "insert_redriven",
+    "lock_released",
     "pin_claim_plan",
     "ready_queues",
     "redrive_candidates",

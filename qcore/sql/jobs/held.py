@@ -136,6 +136,17 @@ def complete_held(q: str, *, table: str | None = None) -> Statement:
     return p.statement(_settling_command(q, p, mutation, table))
 
 
+@lru_cache(maxsize=1)
+def lock_released(q: str) -> Statement:
+    """Lock again, in a transaction of its own, the jobs of a locked claim whose
+    transaction rolled back: those still queued and not taken meanwhile by another
+    claim (SKIP LOCKED: a job another worker holds is that worker's now), for
+    :func:`fail_held`. Rows ``id``."""
+    p = Params()
+    sql = f"SELECT j.id FROM {q}.job j WHERE {_held(p)} ORDER BY j.id FOR UPDATE OF j SKIP LOCKED"
+    return p.statement(sql)
+
+
 @lru_cache(maxsize=8)
 def fail_held(q: str, *, terminal: bool = False) -> Statement:
     """Fail held jobs with ``output`` as :func:`qcore.sql.jobs.fail.fail_jobs` fails
