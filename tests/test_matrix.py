@@ -30,7 +30,7 @@ from qcore.conformance.provisioners import (
     to_url,
 )
 from qcore.conformance.results import empty_counts, load_results, summarise, write_results
-from qcore.conformance.runner import RunOptions, resolve_backends, run_matrix
+from qcore.conformance.runner import BackendOutcome, RunOptions, resolve_backends, run_matrix
 from qcore.conformance.table import (
     EMULATED,
     FAILING,
@@ -689,6 +689,10 @@ def test_an_interrupted_session_records_what_never_ran(pytester: pytest.Pytester
     assert s["totals"]["passed"] == 1 and s["totals"]["not_run"] == 2
     assert s["error"] == "pytest exited with status 2"
     assert cell(s, "interrupted") == FAILING
+    # and were the run's status lost, the tests it left unrun still fail the matrix
+    unbroken = {**s, "error": None, "pytest_exit_status": 0}
+    assert cell(unbroken, "interrupted") == NOT_RUN
+    assert BackendOutcome("citus", unbroken, 0, 0.0).failed
 
 
 def test_unknown_capability_is_a_collection_error(pytester: pytest.Pytester) -> None:
@@ -811,6 +815,7 @@ def test_runner_writes_results_and_table(pytester: pytest.Pytester, tmp_path: Pa
     assert results["postgres"]["independent"]["other"]["passed"] == 1
     assert "other" not in results["cockroachdb"]["independent"]
     assert results["cockroachdb"]["engine_version"].startswith("PostgreSQL")
+    assert results["cockroachdb"]["engine_markers"] == {}  # read, and no Citus there
     table = parse_table((tmp_path / "compatibility.md").read_text())
     assert table["basics"] == {"postgres": f"{REAL} 1/1", "cockroachdb": f"{EMULATED} 1/1"}
     assert table["notifications"] == {"postgres": f"{REAL} 1/1", "cockroachdb": UNSUPPORTED}
