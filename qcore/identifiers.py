@@ -23,7 +23,7 @@ def quote(name: str) -> str:
         raise ValidationError(f"an identifier must be a non-empty string, got {name!r}")
     if "\x00" in name:
         raise ValidationError("an identifier may not contain a NUL character")
-    if len(name.encode()) > 63:
+    if len(_utf8(name, "an identifier")) > 63:
         raise ValidationError(f"identifier {name!r} is longer than PostgreSQL's 63 bytes")
     return '"' + name.replace('"', '""') + '"'
 
@@ -35,7 +35,8 @@ def schema_name(spec: str) -> str:
     folded to lower case as PostgreSQL does; a name written in double quotes is
     taken verbatim without the quotes and may hold any character except double
     and single quotes, percent signs, periods, dollar signs, backslashes and
-    control characters. Either way the name may be at most 50 bytes.
+    control characters. Either way the name may be at most 50 bytes and may not begin
+    with ``pg_`` (PostgreSQL's own).
     """
     if not isinstance(spec, str) or not spec:
         raise ValidationError(f"schema must be a non-empty string, got {spec!r}")
@@ -57,8 +58,25 @@ def schema_name(spec: str) -> str:
                 " to use other characters"
             )
         name = spec.lower()
-    if len(name.encode()) > MAX_SCHEMA_BYTES:
+    size = len(_utf8(name, f"schema {spec!r}"))
+    if size > MAX_SCHEMA_BYTES:
         raise ValidationError(
-            f"schema {spec!r} is {len(name.encode())} bytes long; the limit is {MAX_SCHEMA_BYTES}"
+            f"schema {spec!r} is {size} bytes long; the limit is {MAX_SCHEMA_BYTES}"
+        )
+    if name.startswith("pg_"):
+        raise ValidationError(
+            f"schema {spec!r} begins with pg_, which PostgreSQL keeps for its own schemas;"
+            " choose another name"
         )
     return name
+
+
+def _utf8(name: str, what: str) -> bytes:
+    """``name`` in UTF-8, as the server receives it; a lone surrogate (no Unicode
+    character) is a ValidationError."""
+    try:
+        return name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(
+            f"{what} contains a lone surrogate, which is not Unicode text"
+        ) from None

@@ -28,7 +28,10 @@ __all__ = [
     "EDIT_OPTIONS",
     "FETCH_OPTIONS",
     "INT4_MAX",
+    "MAX_DELAY_SECONDS",
     "MAX_EXPIRE_SECONDS",
+    "MAX_JSON_DEPTH",
+    "MAX_KEY_BYTES",
     "MAX_QUEUE_NAME_LENGTH",
     "MIN_HEARTBEAT_SECONDS",
     "QUEUE_OPTIONS",
@@ -46,7 +49,9 @@ __all__ = [
     "check_batch_size",
     "check_count",
     "check_json",
+    "check_key",
     "check_seconds",
+    "check_text",
     "fetch_options",
     "ids_and_fences",
     "job_id",
@@ -59,6 +64,7 @@ __all__ = [
     "queue_name",
     "queue_options",
     "queue_options_json",
+    "storable_text",
 ]
 
 INT4_MAX: Final = 2**31 - 1
@@ -68,6 +74,16 @@ INT4_MIN: Final = -(2**31)
 MAX_QUEUE_NAME_LENGTH: Final = 255
 MAX_EXPIRE_SECONDS: Final = 86_400  # 24 hours
 MIN_HEARTBEAT_SECONDS: Final = 10
+#: how deep lists and objects may nest in a job's data or output: far below the depth at
+#: which Python's own JSON encoder and decoder give up (about 1,000 levels, less on a deep
+#: stack), so what is stored can always be read back
+MAX_JSON_DEPTH: Final = 100
+#: the longest delay ``start_after`` may give in seconds: 100 years (far past any real
+#: schedule, far below what a timestamp holds)
+MAX_DELAY_SECONDS: Final = 100 * 365 * 86_400
+#: the longest singleton key, group id or group tier, in UTF-8 bytes: they are index keys
+#: (with the queue name), and PostgreSQL refuses an index row over about 2,700 bytes
+MAX_KEY_BYTES: Final = 2048
 
 _NAME = re.compile(r"[\w.\-/]+", re.ASCII)  # pg-boss: /^[\w.\-/]+$/ (JavaScript \w is ASCII)
 
@@ -148,16 +164,53 @@ def check_flag(name: str, value: object) -> bool:
     return value
 
 
-def _text(name: str, value: object) -> str:
+def check_key(name: str, value: object) -> str:
+    """A non-empty string the database can store and index: valid Unicode (no NUL, no
+    lone surrogate) and at most :data:`MAX_KEY_BYTES` in UTF-8 (singleton keys, group
+    ids and tiers are index keys, and PostgreSQL refuses an index row past ~2.7 kB)."""
     if not isinstance(value, str) or not value:
-        raise ValidationError(f"{name} must be a non-empty string, got {value!r}")
-    if "\x00" in value:
-        raise ValidationError(f"{name} may not contain a NUL character")
+        raise ValidationError(f"{name} must be a non-empty string, got {value!r:.80}")
+    problem = _text_problem(value)
+    if problem is not None:
+        raise ValidationError(f"{name} {problem}")
+    size = len(value.encode("utf-8"))
+    if size > MAX_KEY_BYTES:
+        raise ValidationError(
+            f"{name} is {size} bytes long in UTF-8; the limit is {MAX_KEY_BYTES}"
+            " (hash a longer key first)"
+        )
     return value
 
 
+def check_text(name: str, value: object) -> str:
+    """A string the database can store (see :func:`_text_problem`), any length."""
+    if not isinstance(value, str):
+        raise ValidationError(f"{name} must be a string, got {type(value).__name__}")
+    problem = _text_problem(value)
+    if problem is not None:
+        raise ValidationError(f"{name} {problem}")
+    return value
+
+
+def _text_problem(text: str) -> str | None:
+    """Why the database cannot store ``text``, or None: a NUL character (text and jsonb
+    refuse it) or a lone surrogate (not Unicode: what ``os.fsdecode`` makes of a file
+    name that is not UTF-8; the driver cannot encode it)."""
+    if "\x00" in text:
+        return "contains a NUL character, which the database cannot store"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"contains a lone surrogate ({text[exc.start]!r} at index {exc.start}), which"
+            " is not valid Unicode text: decode bytes with errors='replace' first"
+        )
+    return None
+
+
 def check_json(name: str, value: Any) -> Any:
-    """``value`` if it can be stored as JSON (no NaN or Infinity, string keys); else an error."""
+    """``value`` if it can be stored as jsonb (string keys; no NaN or Infinity, NUL or
+    lone surrogate; nested at most :data:`MAX_JSON_DEPTH` levels); else ValidationError."""
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -165,29 +218,42 @@ def check_json(name: str, value: Any) -> Any:
             f"{name} must be JSON-serialisable (dicts with string keys, lists, strings, numbers,"
             f" booleans, None; no NaN or Infinity): {exc}"
         ) from None
-    if _has_nul(value):
-        raise ValidationError(f"{name} contains a NUL character, which jsonb cannot store")
+    except RecursionError:
+        raise ValidationError(f"{name} {_TOO_DEEP}") from None
+    problem = _json_problem(value)
+    if problem is not None:
+        raise ValidationError(f"{name} {problem}")
     return value
 
 
 def records_json(records: list[JobRecord], *, numbered: bool) -> str:
     """The job records as one JSON array, encoded once; ValidationError (naming the job
     when ``numbered``) if a job's ``data`` cannot be stored as jsonb."""
-    return _jsonb_array(records, lambda record: record["data"], numbered=numbered)
+    return _jsonb_array(records, lambda record: record["data"], numbered=numbered, wrappers=2)
 
 
 def payloads_json(payloads: list[Any]) -> str:
     """Jobs given by their ``data`` alone as one JSON array of those payloads, checked
     as :func:`records_json` checks ``data``."""
-    return _jsonb_array(payloads, lambda data: data, numbered=True)
+    return _jsonb_array(payloads, lambda data: data, numbered=True, wrappers=1)
 
 
-def _jsonb_array(items: list[Any], data_of: Callable[[Any], Any], *, numbered: bool) -> str:
+def _jsonb_array(
+    items: list[Any], data_of: Callable[[Any], Any], *, numbered: bool, wrappers: int
+) -> str:
+    """The array encoded once; the checks of :func:`check_json` made on the encoded text
+    where they can be (one C-speed search each), each job looked at alone only when one
+    may fail. ``wrappers``: the levels the array puts around each job's data."""
     try:
         text = json.dumps(items, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         text = None
-    if text is None or "\\u0000" in text:  # find the job at fault (or a false alarm)
+    if (
+        text is None
+        or "\\u0000" in text
+        or ("\\ud" in text and _LONE_SURROGATE.search(text) is not None)
+        or _may_nest_deeper(text, items, MAX_JSON_DEPTH + wrappers)
+    ):  # find the job at fault (or a false alarm)
         for i, item in enumerate(items):
             try:
                 check_json("data", data_of(item))
@@ -197,29 +263,91 @@ def _jsonb_array(items: list[Any], data_of: Callable[[Any], Any], *, numbered: b
     return text
 
 
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(_has_nul(v) for v in value)
+#: a lone surrogate as json.dumps escapes it: a high one not followed by a low one, or
+#: a low one not preceded by a high one (an escaped backslash before "ud800" may match:
+#: a false alarm, which the slow check clears)
+_LONE_SURROGATE = re.compile(
+    r"\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f][0-9a-f]{2})"
+    r"|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2}"
+)
+
+_TOO_DEEP = f"nests lists and objects deeper than {MAX_JSON_DEPTH} levels, the limit"
+
+
+def _may_nest_deeper(text: str, items: list[Any], limit: int) -> bool:
+    """Whether ``items`` (encoded as ``text``) nest more than ``limit`` levels deep: at
+    once when the text has no more opening brackets than that (a single send), else
+    walked (measured: about half the encoding's time for 1,000 small jobs)."""
+    return text.count("[") + text.count("{") > limit and _deeper_than(items, limit)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether lists and objects nest in ``value`` more than ``limit`` levels deep, found
+    level by level without recursion (``value`` encoded as JSON: no cycles)."""
+    level = [value] if isinstance(value, (dict, list, tuple)) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        level = [
+            child
+            for node in level
+            for child in (node.values() if isinstance(node, dict) else node)
+            if isinstance(child, (dict, list, tuple))
+        ]
     return False
+
+
+def _json_problem(value: Any) -> str | None:
+    """Why jsonb cannot store ``value`` (encodable as JSON), or None: too deep, or a
+    string or key the database refuses (:func:`_text_problem`); walked without
+    recursion."""
+    if _deeper_than(value, MAX_JSON_DEPTH):
+        return _TOO_DEEP
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            problem = _text_problem(node)
+            if problem is not None:
+                return problem
+        elif isinstance(node, dict):
+            stack.extend(k for k in node if isinstance(k, str))
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+    return None
 
 
 def normalize_output(value: Any) -> Any:
     """What ``complete``/``fail`` store as ``output``: None stays None, a dict is kept, an
-    exception becomes ``{"name", "message", "stack"}``, anything else ``{"value": x}``."""
+    exception becomes ``{"name", "message", "stack"}``, anything else ``{"value": x}``.
+    An exception is always storable: what the database would refuse in its text (a NUL,
+    a lone surrogate) is written as a backslash escape; any other value is checked
+    (:func:`check_json`)."""
     if value is None:
         return None
     if isinstance(value, BaseException):
         import traceback
 
         stack = "".join(traceback.format_exception(type(value), value, value.__traceback__))
-        return {"name": type(value).__name__, "message": str(value), "stack": stack}
+        return {
+            "name": type(value).__name__,
+            "message": storable_text(str(value)),
+            "stack": storable_text(stack),
+        }
     if isinstance(value, dict):
         return check_json("output", value)
     return check_json("output", {"value": value})
+
+
+def storable_text(text: str) -> str:
+    """``text`` with what the database refuses in it (NUL, lone surrogates) written as
+    backslash escapes, for messages that must be stored whatever they hold."""
+    if _text_problem(text) is None:
+        return text
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 # --------------------------------------------------------------------------- queues
@@ -448,8 +576,11 @@ def _start_after(value: object) -> dict[str, Any]:
     if isinstance(value, dt.timedelta):
         value = value.total_seconds()
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if not math.isfinite(value) or value < 0:
-            raise ValidationError(f"start_after must be >= 0 seconds, got {value!r}")
+        if not (0 <= value <= MAX_DELAY_SECONDS):  # NaN fails the comparison too
+            raise ValidationError(
+                f"start_after must be from 0 to {MAX_DELAY_SECONDS} seconds (100 years),"
+                f" got {value!r}"
+            )
         return {"start_after_seconds": float(value)} if value > 0 else {}
     if isinstance(value, str):
         text = value.strip()
@@ -522,7 +653,7 @@ def job_record(data: Any = None, **options: Any) -> JobRecord:
         record["priority"] = check_int("priority", given["priority"], minimum=INT4_MIN)
     record.update(_start_after(given.get("start_after")))
     if "singleton_key" in given:
-        record["singleton_key"] = _text("singleton_key", given["singleton_key"])
+        record["singleton_key"] = check_key("singleton_key", given["singleton_key"])
     if "singleton_seconds" in given:
         record["singleton_seconds"] = check_int(
             "singleton_seconds", given["singleton_seconds"], minimum=1
@@ -536,11 +667,11 @@ def job_record(data: Any = None, **options: Any) -> JobRecord:
     if "dead_letter" in given:
         record["dead_letter"] = queue_name(given["dead_letter"], "dead_letter")
     if "group_id" in given:
-        record["group_id"] = _text("group_id", given["group_id"])
+        record["group_id"] = check_key("group_id", given["group_id"])
     if "group_tier" in given:
         if "group_id" not in record:
             raise ValidationError("group_tier needs group_id (the tier of which group)")
-        record["group_tier"] = _text("group_tier", given["group_tier"])
+        record["group_tier"] = check_key("group_tier", given["group_tier"])
     return record
 
 
@@ -640,7 +771,7 @@ def group_limits(name: str, value: object) -> GroupLimits:
         raise ValidationError(f"{name}['tiers'] must map tier names to limits, got {tiers!r}")
     checked = []
     for tier, limit in tiers.items():
-        _text(f"a {name} tier name", tier)
+        check_key(f"a {name} tier name", tier)
         checked.append((tier, check_int(f"{name}['tiers'][{tier!r}]", limit, minimum=1)))
     return GroupLimits(default, tuple(sorted(checked)))
 
@@ -649,7 +780,7 @@ def ignored_groups(value: object) -> tuple[str, ...]:
     """``ignore_groups``: the group ids a fetch leaves alone (a list of strings)."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
         raise ValidationError(f"ignore_groups must be a list of group ids, got {value!r}")
-    return tuple(_text("an ignored group id", v) for v in value)
+    return tuple(check_key("an ignored group id", v) for v in value)
 
 
 def priority_bounds(minimum: object, maximum: object) -> tuple[int | None, int | None]:

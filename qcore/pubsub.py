@@ -28,7 +28,7 @@ from qcore.errors import (
     ValidationError,
 )
 from qcore.jobs import enqueue
-from qcore.options import SendOptions, job_record, queue_name, records_json
+from qcore.options import SendOptions, check_key, job_record, queue_name, records_json
 from qcore.queues import missing_queue
 from qcore.sql import pubsub as sql
 
@@ -36,10 +36,9 @@ __all__ = ["event_name", "publish", "subscribe", "unsubscribe"]
 
 
 def event_name(event: object) -> str:
-    """An event's name: any non-empty text (pg-boss puts no other rule on it)."""
-    if not isinstance(event, str) or not event:
-        raise ValidationError(f"event must be a non-empty string, got {event!r}")
-    return event
+    """An event's name: any non-empty text the database can store as a key (pg-boss puts
+    no other rule on it)."""
+    return check_key("event", event)
 
 
 async def subscribe(ctx: Context, event: str, name: str) -> None:

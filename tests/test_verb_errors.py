@@ -147,3 +147,65 @@ def test_handler_registration_checks_its_options_at_once() -> None:
     with pytest.raises(ValidationError, match="handler must be callable"):
         boss.handler("q")(42)  # type: ignore[arg-type]
     assert boss.handlers == []  # nothing registered by a refused call
+
+
+def _nested(depth: int) -> Any:
+    """A list ``depth`` levels deep."""
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+LONE = "caf\udce9"  # what os.fsdecode makes of a file name that is not UTF-8
+
+# (verb, arguments, keyword arguments, what the error says): values the database would
+# refuse, each once reaching it as a driver error (or a raw RecursionError on the way)
+UNSTORABLE: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [
+    ("send", ("q", {"file": LONE}), {}, "lone surrogate"),
+    ("send", ("q", {LONE: 1}), {}, "lone surrogate"),
+    ("send", ("q", {}), {"singleton_key": LONE}, "singleton_key contains a lone surrogate"),
+    ("send", ("q", {}), {"group_id": LONE}, "group_id contains a lone surrogate"),
+    ("send", ("q", {}), {"singleton_key": "k" * 3 * 2**20}, "singleton_key is 3145728 bytes"),
+    ("send", ("q", {}), {"start_after": 1e13}, "start_after must be from 0 to"),
+    ("send", ("q", _nested(400)), {}, "deeper than 100 levels"),
+    ("insert", ("q", [{"data": 1}, {"data": _nested(400)}]), {}, r"jobs\[1\]: .*deeper"),
+    ("insert", ("q", [{"data": 1}, {"data": [LONE]}]), {}, r"jobs\[1\]: .*lone surrogate"),
+    ("complete", ("q", uuid.uuid4(), {"out": LONE}), {}, "output contains a lone surrogate"),
+    ("complete", ("q", uuid.uuid4(), _nested(400)), {}, "output nests"),
+    ("find_jobs", ("q",), {"data": {"k": LONE}}, "lone surrogate"),
+    ("find_jobs", ("q",), {"data": _nested(400)}, "deeper"),
+    ("publish", ("ev\x00", {}), {}, "event contains a NUL"),
+    ("publish", (LONE, {}), {}, "event contains a lone surrogate"),
+    ("subscribe", (LONE, "q"), {}, "event contains a lone surrogate"),
+    ("fetch", ("q",), {"ignore_groups": [LONE]}, "lone surrogate"),
+]
+
+
+@pytest.mark.parametrize(
+    ("verb", "args", "options", "says"), UNSTORABLE, ids=[f"{c[0]}-{c[3][:20]}" for c in UNSTORABLE]
+)
+async def test_values_the_database_would_refuse_are_validation_errors(
+    boss: Boss, verb: str, args: tuple[Any, ...], options: dict[str, Any], says: str
+) -> None:
+    before = await _totals(boss)
+    with pytest.raises(ValidationError, match=says):
+        await getattr(boss, verb)(*args, **options)
+    assert await _totals(boss) == before
+
+
+async def test_an_error_is_stored_whatever_its_message_holds(boss: Boss) -> None:
+    """A failure's message the database could not hold (a lone surrogate, a NUL) is
+    stored with those characters escaped, not replaced by a stand-in."""
+    [job] = await boss.fetch("q")
+    await boss.fail("q", job, RuntimeError(f"cannot open {LONE} \x00"))
+    stored = await boss.get_job_by_id("q", job.id)
+    assert stored is not None and stored.output is not None
+    assert stored.output["message"] == "cannot open caf\\udce9 \\x00"
+
+
+def test_constructor_values_the_server_would_refuse_are_refused_at_once() -> None:
+    with pytest.raises(ConfigError, match="connection_timeout"):
+        Boss("postgresql://localhost/x", connection_timeout=float("nan"))
+    with pytest.raises(ValidationError, match="pg_"):
+        Boss("postgresql://localhost/x", schema="pg_catalog")

@@ -114,6 +114,8 @@ CONNECTION_OPTIONS: Final = tuple(ConnectionOptions.__annotations__)
 ADDRESS_OPTIONS: Final = ("host", "port", "database", "user", "password", "ssl")
 DEFAULT_MAX = 10
 DEFAULT_CONNECTION_TIMEOUT = 10.0
+#: a day: past it, "wait for ever" (0) says what is meant
+MAX_CONNECTION_TIMEOUT = 24 * 3600.0
 
 
 def make_conninfo(
@@ -152,8 +154,15 @@ def check_connection_options(options: dict[str, Any]) -> None:
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         raise ConfigError(f"max must be a positive integer (pool size), got {size!r}")
     timeout = options.get("connection_timeout", DEFAULT_CONNECTION_TIMEOUT)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
-        raise ConfigError(f"connection_timeout must be >= 0 seconds, got {timeout!r}")
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not 0 <= timeout <= MAX_CONNECTION_TIMEOUT
+    ):  # NaN fails the comparison too
+        raise ConfigError(
+            f"connection_timeout must be from 0 (wait for ever) to {MAX_CONNECTION_TIMEOUT:.0f}"
+            f" seconds, got {timeout!r}"
+        )
 
 
 async def connect(
@@ -168,7 +177,9 @@ async def connect(
     check_connection_options(dict(options))
     conninfo = make_conninfo(connection_string, **options)
     size = options.get("max", DEFAULT_MAX)
-    timeout = options.get("connection_timeout", DEFAULT_CONNECTION_TIMEOUT) or 24 * 3600.0
+    timeout = (
+        options.get("connection_timeout", DEFAULT_CONNECTION_TIMEOUT) or MAX_CONNECTION_TIMEOUT
+    )
     if driver == "asyncpg":
         try:
             from qcore.db.asyncpg import AsyncpgDatabase
