@@ -8,8 +8,11 @@ its command line."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -23,7 +26,7 @@ from qcore import Boss
 from qcore.errors import ConfigError
 from qcore.metrics import MetricsHistoryAdmin, MetricsHistoryProvider, PostgresMetricsStore
 from qcore.web import combine, create_app
-from qcore.web.security import HEADERS, AllowedHosts
+from qcore.web.security import HEADERS, AllowedHosts, SignInLimit
 from tests.conftest import admin_execute, terminate_others, with_database
 from tests.test_web import TOKEN, token_of
 
@@ -400,7 +403,69 @@ async def test_failed_sign_ins_are_limited_per_address(small: Small) -> None:
         assert (await http.get("/")).status_code == 401  # no credentials: nothing guessed
 
 
+def test_the_sign_in_limit_keys_clients_and_stays_bounded() -> None:
+    now = [0.0]
+    limit = SignInLimit(attempts=2, seconds=60, clock=lambda: now[0])
+    for client in ("::ffff:192.0.2.1", "::ffff:192.0.2.1"):
+        limit.failed(client)
+    assert limit.wait("192.0.2.1") == 60  # the same client, over IPv4 or a mapped IPv6
+    assert limit.wait("::ffff:192.0.2.2") == 0  # not every IPv4 client as one /64
+    limit.TRACKED = 3
+    for n in range(10):
+        limit.failed(f"198.51.100.{n}")
+    assert len(limit) <= 3
+    now[0] = 61
+    assert limit.wait("198.51.100.9") == 0 and limit.wait("192.0.2.1") == 0
+    assert len(limit) <= 2  # those looked at and found past their window are forgotten
+
+
 # -- the command -----------------------------------------------------------------------
+
+
+async def test_the_served_board_answers_its_names_and_refuses_others(
+    small: Small, pg_dsn: str
+) -> None:
+    """``qcore dashboard`` under uvicorn, over a real socket: the names of
+    ``--allowed-host`` and ``--host`` pass, localhost and addresses pass, others not."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    schema = small.boss.context().schema
+    with tempfile.TemporaryFile() as log:
+        server = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "qcore", "dashboard", "--url", pg_dsn, "--schema", schema,
+            "--host", "127.0.0.1", "--port", str(port), "--allowed-host", "board.example",
+            "--allowed-host", ".corp.example",
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 90
+                while True:
+                    try:
+                        await http.get("/login")
+                        break
+                    except httpx.TransportError:
+                        if server.returncode is not None or loop.time() > deadline:
+                            log.seek(0)
+                            raise AssertionError(log.read().decode()) from None
+                        await asyncio.sleep(0.2)
+                for host in ("board.example", "x.corp.example:8443", "localhost:1", "127.0.0.1"):
+                    answer = await http.get("/queues", headers={"host": host})
+                    assert answer.status_code == 200, host
+                    assert_headers(answer)
+                for host in (FOREIGN, "board.example.evil.example"):
+                    answer = await http.get("/static/board.css", headers={"host": host})
+                    assert answer.status_code == 400, host
+                    assert_headers(answer)
+        finally:
+            server.terminate()
+            try:
+                await asyncio.wait_for(server.wait(), 30)
+            except asyncio.TimeoutError:
+                server.kill()
+                await server.wait()
 
 
 def test_the_command_warns_about_credentials_in_its_options() -> None:

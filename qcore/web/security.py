@@ -185,6 +185,10 @@ class SignInLimit:
         self.clock = clock
         self._failures: dict[str, deque[float]] = {}
 
+    def __len__(self) -> int:
+        """How many clients failures are kept for."""
+        return len(self._failures)
+
     def wait(self, client: str | None) -> int:
         """Whole seconds before ``client`` may try again (0: it may now)."""
         failures = self._recent(_client_key(client))
@@ -221,7 +225,9 @@ def _client_key(client: str | None) -> str:
         address = ipaddress.ip_address(client or "")
     except ValueError:
         return client or ""
-    if address.version == 6:
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:  # an IPv4 client of a dual-stack socket
+            return str(address.ipv4_mapped)
         return str(ipaddress.ip_network(f"{address}/64", strict=False))
     return str(address)
 
