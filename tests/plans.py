@@ -1,7 +1,8 @@
 """Reading the server's plans in tests: a statement's custom and generic plans, the nodes
 of an ``EXPLAIN (FORMAT JSON)`` plan, the sorts and the rows over the job tables, test
 values written as SQL literals for ``EXECUTE`` (which takes no bind parameters), and an
-exception that undoes what ``EXPLAIN ANALYZE`` changed."""
+exception that undoes what ``EXPLAIN ANALYZE`` changed, and the plan a driver's prepared
+statement runs with on its connection."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from qcore.db import Database
+from qcore.identifiers import quote
 
 
 class Undo(Exception):
@@ -40,6 +42,14 @@ def nodes(plan: dict[str, Any], *, inputs_only: bool = False) -> Iterator[dict[s
         if inputs_only and child.get("Parent Relationship") in ("InitPlan", "SubPlan"):
             continue
         yield from nodes(child, inputs_only=inputs_only)
+
+
+def cte_plan(plan: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """The node that computes the CTE ``name`` in ``plan`` (None when it has none)."""
+    for node in nodes(plan):
+        if node.get("Subplan Name") == f"CTE {name}":
+            return node
+    return None
 
 
 def sorts_over_jobs(plan: dict[str, Any], tables: set[str]) -> list[str]:
@@ -77,3 +87,23 @@ def literal(value: object) -> str:
         text = str(value)
     assert "'" not in text
     return f"'{text}'"
+
+
+async def prepared_plan(
+    db: Database, sql: str, params: Sequence[Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The counters (``generic_plans``, ``custom_plans``) of the statement ``sql`` as the
+    driver prepared it on the connection ``db`` runs on, and the plan that connection
+    now runs it with (``EXPLAIN ANALYZE EXECUTE``: the server's own choice between its
+    cached generic plan and a custom one). The caller undoes what it did (:class:`Undo`)."""
+    rows = await db.execute(
+        "SELECT name, generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1",
+        [sql],
+    )
+    assert len(rows) == 1, f"{len(rows)} prepared statements hold the text given"
+    literals = ", ".join(literal(v) for v in params)
+    (plan,) = await db.execute(
+        f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {quote(rows[0]['name'])}({literals})"
+    )
+    counters = {k: rows[0][k] for k in ("generic_plans", "custom_plans")}
+    return counters, plan["QUERY PLAN"][0]["Plan"]

@@ -16,11 +16,20 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from qcore import Boss
+from qcore.db import connect
 from qcore.errors import DatabaseError
 from qcore.job import JobState
 from qcore.jobs.claim import claim_plan_pins
+from qcore.jobs.locked import HOLD_GRACE_SECONDS
 from qcore.sql import jobs as job_sql
-from tests.plans import Undo, custom_and_generic_plans, rows_read, sorts_over_jobs
+from tests.plans import (
+    Undo,
+    cte_plan,
+    custom_and_generic_plans,
+    prepared_plan,
+    rows_read,
+    sorts_over_jobs,
+)
 
 pytestmark = [pytest.mark.feature("lifecycle"), pytest.mark.postgres]
 
@@ -168,6 +177,134 @@ async def test_a_claim_reads_what_it_takes_not_the_backlog(
     assert len(plans) == 2
     for plan in plans:
         assert rows_read(plan, tables) <= 20
+
+
+#: the backlog a claim planned on a small one meets later
+GROWN = 100_000
+#: the queue it was planned on (a few pages of the job table: the generic plan of the
+#: claim's update then reached its row by reading every job of the queue through i15)
+SMALL = 100
+
+
+async def _grown_plan(
+    dsn: str, driver: str, verb: str, batch_size: int
+) -> tuple[set[str], dict[str, Any], dict[str, Any]]:
+    """On one pooled connection of ``driver``: ``verb`` run :data:`CLAIMS` times on a
+    small backlog (so its claim is prepared and settles on a generic plan), the queue
+    grown to :data:`GROWN` waiting jobs without its table being analyzed (autovacuum
+    off for it), then the claim's statement run once more as that connection runs it
+    (``EXPLAIN ANALYZE``, undone). The job tables' names, the statement's plan counters
+    on the connection, and the plan."""
+    db = await connect(dsn, driver=driver, max=1)
+    schema = "qcore_plan_growth"
+    try:
+        await db.execute_script(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        async with Boss(db=db, schema=schema, supervise=False) as boss:
+            await boss.create_queue("q")
+            (queue,) = await db.execute(f"SELECT table_name FROM {schema}.queue WHERE name = 'q'")
+            table = str(queue["table_name"])
+            await db.execute_script(
+                f"ALTER TABLE {schema}.{table} SET (autovacuum_enabled = false)"
+            )
+            # a small backlog, left small by the claims made on it
+            await boss.insert("q", [{"data": {"n": n}} for n in range(SMALL + CLAIMS * batch_size)])
+            held: list[Any] = []
+            for _ in range(CLAIMS):
+                if verb == "fetch":
+                    jobs = await boss.fetch("q", batch_size=batch_size)
+                    await boss.complete("q", [j.id for j in jobs])
+                elif verb == "complete_and_fetch":
+                    held = jobs = await boss.complete_and_fetch("q", held, batch_size=batch_size)
+                else:
+                    async with boss.locked_fetch("q", batch_size=batch_size) as batch:
+                        jobs = batch.jobs
+                assert len(jobs) == batch_size
+            await db.execute(
+                f"INSERT INTO {schema}.job (id, name, data, policy) SELECT gen_random_uuid(),"
+                " 'q', to_jsonb(i), 'standard' FROM generate_series(1, $1::int) AS i",
+                [GROWN],
+            )
+            (stats,) = await db.execute(
+                "SELECT last_analyze, last_autoanalyze FROM pg_stat_user_tables"
+                " WHERE schemaname = $1 AND relname = $2",
+                [schema, table],
+            )
+            assert stats == {"last_analyze": None, "last_autoanalyze": None}
+            ctx = boss.context()
+            values: dict[str, Any] = {"queue": "q", "policy": "standard", "table": table}
+            values |= {"matching": ctx.affinity.matching("q"), "instance_key": None}
+            if verb == "locked_fetch":
+                statement = job_sql.claim_held(
+                    ctx.q, table=table, affinity=ctx.affinity.installed, limit=batch_size
+                )
+                values["hold_grace"] = HOLD_GRACE_SECONDS
+            else:
+                statement = job_sql.fetch_jobs(
+                    ctx.q,
+                    skip_locked=True,
+                    table=table,
+                    settle=verb == "complete_and_fetch",
+                    affinity=ctx.affinity.installed,
+                    limit=batch_size,
+                )
+                # the settle of a complete_and_fetch: the jobs it holds, given by id
+                ids = [job.id for job in held]
+                values |= {"ids": ids, "plain_ids": ids, "fence_ids": [], "fence_counts": []}
+                values["output"] = None
+            pins, _ = claim_plan_pins(ctx, priority=True, limit=batch_size, restore=False)
+            with contextlib.suppress(Undo):
+                async with db.transaction() as tx:
+                    for pin, _ in pins:
+                        await tx.execute(pin)
+                    counters, plan = await prepared_plan(
+                        tx, statement.sql, statement.bind(**values)
+                    )
+                    raise Undo  # what EXPLAIN ANALYZE claimed
+        await db.execute_script(f"DROP SCHEMA {schema} CASCADE")  # once the Boss stopped
+    finally:
+        await db.close()
+    return {table, "job"}, counters, plan
+
+
+@pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])  # the adapters that prepare
+@pytest.mark.parametrize("batch_size", [1, 100])
+@pytest.mark.parametrize("verb", ["fetch", "complete_and_fetch", "locked_fetch"])
+async def test_a_claim_planned_on_a_small_backlog_reads_what_it_takes_once_it_grew(
+    pg_dsn: str, driver: str, verb: str, batch_size: int
+) -> None:
+    """A prepared claim settles on a generic plan made against the backlog of the time
+    and keeps it while the table is never analyzed again (as right after a burst). Made
+    on a small queue, that plan must still read what it takes at 100,000 waiting jobs:
+    the fetch index in order up to the batch, each claimed row reached by its key. The
+    claim's update once joined its candidates back by ``name = $1 AND id = c.id``, and
+    a generic plan made on a few pages reached the row through i15, every job of the
+    queue (100,000 rows, 5-11 ms a claim); it now joins on both key columns of the
+    candidate, which only the primary key serves."""
+    tables, counters, plan = await _grown_plan(pg_dsn, driver, verb, batch_size)
+    assert counters["generic_plans"] >= 1, counters  # settled on its small-backlog plan
+    assert sorts_over_jobs(plan, tables) == []
+    settle = cte_plan(plan, "done")  # the settling half of a settle-and-claim
+    claim_rows = rows_read(plan, tables) - (rows_read(settle, tables) if settle else 0)
+    # about three rows a job: the index entry, the row locked, the row updated
+    assert claim_rows <= 3 * batch_size + 20
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the complete's predicate (name = $1 AND id = ANY(ARRAY(...)), qcore.sql.jobs."
+    "columns._targets) planned on a few pages reads the queue's jobs through i15",
+)
+@pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])
+async def test_the_settle_of_a_settle_and_claim_planned_small_reads_what_it_takes(
+    pg_dsn: str, driver: str
+) -> None:
+    """The settling half of the same settle-and-claim, 100 jobs completed: it should read
+    the 100 rows it completes, not the queue. It shares the complete's predicate, whose
+    generic plan made on a small queue finds the ids among every job of the queue."""
+    tables, _, plan = await _grown_plan(pg_dsn, driver, "complete_and_fetch", 100)
+    settle = cte_plan(plan, "done")
+    assert settle is not None
+    assert rows_read(settle, tables) <= 2 * 100 + 20
 
 
 def _logged_claim_plans(messages: list[str]) -> list[dict[str, Any]]:

@@ -67,6 +67,16 @@ def fetch_jobs(
     ``created_on`` (see :func:`insert_jobs`), so one insert is claimed as given. The
     claimed rows come back sorted by the same keys, then ``id``.
 
+    The UPDATE reaches each candidate by both columns of the primary key, ``j.name =
+    c.name AND j.id = c.id``, and tests no queue name of its own: with ``j.name = $1``
+    a generic plan made while the table held a few pages (a queue never analyzed, its
+    statistics those of an empty table) found the row through i15 among every job of
+    the queue, and kept that plan as the backlog grew (100,000 rows read a claim of
+    one). Joined on the whole key, with no queue test for i15 to serve, the primary
+    key's lookup of each candidate is the cheapest path at any size the planner assumes
+    for a never analyzed table (ten pages at least), so every plan of it reads what it
+    claims.
+
     Rows: the claimed jobs (``FETCH_COLUMNS`` or, with ``include_metadata``,
     every column) in claim order; one row of NULLs when none; no row, and nothing
     claimed, when the queue does not exist or has another policy or table.
@@ -147,7 +157,7 @@ def fetch_jobs(
         )
         group_columns = f", j.group_id, {room} AS group_room"
     query = f"""
-  SELECT j.id, j.state, j.singleton_key, j.priority, j.created_on{group_columns}
+  SELECT j.name, j.id, j.state, j.singleton_key, j.priority, j.created_on{group_columns}
   FROM {jobs} j
   WHERE EXISTS (SELECT 1 FROM q) AND j.name = {p("queue")}::text AND j.state < 'active'
     AND NOT j.blocked{ready}{shape}
@@ -171,7 +181,7 @@ def fetch_jobs(
         rank = ", ".join([*keys, "id"])
         ctes.append(
             f"""grouped AS (
-  SELECT r.id, r.state FROM (SELECT c.id, c.state, c.group_id, c.group_room,
+  SELECT r.name, r.id, r.state FROM (SELECT c.name, c.id, c.state, c.group_id, c.group_room,
     row_number() OVER (PARTITION BY c.group_id ORDER BY {rank}) AS group_rank
     FROM {chosen} c) r
   WHERE r.group_id IS NULL OR r.group_rank <= r.group_room
@@ -183,7 +193,7 @@ def fetch_jobs(
   UPDATE {jobs} j SET state = 'active', started_on = {now}, heartbeat_on = {now},
     retry_count = {ATTEMPT_COUNT}
   FROM {chosen} c
-  WHERE j.name = {p("queue")}::text AND j.id = c.id{recheck}
+  WHERE j.name = c.name AND j.id = c.id{recheck}
   RETURNING {_returning(columns, "j", lazy_data=True)}
 )"""
     )
