@@ -2,7 +2,8 @@
 table was never analyzed (autovacuum off for it), the default claim reads the fetch
 index in order and sorts nothing — for a queue in the shared table and in a partition
 of its own, with rows of distinct and of shared ``created_on``, as a custom plan and
-as the generic plan a prepared statement settles on."""
+as the generic plan a prepared statement settles on, and as the generic plan a pooled
+connection made on a small queue and keeps once the queue grew."""
 
 from __future__ import annotations
 
