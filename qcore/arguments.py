@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from qcore.errors import ConfigError, ValidationError
 
 __all__ = ["constructor", "verb"]
 
-F = TypeVar("F", bound=Callable[..., Coroutine[Any, Any, Any]])
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _option_keys(options: tuple[Any, ...]) -> frozenset[str]:
@@ -29,10 +29,11 @@ def _option_keys(options: tuple[Any, ...]) -> frozenset[str]:
 
 
 def verb(*options: Any) -> Callable[[F], F]:
-    """Wrap an ``async def`` verb of ``Boss``: unknown keyword arguments (beyond its
-    named parameters and the keys of the ``options`` TypedDicts its ``**options``
-    takes) raise ``ValidationError``. Costs nothing on a good call: Python binds the
-    arguments when the coroutine is created, so only that step is watched."""
+    """Wrap a verb of ``Boss`` (an ``async def``, or a plain method): unknown keyword
+    arguments (beyond its named parameters and the keys of the ``options`` TypedDicts
+    its ``**options`` takes) raise ``ValidationError``. Costs nothing on a good call of
+    an ``async def``: Python binds the arguments when the coroutine is created, so only
+    that step is watched."""
 
     def decorate(method: F) -> F:
         parameters = list(inspect.signature(method).parameters.values())[1:]
@@ -44,7 +45,7 @@ def verb(*options: Any) -> Callable[[F], F]:
             return ValidationError(f"{method.__name__}(): {why}; it takes: {takes}")
 
         @functools.wraps(method)
-        def call(self: Any, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Any]:
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
             if options:
                 unknown = kwargs.keys() - allowed
                 if unknown:
@@ -54,6 +55,20 @@ def verb(*options: Any) -> Callable[[F], F]:
             except TypeError as exc:  # arguments that do not bind: too many, unknown
                 raise refuse(str(exc).split("() ", 1)[-1]) from None  # "got an unexpected ..."
 
+        if not inspect.iscoroutinefunction(method):
+            # a plain method runs its body at once: bind the arguments first, so a
+            # TypeError of the body is not taken for one of the call
+            signature = inspect.signature(method)
+
+            @functools.wraps(method)
+            def call_now(self: Any, *args: Any, **kwargs: Any) -> Any:
+                try:
+                    signature.bind(self, *args, **kwargs)
+                except TypeError as exc:
+                    raise refuse(str(exc)) from None
+                return method(self, *args, **kwargs)
+
+            return call_now  # type: ignore[return-value]
         return call  # type: ignore[return-value]
 
     return decorate

@@ -77,6 +77,7 @@ from qcore.services.timekeeper import ClockSkew, Timekeeper, TimekeeperSettings
 from qcore.services.warnings import WarningRecorder, slow_query_watch
 from qcore.verbs import FlowVerbs, MaintenanceVerbs, QueueAndJobVerbs, ScheduleVerbs, SchemaVerbs
 from qcore.worker import SharedPoll, WipReporter, Worker, WorkerStatus, WorkOptions
+from qcore.worker.loops import STOP_SETTLE_SECONDS
 
 __all__ = ["Boss", "FetchOptions", "Handler", "QueueOptions", "ScheduledSendOptions", "SendOptions"]
 
@@ -391,6 +392,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
         self._services = services
         return self
 
+    @verb()
     async def add_service(self, make: Callable[[Context, Events], Service]) -> None:
         """Run a background service of your own beside the built-in ones (the metrics
         recorder is one: :func:`qcore.metrics.record_metrics`): ``make(context, events)``
@@ -515,25 +517,57 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
             self._notifier = self._supervisor = None
             self._timekeeper = self._clock_skew = None
             self._flows = self._bam = None
+            # one deadline for the whole stop: a database that does not answer holds it
+            # no longer but for the workers' short last try (STOP_SETTLE_SECONDS)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            deadline = started + (timeout if graceful else 0.0)
             # a running async migration command first, for up to the timeout (then the
             # handlers get theirs); an idle BAM pass ends beside the workers' stop
             bam_stop: asyncio.Future[None] | None = None
             for service in services:
-                if not isinstance(service, BamWorker):
-                    await service.stop()
-                elif service.working:
+                if isinstance(service, BamWorker) and service.working:
                     await service.stop_within(timeout if graceful else 0.0)
-                else:
+                elif isinstance(service, BamWorker):
                     bam_stop = asyncio.ensure_future(service.stop_within(timeout))
-            await self._stop_workers(graceful=graceful, timeout=timeout)
+            others = [s for s in services if not isinstance(s, BamWorker)]
+            await self._stop_services(others, until=max(deadline, started + STOP_SETTLE_SECONDS))
+            left = max(0.0, deadline - loop.time())
+            await self._stop_workers(graceful=graceful, timeout=left)
             if bam_stop is not None:
-                await bam_stop
+                await self._bounded({bam_stop: "bam"}, until=deadline + STOP_SETTLE_SECONDS)
             self.events.emit("stopped")
             await self.events.drain()
         elif self._workers or self._retiring:  # registered before a start() that failed
             await self._stop_workers(graceful=graceful, timeout=timeout)
         if close:
             await self._close()
+
+    async def _stop_services(self, services: list[Service], *, until: float) -> None:
+        """Stop ``services`` together, each after its pass in flight, until loop time
+        ``until`` (see :meth:`_bounded`)."""
+        await self._bounded(
+            {asyncio.ensure_future(service.stop()): service.name for service in services},
+            until=until,
+        )
+
+    async def _bounded(self, stops: dict[asyncio.Future[None], str], *, until: float) -> None:
+        """Wait for ``stops`` (each a service's stop, by the service's name) until loop
+        time ``until``; one still stopping then (its pass waits on a database that does
+        not answer) is cancelled, left to end on its own, and reported; so is a stop
+        that failed."""
+        if not stops:
+            return
+        left = max(0.0, until - asyncio.get_running_loop().time())
+        done, late = await asyncio.wait(stops, timeout=left)
+        for task in late:
+            task.cancel()
+            self.events.emit(
+                "error", TimeoutError(f"the {stops[task]} service did not stop in time")
+            )
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                self.events.emit("error", task.exception())
 
     async def _close(self) -> None:
         self._ctx = None
@@ -576,6 +610,14 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
         """Whether background processing (workers, supervisor, notifier) runs."""
         return self._started
 
+    @property
+    def unsettled_jobs(self) -> list[Job]:
+        """The jobs the last ``stop()`` left held: the database did not answer in time
+        to store how they ended (``qcore work`` exits 75 for them). They stay active
+        until they expire, then retry as their queue says."""
+        return list(self._unsettled)
+
+    @verb()
     def on(self, event: str, callback: Callable[..., Any]) -> Callable[[], None]:
         """Subscribe to an event (``error``, ``warning``, ``wip``, ``stopped``, ``flow``,
         ``instance_paused``, ``instance_resumed``, ``instance_removed``); returns an
@@ -621,6 +663,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
 
     #: workers a stop() is stopping (a stop(graceful=False) meanwhile ends their wait)
     _halting: list[Worker] = []  # noqa: RUF012 (replaced, never mutated)
+    _unsettled: list[Job] = []  # noqa: RUF012 (replaced, never mutated)
     #: workers stopped by ``off_work`` still finishing their handlers, with their stop()
     _retiring: dict[str, tuple[Worker, asyncio.Future[None]]] | None = None
 
@@ -767,10 +810,13 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
         if wait and stopping:
             await asyncio.gather(*stopping)
 
+    @verb()
     def notify_worker(self, id: str) -> bool:
         """Wake worker ``id`` (from :meth:`work`): an idle loop of it fetches now instead
         of waiting out its polling interval. Whether a running worker has that id (one
         stopped or of another instance: False, nothing happens)."""
+        if not isinstance(id, str):
+            raise ValidationError(f"a worker id is a string (from work()), got {id!r:.80}")
         worker = self._workers.get(id)
         if worker is None:
             return False
@@ -789,6 +835,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
             await asyncio.gather(*(w.stop(graceful=graceful, timeout=timeout) for w in workers))
         finally:
             self._halting = []
+        self._unsettled = [job for worker in workers for job in worker.unsettled]
         if workers:
             self._wip.flush([w.status() for w in workers])
 

@@ -51,7 +51,7 @@ class Events:
 
     def on(self, event: str, callback: Callable[..., Any]) -> Callable[[], None]:
         """Call ``callback(payload)`` on each ``event``; returns a function that unsubscribes."""
-        if event not in self._callbacks:
+        if not isinstance(event, str) or event not in self._callbacks:
             raise ValidationError(f"unknown event {event!r}; events: {', '.join(EVENTS)}")
         if not callable(callback):
             raise ValidationError(f"callback for {event!r} must be callable, got {callback!r}")

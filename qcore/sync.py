@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
+from qcore.arguments import verb
 from qcore.boss import Boss
 from qcore.db import Database, adapt
 from qcore.errors import NotStartedError, QcoreError
@@ -156,12 +157,18 @@ class SyncBoss:
         return self._boss.started
 
     @property
+    def unsettled_jobs(self) -> list[Job]:
+        """The jobs the last ``stop()`` left held (see :attr:`Boss.unsettled_jobs`)."""
+        return self._boss.unsettled_jobs
+
+    @property
     def closed(self) -> bool:
         """Whether ``close()`` ended this ``SyncBoss``."""
         return self._closed
 
     # -- lifecycle -------------------------------------------------------------------------
 
+    @verb()
     def start(self, *, attempts: int = 1) -> SyncBoss:
         """Open the connection, install or migrate the schema, start the background loops
         and the workers (see ``Boss.start``); ``stop()`` from another thread ends the

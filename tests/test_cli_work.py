@@ -20,6 +20,7 @@ import pytest
 from qcore import SyncBoss
 from qcore.job import JobState
 from tests.conftest import admin_execute
+from tests.outage import SilentRelay
 
 pytestmark = [pytest.mark.feature("workers"), pytest.mark.postgres]
 
@@ -164,3 +165,35 @@ def test_an_unknown_queue_is_a_usage_error(app: tuple[SyncBoss, dict[str, str]])
     proc = _start({**env, "APP_SLOW_SECONDS": "1"}, "--queues", "nope")
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 2 and "no handler is registered for nope" in out, out
+
+
+def test_a_stop_while_the_database_is_silent_is_bounded_and_says_so(
+    app: tuple[SyncBoss, dict[str, str]], pg_dsn: str
+) -> None:
+    """The database stops answering (its host gone silent: no refusal, every read
+    waits) while a handler runs, then SIGTERM: the handler finishes, its outcome
+    cannot be stored; the stop ends within the stop timeout and a short last try, not
+    a connection timeout per try (or never), exits 75 and names the job, which stays
+    active to expire and retry."""
+    boss, env = app
+    slow = boss.send("slow", {})
+    with SilentRelay(pg_dsn) as relay:
+        relayed = {**env, "APP_DSN": relay.url(pg_dsn), "APP_SLOW_SECONDS": "3"}
+        proc = _start(relayed, "--queues", "slow", "--stop-timeout", "5")
+        try:
+            _until(lambda: Path(env["APP_MARK"]).exists(), what="the slow handler started")
+            relay.silence()
+            proc.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
+            out, _ = proc.communicate(timeout=120)
+            took = time.monotonic() - signalled
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 75, out
+    assert f"slow/{slow}" in out and "unsettled" in out, out
+    # bounded: 5 s of stop timeout and a 2 s last try, with room for a busy machine; a
+    # connection timeout per settle try would take 30 s more
+    assert took < 30, (took, out)
+    assert _state(boss, "slow", slow) is JobState.ACTIVE

@@ -15,9 +15,13 @@ the import path. Handlers are registered with the ``handler`` decorator::
 
 The first SIGTERM or SIGINT stops gracefully: no new jobs are fetched and running
 handlers may finish within ``--stop-timeout`` seconds (then their jobs are failed, to
-be retried). A second signal stops at once. Exit status: 0 after a graceful stop,
-128 + the signal's number after a forced one, 1 when the workers cannot start or stop
-with an error, 2 for a usage error (a target that does not load, an unknown queue).
+be retried). The whole stop takes at most ``--stop-timeout`` plus a short last try to
+store how the held jobs ended (:data:`~qcore.worker.loops.STOP_SETTLE_SECONDS`), even
+when the database does not answer. Exit status: 0 after a graceful stop, 75
+(EX_TEMPFAIL) after one that left held jobs unsettled (the log names them; they retry
+once they expire), 128 + the signal's number after a forced one, 1 when the workers
+cannot start or stop with an error, 2 for a usage error (a target that does not load,
+an unknown queue).
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ from qcore.sync import SyncBoss
 __all__ = ["add_parser", "load_boss", "run"]
 
 log = logging.getLogger("qcore.work")
+
+#: the exit status of a stop that left held jobs unsettled (sysexits.h: try again later)
+EX_TEMPFAIL = 75
 
 
 class TargetError(Exception):
@@ -152,6 +159,15 @@ async def serve(
             loop.remove_signal_handler(signum)
     if forced:
         return 128 + forced[0]
+    unsettled = boss.unsettled_jobs
+    if unsettled:
+        log.error(
+            "stopped, leaving %d held job(s) unsettled (the database did not answer): %s;"
+            " they stay active until they expire, then retry",
+            len(unsettled),
+            ", ".join(f"{job.name}/{job.id}" for job in unsettled),
+        )
+        return EX_TEMPFAIL
     log.info("stopped")
     return 0
 

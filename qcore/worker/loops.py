@@ -63,6 +63,11 @@ SETTLE_RETRY_SECONDS = 0.05
 #: settling while stopping: tries before the batch is left to the monitor
 SETTLE_TRIES_WHEN_STOPPING = 3
 
+#: settling while stopping: how long past the stop's deadline the settles may take in
+#: all (a database that does not answer would otherwise hold the stop for a connection
+#: timeout per try); what is still unsettled then is left to expire and retry
+STOP_SETTLE_SECONDS = 2.0
+
 
 def _refresh_seconds(jobs: Sequence[Job], option: float | None) -> float | None:
     """How often to touch the batch's heartbeat jobs: the option, else half the smallest
@@ -178,6 +183,8 @@ class Worker:
         self._state = "created"
         self._stopping = False
         self._deadline = math.inf  # loop time after which held jobs are failed
+        self._unsettled: dict[uuid.UUID, Job] = {}  # held jobs a stop could not settle
+        self._held_jobs: dict[uuid.UUID, Job] = {}  # the jobs of the batches running
         self._stop_signal: asyncio.Future[None] | None = None
         self._last_fetch = -math.inf  # loop time of the last fetch by any loop
         self._queue_row: tuple[float, Queue | None] | None = None  # (read at, the row)
@@ -254,7 +261,7 @@ class Worker:
         own = _HANDLER_LOOP.get()
         loops = [t for t in self._tasks if t is not own]
         if loops:
-            await asyncio.gather(*loops, return_exceptions=True)
+            await self._wait_for_loops(loops)
         for slot in self._slots:
             slot.close()
         if self._poll is not None:
@@ -262,6 +269,33 @@ class Worker:
         if self._state != "stopped":
             self._state = "stopped"
             self._changed()
+
+    async def _wait_for_loops(self, loops: list[asyncio.Task[None]]) -> None:
+        """Wait for the loops to end: for ever without a deadline, else until
+        :data:`STOP_SETTLE_SECONDS` past it (the deadline may come closer meanwhile).
+        Loops still settling then wait on a database that does not answer: they are
+        cancelled and not waited for, and their batches counted in :attr:`unsettled`."""
+        loop = asyncio.get_running_loop()
+        running = set(loops)
+        while running:
+            bound = self._deadline + STOP_SETTLE_SECONDS - loop.time()
+            if bound <= 0:
+                break
+            signal = self._stop_signal
+            waits: set[asyncio.Future[Any]] = set(running)
+            if signal is not None and not signal.done():
+                waits.add(signal)  # a second stop may bring the deadline closer
+            await asyncio.wait(
+                waits,
+                timeout=None if bound == math.inf else bound,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            running = {t for t in running if not t.done()}
+        if running:
+            self._unsettled.update(self._held_jobs)
+            for task in running:
+                task.cancel()
+                task.add_done_callback(_consume)
 
     def status(self) -> WorkerStatus:
         """A snapshot of what the worker is doing."""
@@ -589,11 +623,14 @@ class Worker:
     def _holding(self, jobs: list[Job]) -> Iterator[None]:
         """Count ``jobs`` as held (the status's ``active``) while the block runs them."""
         self._held += len(jobs)
+        self._held_jobs.update((job.id, job) for job in jobs)
         self._started_on = time.time()
         self._changed()
         try:
             yield
         finally:
+            for job in jobs:
+                self._held_jobs.pop(job.id, None)
             self._held -= len(jobs)
             self._ended_on = time.time()
             self._changed()
@@ -725,9 +762,10 @@ class Worker:
         """Complete or fail the batch. A transient database error (connection lost,
         serialization) is reported and the call tried again with backoff — it is
         fenced, so idempotent — until it lands, the batch's expiry has passed again
-        (the monitor fails it by then), or, when stopping, after a few tries. An output
-        the database refuses fails the batch with why; a failure output it refuses is
-        replaced by a plain message."""
+        (the monitor fails it by then), or, when stopping, after a few tries (the
+        batch is then counted in :attr:`unsettled`). An output the database refuses
+        fails the batch with why; a failure output it refuses is replaced by a plain
+        message."""
         loop = asyncio.get_running_loop()
         give_up = loop.time() + max(j.expire_in_seconds for j in jobs)
         delay = SETTLE_RETRY_SECONDS
@@ -736,17 +774,7 @@ class Worker:
         while True:
             tries += 1
             try:
-                if verb == "complete" and data is None:
-                    await self._complete((ctx, jobs))
-                    self._completed += 1
-                elif verb == "complete":
-                    await job_ops.complete(ctx, self.name, jobs, data)
-                    self._completed += 1
-                elif verb == "each":
-                    await self._settle_each(ctx, data)
-                else:
-                    await job_ops.fail(ctx, self.name, jobs, data)
-                    self._failed += 1
+                await self._settle_once(ctx, jobs, verb, data)
                 return
             except Exception as exc:
                 if not _transient(exc) and not isinstance(exc, QueueNotFoundError):
@@ -761,6 +789,7 @@ class Worker:
                 if not _transient(exc) or loop.time() >= give_up:
                     return
                 if self._stopping and tries >= SETTLE_TRIES_WHEN_STOPPING:
+                    self._unsettled.update((job.id, job) for job in jobs)
                     return
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.options.polling_interval_seconds)
@@ -769,6 +798,29 @@ class Worker:
             except Exception as exc:
                 self._report(exc)
                 return
+
+    async def _settle_once(
+        self, ctx: Context, jobs: list[Job], verb: str | None, data: Any
+    ) -> None:
+        """One try of :meth:`_settle`: the statement of ``verb`` with ``data``."""
+        if verb == "complete" and data is None:
+            await self._complete((ctx, jobs))
+            self._completed += 1
+        elif verb == "complete":
+            await job_ops.complete(ctx, self.name, jobs, data)
+            self._completed += 1
+        elif verb == "each":
+            await self._settle_each(ctx, data)
+        else:
+            await job_ops.fail(ctx, self.name, jobs, data)
+            self._failed += 1
+
+    @property
+    def unsettled(self) -> list[Job]:
+        """The jobs a stop left held: neither their handler's outcome nor the stop's
+        failure could be stored (the database did not answer). They stay active until
+        their expiry, then retry as the queue says."""
+        return list(self._unsettled.values())
 
     async def _settle_each(self, ctx: Context, outcomes: list[tuple[Job, str, Any]]) -> None:
         """Settle a per-job results batch: the completed jobs in one statement (two when
