@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "CHECK_VIOLATION",
     "FOREIGN_KEY_VIOLATION",
     "ConfigError",
     "ConnectionLostError",
@@ -133,6 +134,8 @@ class UniqueViolation(DatabaseError):
 
 #: the SQLSTATE of a foreign key violation (a row naming a queue that does not exist)
 FOREIGN_KEY_VIOLATION = "23503"
+#: the SQLSTATE of a check constraint violation (a row breaking a queue policy's rule)
+CHECK_VIOLATION = "23514"
 
 # SQLSTATE -> class. Exact codes first, then the two-character class.
 _BY_CODE: dict[str, type[DatabaseError]] = {

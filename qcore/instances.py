@@ -10,7 +10,7 @@ from qcore import retry
 from qcore.context import Context
 from qcore.errors import ValidationError
 from qcore.job import Instance, InstancePage
-from qcore.options import check_count
+from qcore.options import check_count, check_int, check_text
 from qcore.sql import instances as sql
 from qcore.sql.probes import table_in_schema
 
@@ -36,15 +36,16 @@ MAX_INSTANCE_KEY_LENGTH = 200
 
 
 def instance_key(value: object) -> str:
-    """An instance key: a non-empty string of at most 200 characters, no NUL."""
+    """An instance key: a non-empty string of at most 200 characters that the database
+    can store (no NUL, no lone surrogate)."""
     if not isinstance(value, str) or not value:
         raise ValidationError(f"instance_key must be a non-empty string, got {value!r}")
-    if len(value) > MAX_INSTANCE_KEY_LENGTH or "\x00" in value:
+    if len(value) > MAX_INSTANCE_KEY_LENGTH:
         raise ValidationError(
-            f"instance_key must be at most {MAX_INSTANCE_KEY_LENGTH} characters, without"
-            f" NUL, got {value[:40]!r}..."
+            f"instance_key must be at most {MAX_INSTANCE_KEY_LENGTH} characters,"
+            f" got {value[:40]!r}..."
         )
-    return value
+    return check_text("instance_key", value)
 
 
 async def _has_key_table(ctx: Context) -> bool:
@@ -66,8 +67,7 @@ async def get_instances(
     rows, for a numbered page."""
     check_count("limit", limit, MAX_INSTANCES_PAGE)
     if offset is not None:
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ValidationError(f"offset must be an integer >= 0, got {offset!r}")
+        check_int("offset", offset)
         if after is not None:
             raise ValidationError("give after or offset, not both")
     if after is not None:

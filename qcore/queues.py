@@ -153,10 +153,11 @@ async def get_queue(ctx: Context, name: str) -> Queue | None:
 
 
 async def get_queues(ctx: Context, names: list[str] | None = None) -> list[Queue]:
-    """Every queue, or those in ``names``, ordered by name."""
+    """Every queue, or those in ``names`` (a list of queue names), ordered by name."""
     if names is not None:
-        for n in names:
-            queue_name(n)
+        if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)):
+            raise ValidationError(f"names must be a list of queue names, got {names!r:.80}")
+        names = [queue_name(n) for n in names]
     statement = sql.get_queues(ctx.q, by_name=names is not None)
     rows = await retry.run(ctx, statement, names=names)
     return [Queue.from_row(r) for r in rows]

@@ -179,6 +179,12 @@ UNSTORABLE: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [
     ("publish", (LONE, {}), {}, "event contains a lone surrogate"),
     ("subscribe", (LONE, "q"), {}, "event contains a lone surrogate"),
     ("fetch", ("q",), {"ignore_groups": [LONE]}, "lone surrogate"),
+    ("find_jobs", ("q",), {"key": LONE}, "key contains a lone surrogate"),
+    ("browse_jobs", ("q",), {"key": "a\x00"}, "key contains a NUL"),
+    ("pause_instance", (LONE,), {}, "instance_key contains a lone surrogate"),
+    ("get_instances", (), {"offset": 2**63 - 1}, "offset must be an integer"),
+    ("get_queues", ("",), {}, "names must be a list of queue names"),
+    ("redrive", ("q",), {"data": {"k": "\x00"}}, "data contains a NUL"),
 ]
 
 
@@ -192,6 +198,19 @@ async def test_values_the_database_would_refuse_are_validation_errors(
     with pytest.raises(ValidationError, match=says):
         await getattr(boss, verb)(*args, **options)
     assert await _totals(boss) == before
+
+
+async def test_a_redrive_a_policy_refuses_is_a_validation_error(boss: Boss) -> None:
+    """Dead letters without a singleton key redriven into a key_strict_fifo queue: the
+    queue's rule refuses them; nothing moves."""
+    await boss.create_queue("fifo", policy="key_strict_fifo")
+    await boss.create_queue("dlq")
+    await boss.send("dlq", {"n": 1})
+    before = await _totals(boss)
+    with pytest.raises(ValidationError, match="key_strict_fifo"):
+        await boss.redrive("dlq", destination="fifo")
+    assert await _totals(boss) == before
+    assert [j.data for j in await boss.find_jobs("dlq")] == [{"n": 1}]
 
 
 async def test_an_error_is_stored_whatever_its_message_holds(boss: Boss) -> None:

@@ -13,7 +13,13 @@ from qcore import retry as retrying
 from qcore.backend import FetchStrategy, MutationStrategy
 from qcore.context import Context, QueueRoute
 from qcore.db import Database, Json
-from qcore.errors import FOREIGN_KEY_VIOLATION, DatabaseError, QueueNotFoundError, ValidationError
+from qcore.errors import (
+    CHECK_VIOLATION,
+    FOREIGN_KEY_VIOLATION,
+    DatabaseError,
+    QueueNotFoundError,
+    ValidationError,
+)
 from qcore.job import EditResult
 from qcore.jobs.enqueue import insert_record
 from qcore.jobs.routes import Ids, _ids, _routed
@@ -21,6 +27,7 @@ from qcore.options import (
     EDIT_OPTIONS,
     JobRecord,
     check_count,
+    check_json,
     job_id,
     job_record,
     known_only,
@@ -197,7 +204,7 @@ async def redrive(
     if data is not None:
         if not isinstance(data, Mapping):
             raise ValidationError(f"data must be a mapping to match, got {type(data).__name__}")
-        values["data"] = Json(dict(data))
+        values["data"] = Json(check_json("data", dict(data)))
     if created_before is not None:
         if not isinstance(created_before, dt.datetime) or created_before.utcoffset() is None:
             raise ValidationError(
@@ -226,7 +233,16 @@ async def redrive(
 
         return await retrying.transaction(ctx, split)
 
-    return await _routed(ctx, name, attempt)
+    try:
+        return await _routed(ctx, name, attempt)
+    except DatabaseError as exc:
+        if exc.sqlstate != CHECK_VIOLATION:
+            raise
+        # the statement is one unit: nothing moved
+        raise ValidationError(
+            f"cannot redrive from {name!r}: a job would break a rule of its destination"
+            f" queue (a key_strict_fifo queue takes only jobs with a singleton key): {exc}"
+        ) from None
 
 
 async def _redrive_split(

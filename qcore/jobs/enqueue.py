@@ -12,6 +12,7 @@ from qcore import retry as retrying
 from qcore.context import Context, QueueRoute
 from qcore.db import Database, Json
 from qcore.errors import (
+    CHECK_VIOLATION,
     FOREIGN_KEY_VIOLATION,
     DatabaseError,
     QueueNotFoundError,
@@ -20,7 +21,6 @@ from qcore.errors import (
 )
 from qcore.jobs.affinity import take_pattern, write_patterns
 from qcore.jobs.routes import (
-    _CHECK_VIOLATION,
     _MAX_BATCH,
     _UNDEFINED_TABLE,
     _routed,
@@ -293,7 +293,7 @@ async def _insert(
 
 def _insert_error(name: str, exc: DatabaseError) -> Exception:
     text = str(exc)
-    if exc.sqlstate == _CHECK_VIOLATION and "key_strict_fifo" in text:
+    if exc.sqlstate == CHECK_VIOLATION and "key_strict_fifo" in text:
         return ValidationError(
             f"queue {name!r} has the key_strict_fifo policy: every job needs a singleton_key"
         )

@@ -15,6 +15,7 @@ from qcore.job import Job, JobState
 from qcore.options import (
     check_count,
     check_json,
+    check_text,
     job_id,
     page_keyset,
     queue_name,
@@ -43,9 +44,9 @@ def _states(states: Sequence[JobState | str] | None) -> list[str] | None:
 
 
 def _check_key(key: object) -> None:
-    """A singleton key to look for: a string (None: any)."""
-    if key is not None and not isinstance(key, str):
-        raise ValidationError(f"key must be a string, got {key!r}")
+    """A singleton key to look for: a string the database can take (None: any)."""
+    if key is not None:
+        check_text("key", key)
 
 
 async def get_job_by_id(ctx: Context, name: str, id: uuid.UUID | str) -> Job | None:

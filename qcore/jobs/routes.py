@@ -25,9 +25,6 @@ T = TypeVar("T")
 Ids = uuid.UUID | str | Job | Iterable[uuid.UUID | str | Job]
 
 
-_CHECK_VIOLATION = "23514"
-
-
 _UNDEFINED_TABLE = "42P01"
 
 
