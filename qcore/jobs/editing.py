@@ -28,6 +28,7 @@ from qcore.options import (
     JobRecord,
     check_count,
     check_json,
+    check_key,
     job_id,
     job_record,
     known_only,
@@ -57,8 +58,7 @@ def _target(
         if match is not None:
             raise ValidationError(f"{verb}(): match is for a singleton_key, not an id")
         return {"id": job_id(id)}, False, "newest"
-    if not isinstance(singleton_key, str) or not singleton_key:
-        raise ValidationError(f"singleton_key must be a non-empty string, got {singleton_key!r}")
+    check_key("singleton_key", singleton_key)
     chosen = "newest" if match is None else match
     if chosen not in MATCHES:
         raise ValidationError(f"match must be one of {', '.join(MATCHES)}, got {match!r}")
