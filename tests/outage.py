@@ -19,7 +19,7 @@ class SilentRelay:
 
     def __init__(self, dsn: str) -> None:
         params = conninfo_to_dict(dsn)
-        self._target = (str(params.get("host", "127.0.0.1")), int(params.get("port", 5432)))
+        self._target = (str(params.get("host", "127.0.0.1")), int(str(params.get("port", 5432))))
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._silent = threading.Event()

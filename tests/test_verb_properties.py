@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import hashlib
 import uuid
 from collections.abc import Callable, Iterator
@@ -80,8 +81,9 @@ class Noise(str):
     size: int
 
     def __new__(cls, size: int) -> Noise:
-        parts, block = [], b"qcore"
-        while sum(map(len, parts)) < size:
+        parts: list[str] = []
+        block = b"qcore"
+        while sum(len(part) for part in parts) < size:
             block = hashlib.sha256(block).digest()
             parts.append(block.hex())
         made = super().__new__(cls, "".join(parts)[:size])
@@ -164,7 +166,20 @@ HOSTILE_INTS = [
     -(2**63) - 1,
     10**30,
 ]
-WRONG_TYPES = [None, True, False, "1", "", b"x", [], {}, (), Opaque(), 1.5, uuid.UUID(int=7)]
+WRONG_TYPES: list[Any] = [
+    None,
+    True,
+    False,
+    "1",
+    "",
+    b"x",
+    [],
+    {},
+    (),
+    Opaque(),
+    1.5,
+    uuid.UUID(int=7),
+]
 HOSTILE_TEXT = [
     "",
     " ",
@@ -940,7 +955,7 @@ def seed_schema(run: Callable[[Callable[[], Any]], Any], boss: Any) -> Seed:
     run(lambda: boss.create_queue("q_fifo", policy="key_strict_fifo"))
     run(lambda: boss.create_queue("q_retry"))
     for i in range(6):
-        seed.ids.append(run(lambda i=i: boss.send("q", {"n": i}, singleton_key=f"k{i}")))
+        seed.ids.append(run(functools.partial(boss.send, "q", {"n": i}, singleton_key=f"k{i}")))
     seed.ids.append(run(lambda: boss.send("q_fifo", {"n": 0}, singleton_key="fifo")))
     seed.jobs = list(run(lambda: boss.fetch("q", batch_size=2)))
     run(lambda: boss.subscribe("ev", "q"))
@@ -996,6 +1011,9 @@ def sync_target(pg_dsn: str, admin: psycopg.Connection[Any]) -> Iterator[Target]
     def run(make: Callable[[], Any]) -> Any:
         return make()
 
+    def restart() -> None:
+        boss.start()
+
     boss.start()
     seed = seed_schema(run, boss)
     try:
@@ -1006,7 +1024,7 @@ def sync_target(pg_dsn: str, admin: psycopg.Connection[Any]) -> Iterator[Target]
             seed,
             _fingerprinter(admin, schema),
             lambda: len(boss.worker_statuses()),
-            boss.start,
+            restart,
         )
     finally:
         boss.close(graceful=False)
@@ -1051,7 +1069,7 @@ def after_success(target: Target, verb: str, result: Any) -> None:
         target.run(lambda: target.boss.off_work(id=result))
     elif verb == "work_handlers":
         for worker in result:
-            target.run(lambda w=worker: target.boss.off_work(id=w))
+            target.run(functools.partial(target.boss.off_work, id=worker))
     elif verb == "stop":
         target.restart()
 
