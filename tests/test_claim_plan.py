@@ -291,9 +291,10 @@ async def test_a_claim_planned_on_a_small_backlog_reads_what_it_takes_once_it_gr
 
 
 @pytest.mark.xfail(
-    strict=True,
-    reason="the complete's predicate (name = $1 AND id = ANY(ARRAY(...)), qcore.sql.jobs."
-    "columns._targets) planned on a few pages reads the queue's jobs through i15",
+    strict=False,  # a plan the server rebuilds at the grown size (any invalidation) passes
+    reason="known defect: the complete's predicate (name = $1 AND id = ANY(ARRAY(...)),"
+    " qcore.sql.jobs.columns._targets) planned on a few pages of a never-analyzed table"
+    " reads the queue's jobs through i15 (bench/README: why no statement shape avoids it)",
 )
 @pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])
 async def test_the_settle_of_a_settle_and_claim_planned_small_reads_what_it_takes(
