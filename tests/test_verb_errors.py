@@ -202,6 +202,20 @@ async def test_values_the_database_would_refuse_are_validation_errors(
     assert await _totals(boss) == before
 
 
+async def test_retry_at_the_largest_retry_limit_does_not_overflow(boss: Boss) -> None:
+    """A failed job whose retry_limit is the largest an integer column holds is retried
+    without adding one to it (once: 22003, integer out of range)."""
+    job_id = await boss.send("q", {}, retry_limit=2**31 - 1)
+    await boss.db.execute(
+        f"UPDATE {SCHEMA}.job SET state = 'failed', completed_on = now() WHERE id = $1",
+        [job_id],
+    )
+    result = await boss.retry("q", job_id)
+    assert result.affected == 1
+    job = await boss.get_job_by_id("q", job_id)
+    assert job is not None and job.retry_limit == 2**31 - 1 and job.state == "retry"
+
+
 async def test_a_redrive_a_policy_refuses_is_a_validation_error(boss: Boss) -> None:
     """Dead letters without a singleton key redriven into a key_strict_fifo queue: the
     queue's rule refuses them; nothing moves."""

@@ -99,7 +99,8 @@ def resume_jobs(q: str, *, table: str | None = None) -> Statement:
 
 @lru_cache(maxsize=256)
 def retry_jobs(q: str, *, notify: bool = False, table: str | None = None) -> Statement:
-    """Give failed jobs one more attempt: back to retry with retry_limit + 1 (one UPDATE).
+    """Give failed jobs one more attempt: back to retry with retry_limit + 1, unless it is
+    the integer's largest value already (one UPDATE).
 
     ``notify`` (where LISTEN/NOTIFY exists) also sends pg_notify(channel, queue) in
     the same statement when the queue has ``notify`` and a retried job is ready now, so
@@ -109,7 +110,8 @@ def retry_jobs(q: str, *, notify: bool = False, table: str | None = None) -> Sta
     p = Params()
     now = _now(q)
     mutation = (
-        f"UPDATE {_job_table(q, table)} j SET state = 'retry', retry_limit = j.retry_limit + 1,"
+        f"UPDATE {_job_table(q, table)} j SET state = 'retry',"
+        f" retry_limit = j.retry_limit + (j.retry_limit < 2147483647)::int,"
         f" completed_on = NULL, start_after = GREATEST(j.start_after, {now})"
         f" WHERE {_targets(p, 'j', False)} AND {_in_state('j', 'failed')}"
         " RETURNING j.id, j.start_after"
