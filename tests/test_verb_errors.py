@@ -206,6 +206,7 @@ async def test_retry_at_the_largest_retry_limit_does_not_overflow(boss: Boss) ->
     """A failed job whose retry_limit is the largest an integer column holds is retried
     without adding one to it (once: 22003, integer out of range)."""
     job_id = await boss.send("q", {}, retry_limit=2**31 - 1)
+    assert job_id is not None
     await boss.db.execute(
         f"UPDATE {SCHEMA}.job SET state = 'failed', completed_on = now() WHERE id = $1",
         [job_id],
