@@ -189,7 +189,6 @@ class Worker:
         self._last_fetch = -math.inf  # loop time of the last fetch by any loop
         self._queue_row: tuple[float, Queue | None] | None = None  # (read at, the row)
         # status
-        self._held = 0
         self._completed = 0
         self._failed = 0
         self._created_on = time.time()
@@ -306,7 +305,7 @@ class Worker:
             local_concurrency=self.options.local_concurrency,
             batch_size=self.options.batch_size,
             polling_interval_seconds=self.options.polling_interval_seconds,
-            active=self._held,
+            active=len(self._held_jobs),
             completed=self._completed,
             failed=self._failed,
             created_on=_utc(self._created_on) or _now(),
@@ -622,7 +621,6 @@ class Worker:
     @contextlib.contextmanager
     def _holding(self, jobs: list[Job]) -> Iterator[None]:
         """Count ``jobs`` as held (the status's ``active``) while the block runs them."""
-        self._held += len(jobs)
         self._held_jobs.update((job.id, job) for job in jobs)
         self._started_on = time.time()
         self._changed()
@@ -631,7 +629,6 @@ class Worker:
         finally:
             for job in jobs:
                 self._held_jobs.pop(job.id, None)
-            self._held -= len(jobs)
             self._ended_on = time.time()
             self._changed()
 
