@@ -17,6 +17,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from qcore import Boss
+from qcore.conformance.helpers import until
 from qcore.db import connect
 from qcore.errors import DatabaseError
 from qcore.job import JobState
@@ -188,14 +189,15 @@ SMALL = 100
 
 
 async def _grown_plan(
-    dsn: str, driver: str, verb: str, batch_size: int
+    dsn: str, driver: str, verb: str, batch_size: int, *, supervised: bool = False
 ) -> tuple[set[str], dict[str, Any], dict[str, Any]]:
     """On one pooled connection of ``driver``: ``verb`` run :data:`CLAIMS` times on a
     small backlog (so its claim is prepared and settles on a generic plan), the queue
     grown to :data:`GROWN` waiting jobs without its table being analyzed (autovacuum
     off for it), then the claim's statement run once more as that connection runs it
     (``EXPLAIN ANALYZE``, undone). The job tables' names, the statement's plan counters
-    on the connection, and the plan."""
+    on the connection, and the plan. ``supervised``: one supervise pass runs between the
+    growth and the plan."""
     db = await connect(dsn, driver=driver, max=1)
     schema = "qcore_plan_growth"
     try:
@@ -231,6 +233,24 @@ async def _grown_plan(
                 [schema, table],
             )
             assert stats == {"last_analyze": None, "last_autoanalyze": None}
+            if supervised:
+
+                async def counted() -> bool:  # the growth reached the statistics views
+                    (row,) = await db.execute(
+                        "SELECT n_mod_since_analyze AS changed FROM pg_stat_user_tables"
+                        " WHERE schemaname = $1 AND relname = $2",
+                        [schema, table],
+                    )
+                    return int(row["changed"]) >= GROWN
+
+                await until(counted, 60.0, 0.2, "the growth in pg_stat_user_tables")
+                await boss.supervise()
+                (stats,) = await db.execute(
+                    "SELECT last_analyze IS NOT NULL AS analyzed FROM pg_stat_user_tables"
+                    " WHERE schemaname = $1 AND relname = $2",
+                    [schema, table],
+                )
+                assert stats["analyzed"], "the pass did not analyze the grown table"
             ctx = boss.context()
             values: dict[str, Any] = {"queue": "q", "policy": "standard", "table": table}
             values |= {"matching": ctx.affinity.matching("q"), "instance_key": None}
@@ -290,20 +310,17 @@ async def test_a_claim_planned_on_a_small_backlog_reads_what_it_takes_once_it_gr
     assert claim_rows <= 3 * batch_size + 20
 
 
-@pytest.mark.xfail(
-    strict=False,  # a plan the server rebuilds at the grown size (any invalidation) passes
-    reason="known defect: the complete's predicate (name = $1 AND id = ANY(ARRAY(...)),"
-    " qcore.sql.jobs.columns._targets) planned on a few pages of a never-analyzed table"
-    " reads the queue's jobs through i15 (bench/README: why no statement shape avoids it)",
-)
 @pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])
 async def test_the_settle_of_a_settle_and_claim_planned_small_reads_what_it_takes(
     pg_dsn: str, driver: str
 ) -> None:
-    """The settling half of the same settle-and-claim, 100 jobs completed: it should read
-    the 100 rows it completes, not the queue. It shares the complete's predicate, whose
-    generic plan made on a small queue finds the ids among every job of the queue."""
-    tables, _, plan = await _grown_plan(pg_dsn, driver, "complete_and_fetch", 100)
+    """The settling half of the same settle-and-claim, 100 jobs completed, once a supervise
+    pass ran after the growth: it reads the 100 rows it completes, not the queue. It shares
+    the complete's predicate (``name = $1 AND id = ANY(...)``), whose generic plan made on
+    a few pages of a never-analyzed table finds the ids among every job of the queue
+    through i15, whatever the statement's shape; the pass analyzes a table that outgrew
+    its statistics, and the server re-plans the prepared statement on the new ones."""
+    tables, _, plan = await _grown_plan(pg_dsn, driver, "complete_and_fetch", 100, supervised=True)
     settle = cte_plan(plan, "done")
     assert settle is not None
     assert rows_read(settle, tables) <= 2 * 100 + 20

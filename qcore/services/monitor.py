@@ -18,10 +18,12 @@ one schema share the work:
    twice);
 4. ``monitor_on`` = now on the claimed queues.
 
-Between the claim and expiry, the claimed queues' counts are cached on their rows
-(:mod:`qcore.services.queue_stats`); after expiry, retention walks the chunk's
-queues under its own claim, and after every chunk the pass prunes warnings and
-snapshots (:mod:`qcore.services.maintenance`). Flows are not part of the pass yet.
+Before the queues, the job tables that outgrew their planner statistics are analyzed
+(:mod:`qcore.services.statistics`). Between the claim and expiry, the claimed queues'
+counts are cached on their rows (:mod:`qcore.services.queue_stats`); after expiry,
+retention walks the chunk's queues under its own claim, and after every chunk the
+pass prunes warnings and snapshots (:mod:`qcore.services.maintenance`). Flows are
+not part of the pass yet.
 
 An explicit :func:`supervise` (``Boss.supervise()``) is not gated by the interval:
 it runs the pass now for every queue, or the one named, as a caller asking for a
@@ -55,6 +57,7 @@ from qcore.queues import missing_queue
 from qcore.services import maintenance, queue_stats
 from qcore.services.base import Periodic
 from qcore.services.maintenance import Maintenance
+from qcore.services.statistics import refresh_statistics
 from qcore.services.vacuum import VacuumWatch
 from qcore.sql import monitor as sql
 
@@ -81,7 +84,8 @@ class MonitorResult:
     """What one pass did: the queues it claimed for monitoring (and so worked on), and how
     many jobs it failed for running past their expiry and for losing their heartbeat;
     besides (not compared: an equality says what the monitor did), the queues whose
-    counts it cached and those retention walked, and the jobs retention deleted."""
+    counts it cached and those retention walked, the jobs retention deleted, and the job
+    tables whose stale statistics it refreshed."""
 
     claimed: tuple[str, ...] = ()
     expired: int = 0
@@ -89,6 +93,7 @@ class MonitorResult:
     cached: tuple[str, ...] = field(default=(), compare=False)
     maintained: tuple[str, ...] = field(default=(), compare=False)
     deleted: int = field(default=0, compare=False)
+    analyzed: tuple[str, ...] = field(default=(), compare=False)
 
 
 def _never() -> bool:
@@ -110,8 +115,10 @@ async def supervise(
     stopping: Callable[[], bool] = _never,
 ) -> MonitorResult:
     """One supervise pass now, over every queue or the queue ``name`` (which must exist):
-    per chunk of queues, the monitor (cached counts, backlog warnings, expiry, heartbeat
-    loss) and then retention; after the queues, the pruning of warnings and snapshots.
+    first the statistics of job tables that outgrew them
+    (:mod:`qcore.services.statistics`), then per chunk of queues the monitor (cached
+    counts, backlog warnings, expiry, heartbeat loss) and then retention; after the
+    queues, the pruning of warnings and snapshots.
 
     With ``monitor_interval_seconds`` / ``maintenance_interval_seconds`` (the
     background loop) only the queues whose claim of that step is at least that old
@@ -132,6 +139,7 @@ async def supervise(
     if name is not None and not rows:
         raise missing_queue(name)
     await maintenance.ensure_partitions(ctx, settings)
+    analyzed = await refresh_statistics(ctx)
     pass_seconds = max(monitor_interval_seconds or 0, maintenance_interval_seconds or 0)
     claimed: list[str] = []
     cached: list[str] = []
@@ -195,6 +203,7 @@ async def supervise(
         cached=tuple(sorted(cached)),
         maintained=tuple(sorted(maintained)),
         deleted=deleted,
+        analyzed=tuple(analyzed),
     )
 
 
