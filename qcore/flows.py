@@ -25,6 +25,7 @@ from qcore import retry as retrying
 from qcore.context import Context
 from qcore.db import Database, Json
 from qcore.errors import (
+    CHECK_VIOLATION,
     FOREIGN_KEY_VIOLATION,
     DatabaseError,
     QueueNotFoundError,
@@ -32,7 +33,7 @@ from qcore.errors import (
     ValidationError,
 )
 from qcore.options import check_count, job_id, job_record, queue_name, records_json
-from qcore.queues import queue_route
+from qcore.queues import keyless_strict_fifo, queue_route
 from qcore.sql import flows as sql
 from qcore.sql import jobs as job_sql
 from qcore.sql.locks import notify_channel
@@ -152,6 +153,11 @@ async def flow(ctx: Context, jobs: Sequence[Mapping[str, Any]]) -> dict[str, uui
         for parent in s["parents"]
     ]
     routes = {name: await queue_route(ctx, name) for name in by_queue}
+    for name, records in by_queue.items():
+        if routes[name].policy == "key_strict_fifo" and any(
+            "singleton_key" not in r for r in records
+        ):
+            raise keyless_strict_fifo(name)
     notify = ctx.backend.capabilities.listen_notify
     channel = notify_channel(ctx.schema_spec) if notify else None
 
@@ -180,6 +186,12 @@ async def flow(ctx: Context, jobs: Sequence[Mapping[str, Any]]) -> dict[str, uui
             f"a queue's policy refused a job of the flow, so none of it was written: {exc}"
         ) from None
     except DatabaseError as exc:
+        if exc.sqlstate == CHECK_VIOLATION and "key_strict_fifo" in str(exc):
+            ctx.routes.clear()  # a queue made again with that policy since it was read
+            raise ValidationError(
+                f"a key_strict_fifo queue of the flow refused a job without a singleton_key,"
+                f" so none of it was written: {exc}"
+            ) from None
         if exc.sqlstate == FOREIGN_KEY_VIOLATION:
             ctx.routes.clear()
             raise QueueNotFoundError(

@@ -56,6 +56,13 @@ def missing_queue(name: str) -> QueueNotFoundError:
     )
 
 
+def keyless_strict_fifo(name: str) -> ValidationError:
+    """The error for a job without a singleton key sent to a key_strict_fifo queue."""
+    return ValidationError(
+        f"queue {name!r} has the key_strict_fifo policy: every job needs a singleton_key"
+    )
+
+
 async def _require_queues(db: Database, ctx: Context, names: list[str], what: str) -> None:
     statement = sql.queue_names(ctx.q)
     rows = await db.execute(statement.sql, statement.bind(names=names))

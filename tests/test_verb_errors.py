@@ -230,6 +230,27 @@ async def test_a_redrive_a_policy_refuses_is_a_validation_error(boss: Boss) -> N
     assert [j.data for j in await boss.find_jobs("dlq")] == [{"n": 1}]
 
 
+async def test_a_flow_job_without_a_key_for_a_strict_fifo_queue_is_refused_first(
+    boss: Boss,
+) -> None:
+    """A flow whose child goes to a key_strict_fifo queue without a singleton key: the
+    same ValidationError as send's, before anything is written (it reached the queue's
+    CHECK constraint as a DatabaseError; found by the property test)."""
+    await boss.create_queue("fifo", policy="key_strict_fifo")
+    before = await _totals(boss)
+    flow: list[dict[str, Any]] = [
+        {"ref": "a", "name": "q"},
+        {"ref": "b", "name": "fifo", "depends_on": ["a"]},
+    ]
+    with pytest.raises(ValidationError, match="key_strict_fifo policy"):
+        await boss.flow(flow)
+    with pytest.raises(ValidationError, match="key_strict_fifo policy"):
+        await boss.send("fifo", {"n": 1})
+    assert await _totals(boss) == before
+    flow[1]["options"] = {"singleton_key": "k"}
+    assert set(await boss.flow(flow)) == {"a", "b"}
+
+
 async def test_an_error_is_stored_whatever_its_message_holds(boss: Boss) -> None:
     """A failure's message the database could not hold (a lone surrogate, a NUL) is
     stored with those characters escaped, not replaced by a stand-in."""

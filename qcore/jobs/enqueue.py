@@ -33,6 +33,7 @@ from qcore.options import (
     queue_name,
     records_json,
 )
+from qcore.queues import keyless_strict_fifo
 from qcore.sql import jobs as sql
 from qcore.sql.locks import notify_channel
 
@@ -294,9 +295,7 @@ async def _insert(
 def _insert_error(name: str, exc: DatabaseError) -> Exception:
     text = str(exc)
     if exc.sqlstate == CHECK_VIOLATION and "key_strict_fifo" in text:
-        return ValidationError(
-            f"queue {name!r} has the key_strict_fifo policy: every job needs a singleton_key"
-        )
+        return keyless_strict_fifo(name)
     if exc.sqlstate == FOREIGN_KEY_VIOLATION:
         return QueueNotFoundError(
             f"queue {name!r} or a dead letter queue named by the job does not exist"
