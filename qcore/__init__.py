@@ -1,5 +1,6 @@
 """qcore: a job queue on PostgreSQL and compatible engines, wire-compatible with pg-boss."""
 
+from qcore._version import __version__
 from qcore.backend import Backend
 from qcore.boss import Boss
 from qcore.errors import (
@@ -58,5 +59,5 @@ __all__ = [
     "SyncBoss",
     "UniqueViolation",
     "ValidationError",
+    "__version__",
 ]
-__version__ = "0.1.0"

@@ -21,6 +21,7 @@ from typing_extensions import Unpack
 
 from qcore import backends
 from qcore import instances as instance_ops
+from qcore._version import __version__
 from qcore.affinity import Affinity
 from qcore.arguments import constructor, verb
 from qcore.backend import Backend, EngineIdentity, Server
@@ -407,14 +408,12 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
             self._services.append(service)
 
     def _registry(self) -> InstanceRegistry:
-        import qcore
-
         settings = RegistrySettings(
             id=self.instance_id,
             name=self.instance_name,
             instance_key=self.instance_key,
             heartbeat_seconds=self.instance_heartbeat_seconds,
-            version=qcore.__version__,
+            version=__version__,
             supervise=self.supervise_enabled,
             schedule=self.timekeeping.schedule,
             migrate=self.migrate,

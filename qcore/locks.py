@@ -31,7 +31,7 @@ from qcore.context import Context
 from qcore.db import Database
 from qcore.errors import DatabaseError
 from qcore.events import Events
-from qcore.services.base import Periodic
+from qcore.periodic import Periodic
 from qcore.sql import locks as sql
 from qcore.sql._statement import Statement
 

@@ -12,7 +12,7 @@ from qcore import Boss, jobs, queues
 from qcore.conformance.helpers import set_clock
 from qcore.context import Context
 from qcore.services.maintenance import Maintenance
-from qcore.supervisor import supervise
+from qcore.services.monitor import supervise
 from tests.interop.pgboss import interop_marks, run_ok
 
 pytestmark = interop_marks()

@@ -10,7 +10,7 @@ from qcore import jobs, queues
 from qcore.conformance.helpers import row
 from qcore.conformance.suite.test_supervise import _age, _started
 from qcore.context import Context
-from qcore.supervisor import MonitorResult, supervise
+from qcore.services.monitor import MonitorResult, supervise
 from tests.interop.pgboss import interop_marks, run_ok
 
 pytestmark = interop_marks()

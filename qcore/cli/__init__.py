@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from qcore import __version__
+from qcore._version import __version__
 from qcore.cli import dashboard, demo, doctor, instances, jobs, metrics, schema, work
 
 __all__ = ["main"]

@@ -48,7 +48,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from qcore import __version__
+from qcore._version import __version__
 
 __all__ = [
     "COUNTERS",

@@ -36,7 +36,7 @@ from qcore.events import Events
 from qcore.metrics.postgres_store import PostgresMetricsStore
 from qcore.metrics.sources import Clock, Counts, Latency, PgBossQueues
 from qcore.metrics.store import GLOBAL, MINUTES_PER_DAY, MetricsStore, Retention, Snapshot
-from qcore.services.base import Periodic
+from qcore.periodic import Periodic
 
 if TYPE_CHECKING:
     from qcore.boss import Boss

@@ -39,7 +39,7 @@ from qcore.db import Database
 from qcore.errors import QcoreError
 from qcore.events import Events
 from qcore.identifiers import quote
-from qcore.services.base import Periodic
+from qcore.periodic import Periodic
 from qcore.sql import bam as sql
 
 __all__ = ["BamWorker", "run_commands"]

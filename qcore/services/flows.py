@@ -21,7 +21,7 @@ from qcore.backend import FetchStrategy, MutationStrategy
 from qcore.context import Context
 from qcore.db import Database
 from qcore.events import Events
-from qcore.services.base import Periodic
+from qcore.periodic import Periodic
 from qcore.sql import flows as sql
 from qcore.sql import monitor as monitor_sql
 

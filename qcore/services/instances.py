@@ -28,7 +28,7 @@ from qcore.context import Context
 from qcore.db import Json
 from qcore.events import Events
 from qcore.options import GroupLimits
-from qcore.services.base import Periodic
+from qcore.periodic import Periodic
 from qcore.services.process_usage import LoopLag, ProcessUsage
 from qcore.sql import instances as sql
 

@@ -53,9 +53,9 @@ from qcore.db import Database
 from qcore.events import Events
 from qcore.ops.reindex import Reindex, rebuild
 from qcore.options import queue_name
+from qcore.periodic import Periodic
 from qcore.queues import missing_queue
 from qcore.services import maintenance, queue_stats
-from qcore.services.base import Periodic
 from qcore.services.maintenance import Maintenance
 from qcore.services.statistics import refresh_statistics
 from qcore.services.vacuum import VacuumWatch

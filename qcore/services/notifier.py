@@ -38,7 +38,7 @@ UNAVAILABLE = "listen_notify_unavailable"
 
 class Notifier:
     """One LISTEN on the schema's channel for the lifetime of a started ``Boss`` (a
-    :class:`~qcore.services.base.Service`; the adapter keeps the connection alive)."""
+    :class:`~qcore.periodic.Service`; the adapter keeps the connection alive)."""
 
     name = "notifier"
     busy = False  # its work is the adapter's: nothing of its own runs

@@ -55,9 +55,9 @@ from qcore.events import Events
 from qcore.job import Job
 from qcore.jobs import enqueue
 from qcore.ops.reindex import check_number
+from qcore.periodic import Periodic
 from qcore.queues import create_queue
 from qcore.schedules import Schedule, get_schedules, send_options_of
-from qcore.services.base import Periodic
 from qcore.sql import schedules as sql
 from qcore.worker import Worker
 

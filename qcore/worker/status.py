@@ -74,7 +74,7 @@ class WipReporter:
     most once per ``interval`` seconds: the first change at once, later ones together
     at the end of the interval, so the last state is always reported.
 
-    A :class:`~qcore.services.base.Service` driven by changes, not by a clock: ``stop()``
+    A :class:`~qcore.periodic.Service` driven by changes, not by a clock: ``stop()``
     drops a report still waiting for its interval (``flush`` gives the final one)."""
 
     name = "wip"

@@ -19,7 +19,7 @@ from qcore.job import POLICIES
 from qcore.options import QueueOptions
 from qcore.services import maintenance
 from qcore.services.maintenance import Maintenance
-from qcore.supervisor import supervise
+from qcore.services.monitor import supervise
 
 pytestmark = pytest.mark.feature("maintenance")
 

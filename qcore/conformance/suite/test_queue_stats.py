@@ -17,9 +17,9 @@ from qcore.context import Context
 from qcore.errors import QueueNotFoundError, ValidationError
 from qcore.events import Events, WarningEvent
 from qcore.services.maintenance import Maintenance
+from qcore.services.monitor import supervise
 from qcore.services.queue_stats import BACKLOG
 from qcore.services.warnings import SLOW_QUERY, slow_query_watch
-from qcore.supervisor import supervise
 
 pytestmark = pytest.mark.feature("stats")
 

@@ -20,8 +20,8 @@ from qcore.context import Context
 from qcore.errors import QueueNotFoundError
 from qcore.events import Events
 from qcore.schema import install_or_migrate
+from qcore.services.monitor import MonitorResult, Supervisor, supervise
 from qcore.sql.locks import advisory_xact_lock, lock_key_text
-from qcore.supervisor import MonitorResult, Supervisor, supervise
 
 pytestmark = pytest.mark.feature("recovery")
 
