@@ -25,6 +25,13 @@ from qcore._version import __version__
 from qcore.affinity import Affinity
 from qcore.arguments import constructor, verb
 from qcore.backend import Backend, EngineIdentity, Server
+from qcore.boss_verbs import (
+    FlowVerbs,
+    MaintenanceVerbs,
+    QueueAndJobVerbs,
+    ScheduleVerbs,
+    SchemaVerbs,
+)
 from qcore.context import Context
 from qcore.db import (
     ADDRESS_OPTIONS,
@@ -76,7 +83,6 @@ from qcore.services.monitor import Supervisor
 from qcore.services.notifier import Notifier
 from qcore.services.timekeeper import ClockSkew, Timekeeper, TimekeeperSettings
 from qcore.services.warnings import WarningRecorder, slow_query_watch
-from qcore.verbs import FlowVerbs, MaintenanceVerbs, QueueAndJobVerbs, ScheduleVerbs, SchemaVerbs
 from qcore.worker import SharedPoll, WipReporter, Worker, WorkerStatus, WorkOptions
 from qcore.worker.loops import STOP_SETTLE_SECONDS
 
