@@ -16,9 +16,10 @@ import asyncio
 import statistics
 import time
 
-from qcore import Boss, jobs
+from qcore import Boss
 from qcore.conformance.helpers import set_clock
 from qcore.services.timekeeper import FORWARD_BATCH, SEND_IT, cron_pass, forward
+from qcore.verbs import jobs
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 SCHEMA = "qcore_bench_cron"

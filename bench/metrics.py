@@ -29,7 +29,7 @@ from qcore.conformance.helpers import set_clock
 from qcore.context import Context
 from qcore.db import connect
 from qcore.metrics import MetricsRecorder, MetricsStore, PgBossQueues, PostgresMetricsStore
-from qcore.schema import install_or_migrate
+from qcore.verbs.schema import install_or_migrate
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"

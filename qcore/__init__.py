@@ -27,10 +27,10 @@ from qcore.job import (
     Policy,
     Queue,
 )
-from qcore.jobs.locked import LockedBatch
-from qcore.ops.drift import DriftReport
 from qcore.options import GroupConcurrency
 from qcore.sync import SyncBoss
+from qcore.verbs.drift import DriftReport
+from qcore.verbs.jobs.locked import LockedBatch
 
 __all__ = [
     "Backend",

@@ -20,7 +20,6 @@ from typing import Any
 from typing_extensions import Unpack
 
 from qcore import backends
-from qcore import instances as instance_ops
 from qcore._version import __version__
 from qcore.affinity import Affinity
 from qcore.arguments import constructor, verb
@@ -55,9 +54,6 @@ from qcore.errors import (
 from qcore.events import Events
 from qcore.identifiers import schema_name
 from qcore.job import Job
-from qcore.jobs.locked import check_locked_claims
-from qcore.jobs.shared import SharedStatements
-from qcore.ops.reindex import Reindex, check_number
 from qcore.options import (
     WORK_OPTIONS,
     FetchOptions,
@@ -68,12 +64,6 @@ from qcore.options import (
     known_only,
     queue_name,
 )
-from qcore.schema import (
-    affinity_tables_present,
-    install_or_migrate,
-    is_installed,
-    schema_version,
-)
 from qcore.services import Service
 from qcore.services.bam import BamWorker
 from qcore.services.flows import FlowResolver
@@ -83,6 +73,16 @@ from qcore.services.monitor import Supervisor
 from qcore.services.notifier import Notifier
 from qcore.services.timekeeper import ClockSkew, Timekeeper, TimekeeperSettings
 from qcore.services.warnings import WarningRecorder, slow_query_watch
+from qcore.verbs import instances as instance_ops
+from qcore.verbs.jobs.locked import check_locked_claims
+from qcore.verbs.jobs.shared import SharedStatements
+from qcore.verbs.reindex import Reindex, check_number
+from qcore.verbs.schema import (
+    affinity_tables_present,
+    install_or_migrate,
+    is_installed,
+    schema_version,
+)
 from qcore.worker import SharedPoll, WipReporter, Worker, WorkerStatus, WorkOptions
 from qcore.worker.loops import STOP_SETTLE_SECONDS
 

@@ -1,5 +1,5 @@
 """The queue and job verbs of ``Boss``, but the claim: each checks its arguments
-(:func:`qcore.arguments.verb`) and forwards to :mod:`qcore.queues` or :mod:`qcore.jobs`
+(:func:`qcore.arguments.verb`) and forwards to :mod:`qcore.verbs.queues` or :mod:`qcore.verbs.jobs`
 with the context of the call (with ``db=``, the caller's own transaction).
 
 ``Boss`` inherits them and gives :meth:`QueueAndJobVerbs.context`; ``fetch``, which
@@ -21,25 +21,12 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from qcore import flows as flow_ops
-from qcore import instances as instance_ops
-from qcore import jobs as job_ops
-from qcore import pubsub
-from qcore import queues as queue_ops
-from qcore import schedules as schedule_ops
 from qcore.arguments import verb
 from qcore.backend import FetchStrategy
 from qcore.context import Context
 from qcore.errors import ValidationError
 from qcore.events import Events
 from qcore.job import CommandResult, EditResult, InstancePage, Job, JobState, Queue
-from qcore.jobs import Ids, LockedBatch
-from qcore.jobs.shared import SharedStatements
-from qcore.ops import bam as bam_ops
-from qcore.ops.bam import BamEntry, BamStatus
-from qcore.ops.drift import DriftReport, detect_schema_drift
-from qcore.ops.reindex import Reindex, reindex_commands
-from qcore.ops.reindex import thresholds as reindex_thresholds
 from qcore.options import (
     EditOptions,
     FetchOptions,
@@ -50,15 +37,27 @@ from qcore.options import (
     ids_and_fences,
     queue_name,
 )
-from qcore.queues import missing_queue
-from qcore.services import queue_stats as stats
 from qcore.services.bam import BamWorker
 from qcore.services.flows import FlowResolver
 from qcore.services.maintenance import Maintenance
 from qcore.services.monitor import Supervisor
-from qcore.services.queue_stats import QueueStats
 from qcore.services.timekeeper import ClockSkew, Timekeeper
-from qcore.services.warnings import StoredWarning, read_warnings
+from qcore.verbs import bam as bam_ops
+from qcore.verbs import flows as flow_ops
+from qcore.verbs import instances as instance_ops
+from qcore.verbs import jobs as job_ops
+from qcore.verbs import pubsub, stats
+from qcore.verbs import queues as queue_ops
+from qcore.verbs import schedules as schedule_ops
+from qcore.verbs.bam import BamEntry, BamStatus
+from qcore.verbs.drift import DriftReport, detect_schema_drift
+from qcore.verbs.jobs import Ids, LockedBatch
+from qcore.verbs.jobs.shared import SharedStatements
+from qcore.verbs.queues import missing_queue
+from qcore.verbs.reindex import Reindex, reindex_commands
+from qcore.verbs.reindex import thresholds as reindex_thresholds
+from qcore.verbs.stats import QueueStats
+from qcore.verbs.warnings import StoredWarning, read_warnings
 
 __all__ = ["FlowVerbs", "MaintenanceVerbs", "QueueAndJobVerbs", "ScheduleVerbs"]
 
@@ -687,7 +686,7 @@ class SchemaVerbs:
     async def detect_schema_drift(self, *, db: Any = None) -> DriftReport:
         """Compare the schema with what a v46 install of this backend makes (tables,
         indexes, functions, columns, constraints, the state enum), from the catalog alone;
-        a :class:`~qcore.ops.drift.DriftReport` whose entries each carry the statement
+        a :class:`~qcore.verbs.drift.DriftReport` whose entries each carry the statement
         that repairs them. Only reports: it changes nothing."""
         return await detect_schema_drift(self.context(db))
 

@@ -199,7 +199,7 @@ async def lease(
 
     Acquired and released outside any transaction of the caller's; renewed every
     ``expiry / 3`` seconds while held. The lock table must exist (it is created by the
-    install and by :func:`qcore.schema.install_or_migrate` before it takes a lease).
+    install and by :func:`qcore.verbs.schema.install_or_migrate` before it takes a lease).
     """
     held = Lease(ctx, suffix, expiry=expiry)
     await held.acquire(timeout)

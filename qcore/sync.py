@@ -34,8 +34,8 @@ from qcore.boss import Boss
 from qcore.db import Database, adapt
 from qcore.errors import NotStartedError, QcoreError
 from qcore.job import CommandResult, Job
-from qcore.jobs import LockedBatch
 from qcore.tasks import cancel_and_wait
+from qcore.verbs.jobs import LockedBatch
 from qcore.worker import WorkerStatus
 
 __all__ = ["SyncBoss", "SyncLockedBatch"]

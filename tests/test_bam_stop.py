@@ -19,9 +19,9 @@ from qcore.conformance.helpers import set_clock, until
 from qcore.context import Context
 from qcore.db import connect
 from qcore.identifiers import quote
-from qcore.schema import install_or_migrate
 from qcore.services.bam import run_commands
 from qcore.sql.bam import BAM_LIVENESS_GRACE_SECONDS
+from qcore.verbs.schema import install_or_migrate
 
 pytestmark = [pytest.mark.postgres, pytest.mark.feature("bam")]
 

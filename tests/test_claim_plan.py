@@ -21,9 +21,9 @@ from qcore.conformance.helpers import until
 from qcore.db import connect
 from qcore.errors import DatabaseError
 from qcore.job import JobState
-from qcore.jobs.claim import claim_plan_pins
-from qcore.jobs.locked import HOLD_GRACE_SECONDS
 from qcore.sql import jobs as job_sql
+from qcore.verbs.jobs.claim import claim_plan_pins
+from qcore.verbs.jobs.locked import HOLD_GRACE_SECONDS
 from tests.plans import (
     Undo,
     cte_plan,

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from qcore import jobs, queues
 from qcore.affinity import Affinity
 from qcore.context import Context
+from qcore.verbs import jobs, queues
 from tests.interop.pgboss import interop_marks
 from tests.test_interop_jobs import in_thread
 

@@ -9,9 +9,10 @@ import datetime as dt
 import itertools
 from typing import Any
 
-from qcore import Boss, cron, jobs, queues, schedules
+from qcore import Boss, cron
 from qcore.context import Context
 from qcore.services.timekeeper import SEND_IT, cron_pass, forward
+from qcore.verbs import jobs, queues, schedules
 from tests.interop.pgboss import Stepped, interop_marks
 from tests.test_interop_jobs import in_thread
 

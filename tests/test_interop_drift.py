@@ -14,7 +14,7 @@ import uuid
 from qcore import Boss, backends
 from qcore.context import Context
 from qcore.db import connect
-from qcore.ops.drift import detect_schema_drift
+from qcore.verbs.drift import detect_schema_drift
 from tests.interop.pgboss import interop_marks, run_ok
 from tests.test_interop_jobs import in_thread
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import uuid
 
-from qcore import jobs, queues
 from qcore.conformance.helpers import count, row
 from qcore.context import Context
+from qcore.verbs import jobs, queues
 from tests.interop.pgboss import interop_marks
 from tests.test_interop_jobs import in_thread
 

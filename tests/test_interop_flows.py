@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import uuid
 
-from qcore import flows, jobs, queues
 from qcore.context import Context
 from qcore.services.flows import resolve_flows
+from qcore.verbs import flows, jobs, queues
 from tests.interop.pgboss import interop_marks
 from tests.test_interop_jobs import in_thread
 

@@ -11,10 +11,10 @@ import asyncio
 import uuid
 from typing import Any
 
-from qcore import jobs, queues
 from qcore.context import Context
 from qcore.job import JobState
 from qcore.sql.locks import notify_channel
+from qcore.verbs import jobs, queues
 from tests.interop.pgboss import interop_marks, run_ok
 
 pytestmark = interop_marks()

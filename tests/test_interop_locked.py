@@ -5,8 +5,8 @@ held jobs as completed by qcore. Local PostgreSQL only."""
 
 from __future__ import annotations
 
-from qcore import jobs, queues
 from qcore.context import Context
+from qcore.verbs import jobs, queues
 from tests.interop.pgboss import interop_marks
 from tests.test_interop_jobs import in_thread
 

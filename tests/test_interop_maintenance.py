@@ -8,11 +8,12 @@ import asyncio
 import itertools
 from typing import Any
 
-from qcore import Boss, jobs, queues
+from qcore import Boss
 from qcore.conformance.helpers import set_clock
 from qcore.context import Context
 from qcore.services.maintenance import Maintenance
 from qcore.services.monitor import supervise
+from qcore.verbs import jobs, queues
 from tests.interop.pgboss import interop_marks, run_ok
 
 pytestmark = interop_marks()

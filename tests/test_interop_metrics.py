@@ -24,7 +24,7 @@ from qcore.metrics import (
     PgBossQueues,
     PostgresMetricsStore,
 )
-from qcore.ops.drift import detect_schema_drift
+from qcore.verbs.drift import detect_schema_drift
 from tests.interop.pgboss import interop_marks, run_ok
 
 pytestmark = interop_marks()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import uuid
 
-from qcore import jobs, pubsub, queues
 from qcore.context import Context
+from qcore.verbs import jobs, pubsub, queues
 from tests.interop.pgboss import interop_marks
 from tests.test_interop_jobs import in_thread
 

@@ -24,7 +24,7 @@ from qcore import backends
 from qcore.context import Context
 from qcore.db import Database, connect
 from qcore.identifiers import quote
-from qcore.schema import SCHEMA_VERSION, install_or_migrate, schema_version
+from qcore.verbs.schema import SCHEMA_VERSION, install_or_migrate, schema_version
 from tests.conftest import ADMIN_DSN, admin_execute, with_database
 from tests.interop import catalog
 from tests.interop.pgboss import interop_marks, run_ok

@@ -25,9 +25,9 @@ from qcore.context import Context
 from qcore.db import Database, connect
 from qcore.errors import SchemaVersionError
 from qcore.identifiers import quote
-from qcore.ops.drift import detect_schema_drift
-from qcore.schema import SCHEMA_VERSION, install_or_migrate, schema_version
 from qcore.services.bam import run_commands
+from qcore.verbs.drift import detect_schema_drift
+from qcore.verbs.schema import SCHEMA_VERSION, install_or_migrate, schema_version
 from tests.cli import run_qcore
 from tests.interop import catalog
 from tests.interop.pgboss import interop_marks, run_ok

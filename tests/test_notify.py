@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from qcore import queues
 from qcore.conformance.suite.test_notify import Heard
 from qcore.context import Context
 from qcore.db import connect
 from qcore.events import Events
 from qcore.services.notifier import Notifier
+from qcore.verbs import queues
 from tests.interop.pgboss import interop, run_ok
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
-from qcore import jobs, queues
 from qcore.conformance.helpers import row
 from qcore.conformance.suite.test_supervise import _age, _started
 from qcore.context import Context
 from qcore.services.monitor import MonitorResult, supervise
+from qcore.verbs import jobs, queues
 from tests.interop.pgboss import interop_marks, run_ok
 
 pytestmark = interop_marks()

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from qcore import Boss, backends, jobs, queues
+from qcore import Boss, backends
 from qcore.backend import MutationStrategy
 from qcore.conformance.guard import emulation_conninfo
 from qcore.conformance.helpers import running, states, until
@@ -19,6 +19,7 @@ from qcore.conformance.suite.test_worker_recovery import need_own_sessions
 from qcore.context import Context
 from qcore.errors import ConfigError
 from qcore.job import Job
+from qcore.verbs import jobs, queues
 from tests.conftest import admin_execute
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from qcore.cli.connection import Target, add_database_arguments, open_context, run_command
 from qcore.cli.table import print_json
-from qcore.ops.drift import DriftReport, IndexDrift, detect_schema_drift
+from qcore.verbs.drift import DriftReport, IndexDrift, detect_schema_drift
 
 __all__ = ["add_parser", "format_report", "run"]
 

@@ -24,8 +24,9 @@ from qcore.cli.connection import Target, add_database_arguments, open_context, r
 from qcore.cli.table import print_json
 from qcore.context import Context
 from qcore.errors import QcoreError
-from qcore.ops.bam import get_bam_status
-from qcore.schema import (
+from qcore.sql.probes import table_in_schema
+from qcore.verbs.bam import get_bam_status
+from qcore.verbs.schema import (
     SCHEMA_VERSION,
     get_construction_plans,
     get_migration_plans,
@@ -34,7 +35,6 @@ from qcore.schema import (
     rollback,
     schema_version,
 )
-from qcore.sql.probes import table_in_schema
 
 __all__ = ["add_parser"]
 

@@ -22,7 +22,7 @@ from qcore.errors import ValidationError
 from qcore.metrics import histogram
 from qcore.metrics.postgres_store import PostgresMetricsStore
 from qcore.metrics.store import GLOBAL, TIERS, Bucket, MetricsStore, Retention
-from qcore.services.queue_stats import QueueStats, read_stats
+from qcore.verbs.stats import QueueStats, read_stats
 
 __all__ = [
     "LatencyPoint",

@@ -1,3 +1,3 @@
-"""On-demand operator verbs that are not background work: schema drift detection,
-reindex commands, async-migration commands, instance administration. Each lands as a
-module here, built on the public verbs and ``qcore.sql`` builders."""
+"""The operator's on-demand verbs under their old path. Drift detection, reindex and
+async-migration commands moved to :mod:`qcore.verbs` (``drift``, ``reindex``, ``bam``);
+:mod:`qcore.ops.drift`, the documented one, still imports from here."""

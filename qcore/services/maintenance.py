@@ -32,10 +32,10 @@ from qcore.backend import FetchStrategy
 from qcore.context import Context
 from qcore.db import Database
 from qcore.errors import ConfigError
-from qcore.ops.reindex import Reindex, check_number
 from qcore.sql import affinity as affinity_sql
 from qcore.sql import instances as instance_sql
 from qcore.sql import maintenance as sql
+from qcore.verbs.reindex import Reindex, check_number
 
 __all__ = [
     "MAINTENANCE_OPTIONS",

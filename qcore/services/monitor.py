@@ -2,7 +2,7 @@
 
 A pass fails the active jobs that ran past ``expire_seconds`` and those whose
 heartbeat is older than ``heartbeat_seconds``, each retried, failed or
-dead-lettered exactly as :func:`qcore.jobs.fail` would. It works queue by queue
+dead-lettered exactly as :func:`qcore.verbs.jobs.fail` would. It works queue by queue
 as pg-boss's does (reference 6.10, 6.13, 6.14), so qcore and pg-boss instances on
 one schema share the work:
 
@@ -46,20 +46,21 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import TypeVar
 
-from qcore import jobs, locks, retry
+from qcore import locks, retry
 from qcore.backend import FetchStrategy
 from qcore.context import Context
 from qcore.db import Database
 from qcore.events import Events
-from qcore.ops.reindex import Reindex, rebuild
 from qcore.options import queue_name
 from qcore.periodic import Periodic
-from qcore.queues import missing_queue
 from qcore.services import maintenance, queue_stats
 from qcore.services.maintenance import Maintenance
 from qcore.services.statistics import refresh_statistics
 from qcore.services.vacuum import VacuumWatch
 from qcore.sql import monitor as sql
+from qcore.verbs import jobs
+from qcore.verbs.queues import missing_queue
+from qcore.verbs.reindex import Reindex, rebuild
 
 __all__ = [
     "EXPIRY_LOCK_TIMEOUT_SECONDS",
@@ -124,7 +125,7 @@ async def supervise(
     background loop) only the queues whose claim of that step is at least that old
     are worked on; without them (an explicit call) every queue is. Expiry fails at
     most ``batch_size`` jobs per transaction. ``events`` receives the warnings.
-    Last, the index bloat check (:func:`qcore.ops.reindex.rebuild`): rebuilds with
+    Last, the index bloat check (:func:`qcore.verbs.reindex.rebuild`): rebuilds with
     ``reindex`` thresholds (True: the settings', False: detection only), once per
     ``settings.reindex_interval_seconds`` between instances unless ``force_reindex``.
     ``vacuum`` (the instance's evidence, with ``settings.monitor_vacuum``) runs the

@@ -21,7 +21,7 @@ __all__ = [
     "upsert_schedule",
 ]
 
-#: a schedule row as :class:`qcore.schedules.Schedule` holds it
+#: a schedule row as :class:`qcore.verbs.schedules.Schedule` holds it
 SCHEDULE_COLUMNS = (
     "name, key, kind, cron, COALESCE(timezone, 'UTC') AS timezone, data, options,"
     " created_on, updated_on, last_job_id"

@@ -24,9 +24,9 @@ from qcore.metrics import (
     Usage,
     WindowHistory,
 )
-from qcore.queues import missing_queue
-from qcore.schedules import Schedule
-from qcore.services.warnings import StoredWarning
+from qcore.verbs.queues import missing_queue
+from qcore.verbs.schedules import Schedule
+from qcore.verbs.warnings import StoredWarning
 
 __all__ = [
     "RANGES",

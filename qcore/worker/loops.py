@@ -13,8 +13,6 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from qcore import jobs as job_ops
-from qcore import queues as queue_ops
 from qcore.backend import FetchStrategy, MutationStrategy
 from qcore.coalescer import Coalescer
 from qcore.context import Context
@@ -27,8 +25,10 @@ from qcore.errors import (
 )
 from qcore.events import Events
 from qcore.job import Job, Queue
-from qcore.jobs import LockedBatch
 from qcore.options import GroupLimits, normalize_output, queue_name
+from qcore.verbs import jobs as job_ops
+from qcore.verbs import queues as queue_ops
+from qcore.verbs.jobs import LockedBatch
 from qcore.worker.gate import _Gate
 from qcore.worker.groups import LocalGroups
 from qcore.worker.handlers import (
@@ -635,7 +635,7 @@ class Worker:
     def _chains(self, ctx: Context, settlement: _Settlement) -> bool:
         """Whether a batch ending so settles and claims the next in one round trip: it
         completed with no output, the worker is not stopping, and the backend and adapter
-        make the two one unit (:func:`~qcore.jobs.claim.settles_and_claims`); where that
+        make the two one unit (:func:`~qcore.verbs.jobs.claim.settles_and_claims`); where that
         unit is two statements (MutationStrategy.SPLIT), only for small batches."""
         return (
             settlement.verb == "complete"

@@ -4,7 +4,7 @@ its queue has a job to claim, and only those claim.
 Without it each idle worker claims once a polling interval, an UPDATE that finds
 nothing: ten idle queues, ten statements every two seconds. With it, the first worker
 whose poll falls due asks for every worker of the Boss that is idle then (one read,
-:func:`qcore.jobs.ready_queues`); a worker whose queue has a job is woken to claim it,
+:func:`qcore.verbs.jobs.ready_queues`); a worker whose queue has a job is woken to claim it,
 the others count the answer as their poll and sleep a polling interval from it. So the
 idle workers fall into step, and a Boss's idle cost is one statement an interval
 whatever the number of queues. A worker alone claims as before: its claim is its poll.
@@ -17,8 +17,8 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from qcore import jobs as job_ops
 from qcore.context import Context
+from qcore.verbs import jobs as job_ops
 
 
 class Poller(Protocol):

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from qcore import Boss, JobState, jobs
+from qcore import Boss, JobState
 from qcore.conformance.helpers import count, running
 from qcore.errors import ConfigError, ValidationError
-from qcore.jobs.locked import check_locked_claims
 from qcore.services.maintenance import prune_affinity
+from qcore.verbs import jobs
+from qcore.verbs.jobs.locked import check_locked_claims
 
 pytestmark = pytest.mark.feature("affinity")
 

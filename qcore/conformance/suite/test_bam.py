@@ -17,8 +17,8 @@ from qcore import Boss
 from qcore.context import Context
 from qcore.errors import DatabaseError, ValidationError
 from qcore.events import Events
-from qcore.ops.bam import get_bam_entries, get_bam_status
 from qcore.services.bam import run_commands
+from qcore.verbs.bam import get_bam_entries, get_bam_status
 
 pytestmark = pytest.mark.feature("bam")
 
@@ -80,7 +80,7 @@ async def test_commands_run_in_order_and_a_failure_holds_its_successors(ctx: Con
 async def test_two_workers_run_each_command_once(db: Any, backend: Any, schema: str) -> None:
     if backend.capabilities.single_session:
         pytest.skip("two workers need two sessions; this engine has one")
-    from qcore.schema import install_or_migrate
+    from qcore.verbs.schema import install_or_migrate
 
     ctx = Context(db=db, backend=backend, schema_spec=schema)
     await install_or_migrate(ctx)
@@ -125,7 +125,7 @@ async def test_stop_ends_a_command_that_outlives_the_timeout(
     if backend.capabilities.single_session:
         pytest.skip("cancelling a command needs a second session; this engine has one")
     ctx = Context(db=db, backend=backend, schema_spec=schema)
-    from qcore.schema import install_or_migrate
+    from qcore.verbs.schema import install_or_migrate
 
     await install_or_migrate(ctx)
     await _queue(ctx, "slow", 50, "job_common", "SELECT pg_sleep(120)")

@@ -11,14 +11,15 @@ from typing import Any
 
 import pytest
 
-from qcore import Boss, schedules
+from qcore import Boss
 from qcore.conformance.helpers import count, running, set_clock, states, totals, until
 from qcore.context import Context
 from qcore.errors import QueueNotFoundError, ValidationError
 from qcore.events import WarningEvent
-from qcore.jobs import enqueue, fetch
-from qcore.queues import create_queue
 from qcore.services.timekeeper import SEND_IT, ClockSkew, CronPass, cron_pass, forward
+from qcore.verbs import schedules
+from qcore.verbs.jobs import enqueue, fetch
+from qcore.verbs.queues import create_queue
 
 pytestmark = pytest.mark.feature("cron")
 

@@ -11,8 +11,8 @@ from collections.abc import Callable
 import pytest
 
 from qcore.context import Context
-from qcore.ops.drift import DriftReport, detect_schema_drift
-from qcore.queues import create_queue
+from qcore.verbs.drift import DriftReport, detect_schema_drift
+from qcore.verbs.queues import create_queue
 
 pytestmark = pytest.mark.feature("drift")
 

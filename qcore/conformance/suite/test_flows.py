@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from qcore import flows, jobs, queues
 from qcore.conformance.helpers import count, row, totals
 from qcore.context import Context
 from qcore.errors import QueueNotFoundError, ValidationError
 from qcore.events import Events
 from qcore.services.flows import FlowResolver, resolve_flows
+from qcore.verbs import flows, jobs, queues
 
 pytestmark = pytest.mark.feature("flows")
 

@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 
-from qcore import Boss, jobs, queues
+from qcore import Boss
 from qcore.conformance.helpers import row, running, until
 from qcore.context import Context
 from qcore.errors import ValidationError
 from qcore.job import Job
 from qcore.options import GroupConcurrency
+from qcore.verbs import jobs, queues
 
 pytestmark = pytest.mark.feature("groups")
 

@@ -17,9 +17,9 @@ from qcore import Boss
 from qcore.conformance.helpers import running, set_clock, until
 from qcore.context import Context
 from qcore.errors import ConfigError, ValidationError
-from qcore.instances import get_instances
 from qcore.job import Instance, Job
 from qcore.sql import instances as sql
+from qcore.verbs.instances import get_instances
 
 pytestmark = pytest.mark.feature("instances")
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from qcore import jobs, queues
 from qcore.backend import Backend, FetchStrategy, MutationStrategy
 from qcore.conformance.helpers import count, row, states
 from qcore.context import Context
 from qcore.errors import SerializationError, ValidationError
 from qcore.job import CommandResult
+from qcore.verbs import jobs, queues
 
 pytestmark = pytest.mark.feature("concurrency")
 

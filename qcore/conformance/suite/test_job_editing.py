@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from qcore import jobs, queues
 from qcore.conformance.helpers import count, row, server_now, totals
 from qcore.context import Context
 from qcore.db import Json
 from qcore.errors import QueueNotFoundError, ValidationError
 from qcore.sql import jobs as sql
 from qcore.sql.locks import notify_channel
+from qcore.verbs import jobs, queues
 
 pytestmark = pytest.mark.feature("editing")
 

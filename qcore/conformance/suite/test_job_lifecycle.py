@@ -1,4 +1,4 @@
-"""A job's life through the verbs of qcore.jobs and qcore.queues, on every backend:
+"""A job's life through the verbs of qcore.verbs.jobs and qcore.verbs.queues, on every backend:
 send/insert, fetch, complete, cancel/resume, retry, delete, touch, reads, ordering,
 transactions, queue management, and bad input that must write nothing."""
 
@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from qcore import jobs, queues
 from qcore.backend import Backend
 from qcore.conformance.helpers import count, row, server_now, states, totals
 from qcore.context import Context
 from qcore.db import Database
 from qcore.errors import ConfigError, QueueNotFoundError, ValidationError
 from qcore.job import JobState
+from qcore.verbs import jobs, queues
 
 pytestmark = pytest.mark.feature("lifecycle")
 

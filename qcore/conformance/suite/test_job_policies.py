@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from qcore import jobs, queues
 from qcore.backend import Backend
 from qcore.conformance.helpers import count, row, totals
 from qcore.context import Context
 from qcore.errors import ValidationError
+from qcore.verbs import jobs, queues
 
 pytestmark = pytest.mark.feature("policies")
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from qcore import jobs, queues
 from qcore.backend import Backend, MutationStrategy
 from qcore.conformance.helpers import row, server_now
 from qcore.context import Context
 from qcore.job import JobState
+from qcore.verbs import jobs, queues
 
 pytestmark = pytest.mark.feature("retries")
 

@@ -18,13 +18,14 @@ from typing import Any
 
 import pytest
 
-from qcore import Boss, JobResult, jobs, queues
+from qcore import Boss, JobResult
 from qcore.backend import Backend, FetchStrategy, MutationStrategy
 from qcore.conformance.helpers import count, row, running, states, until
 from qcore.context import Context
 from qcore.errors import ConfigError, DatabaseError, ValidationError
 from qcore.job import Job, JobState
-from qcore.jobs import locked as locked_module
+from qcore.verbs import jobs, queues
+from qcore.verbs.jobs import locked as locked_module
 
 pytestmark = pytest.mark.feature("workers")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from qcore import Boss, jobs, queues
+from qcore import Boss
 from qcore.backend import Backend
 from qcore.conformance.helpers import count, running, set_clock
 from qcore.context import Context
@@ -20,6 +20,7 @@ from qcore.options import QueueOptions
 from qcore.services import maintenance
 from qcore.services.maintenance import Maintenance
 from qcore.services.monitor import supervise
+from qcore.verbs import jobs, queues
 
 pytestmark = pytest.mark.feature("maintenance")
 

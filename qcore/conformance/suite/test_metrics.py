@@ -36,7 +36,7 @@ from qcore.metrics import (
 )
 from qcore.metrics.histogram import slot_of
 from qcore.metrics.store import GLOBAL, TIERS
-from qcore.ops.drift import detect_schema_drift
+from qcore.verbs.drift import detect_schema_drift
 
 pytestmark = pytest.mark.feature("metrics")
 

@@ -11,8 +11,10 @@ import pytest
 from qcore.conformance.markers import requires
 from qcore.context import Context
 from qcore.errors import SchemaVersionError
-from qcore.ops.drift import detect_schema_drift
-from qcore.schema import (
+from qcore.services.bam import run_commands
+from qcore.sql.catalog import job_table_name
+from qcore.verbs.drift import detect_schema_drift
+from qcore.verbs.schema import (
     SCHEMA_VERSION,
     get_migration_plans,
     get_rollback_plans,
@@ -20,8 +22,6 @@ from qcore.schema import (
     rollback,
     schema_version,
 )
-from qcore.services.bam import run_commands
-from qcore.sql.catalog import job_table_name
 
 pytestmark = pytest.mark.feature("migration")
 

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 import pytest_asyncio
 
-from qcore import Boss, jobs, queues
+from qcore import Boss
 from qcore.backend import Backend
 from qcore.conformance.helpers import cut_connection
 from qcore.conformance.provisioners import Provisioner
@@ -25,6 +25,7 @@ from qcore.errors import ConnectionLostError
 from qcore.events import Events, WarningEvent
 from qcore.services.notifier import UNAVAILABLE, Notifier
 from qcore.sql.locks import notify_channel
+from qcore.verbs import jobs, queues
 
 pytestmark = pytest.mark.feature("notify")
 

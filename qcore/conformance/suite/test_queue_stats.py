@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from qcore import Boss, jobs, queues, retry
+from qcore import Boss, retry
 from qcore.backend import Backend
 from qcore.conformance.helpers import running, set_clock
 from qcore.context import Context
@@ -20,6 +20,7 @@ from qcore.services.maintenance import Maintenance
 from qcore.services.monitor import supervise
 from qcore.services.queue_stats import BACKLOG
 from qcore.services.warnings import SLOW_QUERY, slow_query_watch
+from qcore.verbs import jobs, queues
 
 pytestmark = pytest.mark.feature("stats")
 

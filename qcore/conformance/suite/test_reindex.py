@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from qcore import Boss, jobs
+from qcore import Boss
 from qcore.backend import Backend
 from qcore.conformance.helpers import running
 from qcore.errors import ValidationError
 from qcore.events import WarningEvent
-from qcore.ops.reindex import INDEX_BLOAT
+from qcore.verbs import jobs
+from qcore.verbs.reindex import INDEX_BLOAT
 
 pytestmark = pytest.mark.feature("reindex")
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from qcore import jobs, queues
 from qcore.backend import FetchStrategy, MutationStrategy
 from qcore.conformance.helpers import row, server_now
 from qcore.context import Context
 from qcore.services.monitor import supervise
 from qcore.sql.jobs.fail import MAX_RETRY_DELAY_SECONDS
+from qcore.verbs import jobs, queues
 
 pytestmark = pytest.mark.feature("retries")
 

@@ -34,10 +34,10 @@ from qcore.errors import (
     ValidationError,
 )
 from qcore.identifiers import quote
-from qcore.migrations import Migration
-from qcore.schema import SCHEMA_VERSION, install_or_migrate, is_installed, schema_version
 from qcore.sql import locks as lock_sql
 from qcore.sql import schema as schema_sql
+from qcore.verbs.migrations import Migration
+from qcore.verbs.schema import SCHEMA_VERSION, install_or_migrate, is_installed, schema_version
 
 pytestmark = pytest.mark.feature("schema")
 

@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 
-from qcore import Boss, jobs, queues
+from qcore import Boss
 from qcore.backend import Backend
 from qcore.conformance.helpers import running, states, until
 from qcore.context import Context
 from qcore.db import Database
 from qcore.errors import ConfigError, DatabaseError, ValidationError
 from qcore.job import Job, JobState
+from qcore.verbs import jobs, queues
 
 pytestmark = pytest.mark.feature("workers")
 

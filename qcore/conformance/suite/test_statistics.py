@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from qcore import jobs, queues
 from qcore.conformance.helpers import until
 from qcore.context import Context
 from qcore.services.statistics import MIN_CHANGED_ROWS, refresh_statistics
+from qcore.verbs import jobs, queues
 
 pytestmark = [pytest.mark.feature("maintenance"), pytest.mark.requires("vacuum_stats")]
 

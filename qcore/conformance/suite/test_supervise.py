@@ -13,15 +13,16 @@ from typing import Any
 
 import pytest
 
-from qcore import Boss, jobs, queues
+from qcore import Boss
 from qcore.backend import Backend
 from qcore.conformance.helpers import row, server_now, states
 from qcore.context import Context
 from qcore.errors import QueueNotFoundError
 from qcore.events import Events
-from qcore.schema import install_or_migrate
 from qcore.services.monitor import MonitorResult, Supervisor, supervise
 from qcore.sql.locks import advisory_xact_lock, lock_key_text
+from qcore.verbs import jobs, queues
+from qcore.verbs.schema import install_or_migrate
 
 pytestmark = pytest.mark.feature("recovery")
 

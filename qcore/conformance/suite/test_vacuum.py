@@ -9,12 +9,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from qcore import jobs, queues
 from qcore.conformance.helpers import until
 from qcore.conformance.provisioners import Provisioner
 from qcore.context import Context
 from qcore.events import Events, WarningEvent
 from qcore.services.vacuum import AUTOVACUUM_DISABLED, XMIN_HORIZON, VacuumWatch
+from qcore.verbs import jobs, queues
 
 pytestmark = [pytest.mark.feature("warnings"), pytest.mark.requires("vacuum_stats")]
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from qcore import Boss, flows, jobs, queues
+from qcore import Boss
 from qcore import worker as worker_module
 from qcore.backend import Backend
 from qcore.conformance.helpers import job_state, running, send, settled, until
@@ -33,6 +33,7 @@ from qcore.errors import (
     ValidationError,
 )
 from qcore.job import Job, JobResult, JobState
+from qcore.verbs import flows, jobs, queues
 from qcore.worker import WorkerStatus
 
 pytestmark = pytest.mark.feature("workers")

@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from qcore import Boss, jobs
+from qcore import Boss
 from qcore.backend import Backend
 from qcore.conformance.helpers import running, send, settled, until
 from qcore.db import Database
 from qcore.errors import NotStartedError
 from qcore.job import Job, JobState
+from qcore.verbs import jobs
 
 pytestmark = pytest.mark.feature("workers")
 

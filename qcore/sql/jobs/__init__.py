@@ -23,6 +23,7 @@ work and tells an unknown queue apart, and nothing is written for one.
 from __future__ import annotations
 
 from qcore.sql.catalog import JOB_COLUMN_TYPES
+from qcore.sql.jobs.claim import fetch_jobs, pin_claim_plan, unpin_claim_plan
 from qcore.sql.jobs.columns import FETCH_COLUMNS, JOB_COLUMNS, REINSERT_COLUMNS
 from qcore.sql.jobs.edit import (
     fail_not_redriven,
@@ -31,6 +32,7 @@ from qcore.sql.jobs.edit import (
     redrive_jobs,
     update_jobs,
 )
+from qcore.sql.jobs.enqueue import insert_jobs, send_job
 from qcore.sql.jobs.fail import (
     expire_jobs,
     expire_remove,
@@ -39,9 +41,7 @@ from qcore.sql.jobs.fail import (
     fail_reinsert_retry,
     fail_remove,
 )
-from qcore.sql.jobs.fetch import fetch_jobs, pin_claim_plan, unpin_claim_plan
-from qcore.sql.jobs.held import claim_held, complete_held, fail_held, hold_longer, lock_released
-from qcore.sql.jobs.insert import insert_jobs, send_job
+from qcore.sql.jobs.locked import claim_held, complete_held, fail_held, hold_longer, lock_released
 from qcore.sql.jobs.reads import browse_jobs, find_jobs, get_job
 from qcore.sql.jobs.ready import ready_queues
 from qcore.sql.jobs.settle import (

@@ -9,7 +9,14 @@ from typing import Any
 from qcore.context import Context
 from qcore.db import Json
 from qcore.job import CommandResult, Job
-from qcore.jobs.routes import (
+from qcore.options import (
+    normalize_output,
+    queue_name,
+)
+from qcore.sql import jobs as sql
+from qcore.sql._statement import Statement
+from qcore.sql.locks import notify_channel
+from qcore.verbs.jobs.routes import (
     Ids,
     Targets,
     _fence_values,
@@ -19,14 +26,7 @@ from qcore.jobs.routes import (
     _run_command,
     _run_settling,
 )
-from qcore.options import (
-    normalize_output,
-    queue_name,
-)
-from qcore.queues import reduce_cached_counts
-from qcore.sql import jobs as sql
-from qcore.sql._statement import Statement
-from qcore.sql.locks import notify_channel
+from qcore.verbs.queues import reduce_cached_counts
 
 
 async def complete(

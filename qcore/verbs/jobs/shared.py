@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from qcore import jobs as job_ops
 from qcore.coalescer import Coalescer
 from qcore.context import Context
 from qcore.job import CommandResult, Job
-from qcore.jobs.commands import complete_together
-from qcore.jobs.routes import Targets
+from qcore.verbs import jobs as job_ops
+from qcore.verbs.jobs.routes import Targets
+from qcore.verbs.jobs.settle import complete_together
 
 __all__ = ["COMPLETE_LANES", "SharedStatements"]
 

@@ -19,12 +19,6 @@ from qcore.errors import (
     UniqueViolation,
     ValidationError,
 )
-from qcore.jobs.affinity import take_pattern, write_patterns
-from qcore.jobs.routes import (
-    _MAX_BATCH,
-    _UNDEFINED_TABLE,
-    _routed,
-)
 from qcore.options import (
     JobRecord,
     SendOptions,
@@ -33,9 +27,15 @@ from qcore.options import (
     queue_name,
     records_json,
 )
-from qcore.queues import keyless_strict_fifo
 from qcore.sql import jobs as sql
 from qcore.sql.locks import notify_channel
+from qcore.verbs.jobs.affinity import take_pattern, write_patterns
+from qcore.verbs.jobs.routes import (
+    _MAX_BATCH,
+    _UNDEFINED_TABLE,
+    _routed,
+)
+from qcore.verbs.queues import keyless_strict_fifo
 
 
 async def send(

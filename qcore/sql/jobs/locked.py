@@ -9,6 +9,12 @@ from functools import lru_cache
 
 from qcore.sql._statement import Params, Statement, row_limit
 from qcore.sql.affinity import record_processed_cte
+from qcore.sql.jobs.claim import (
+    claim_extra_columns,
+    claim_keys,
+    claim_queue_columns,
+    ready_filter,
+)
 from qcore.sql.jobs.columns import (
     ATTEMPT_COUNT,
     FETCH_COLUMNS,
@@ -23,12 +29,6 @@ from qcore.sql.jobs.columns import (
     held_as_running,
 )
 from qcore.sql.jobs.fail import _fail_removed
-from qcore.sql.jobs.fetch import (
-    claim_extra_columns,
-    claim_keys,
-    claim_queue_columns,
-    ready_filter,
-)
 
 
 @lru_cache(maxsize=1024)

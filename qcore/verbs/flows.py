@@ -33,10 +33,10 @@ from qcore.errors import (
     ValidationError,
 )
 from qcore.options import check_count, job_id, job_record, queue_name, records_json
-from qcore.queues import keyless_strict_fifo, queue_route
 from qcore.sql import flows as sql
 from qcore.sql import jobs as job_sql
 from qcore.sql.locks import notify_channel
+from qcore.verbs.queues import keyless_strict_fifo, queue_route
 
 __all__ = ["JobRef", "flow", "get_dependencies", "get_dependents"]
 

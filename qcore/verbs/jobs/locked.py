@@ -22,13 +22,13 @@ from qcore.backend import FetchStrategy, MutationStrategy
 from qcore.context import Context, QueueRoute
 from qcore.errors import ConfigError, DatabaseError, ValidationError
 from qcore.job import CommandResult, Job
-from qcore.jobs.affinity import claim_matching, in_claim_order
-from qcore.jobs.claim import claim_plan_pins, claimed_jobs
-from qcore.jobs.routes import _jsonb, _result, _routed, settled_ids
 from qcore.options import FetchOptions, fetch_options, normalize_output, queue_name
-from qcore.queues import missing_queue
 from qcore.sql import jobs as sql
 from qcore.sql._statement import Statement
+from qcore.verbs.jobs.affinity import claim_matching, in_claim_order
+from qcore.verbs.jobs.claim import claim_plan_pins, claimed_jobs
+from qcore.verbs.jobs.routes import _jsonb, _result, _routed, settled_ids
+from qcore.verbs.queues import missing_queue
 
 #: how long past a batch's longest expiry the server waits on an idle locked claim
 #: before it ends the session (and the jobs come back): the client's own watch fails

@@ -15,13 +15,13 @@ from qcore.backend import MutationStrategy
 from qcore.context import Context
 from qcore.db import Database, Json
 from qcore.job import CommandResult
-from qcore.jobs.routes import Ids, _fence_values, _ids, _jsonb, _result, _run_command
 from qcore.options import (
     normalize_output,
     queue_name,
 )
-from qcore.queues import missing_queue
 from qcore.sql import jobs as sql
+from qcore.verbs.jobs.routes import Ids, _fence_values, _ids, _jsonb, _result, _run_command
+from qcore.verbs.queues import missing_queue
 
 
 async def fail(

@@ -15,8 +15,8 @@ from qcore.job import CommandResult, Job
 from qcore.options import (
     ids_and_fences,
 )
-from qcore.queues import missing_queue, queue_route
 from qcore.sql._statement import Statement
+from qcore.verbs.queues import missing_queue, queue_route
 
 T = TypeVar("T")
 

@@ -12,8 +12,6 @@ from qcore.context import Context, QueueRoute
 from qcore.db import Database, Statements
 from qcore.errors import ConfigError, UniqueViolation, ValidationError
 from qcore.job import Job
-from qcore.jobs.affinity import claim_matching, in_claim_order
-from qcore.jobs.routes import Targets, _fence_values, _routed
 from qcore.options import (
     FetchOptions,
     GroupLimits,
@@ -23,6 +21,8 @@ from qcore.options import (
 )
 from qcore.sql import affinity as affinity_sql
 from qcore.sql import jobs as sql
+from qcore.verbs.jobs.affinity import claim_matching, in_claim_order
+from qcore.verbs.jobs.routes import Targets, _fence_values, _routed
 
 
 async def fetch(ctx: Context, name: str, **options: Unpack[FetchOptions]) -> list[Job]:

@@ -20,8 +20,8 @@ from qcore.options import (
     page_keyset,
     queue_name,
 )
-from qcore.queues import get_queue, missing_queue
 from qcore.sql import jobs as sql
+from qcore.verbs.queues import get_queue, missing_queue
 
 #: the most jobs one ``find_jobs`` call returns when given a ``limit``
 MAX_FOUND = 100_000

@@ -27,10 +27,10 @@ from qcore.errors import (
     QueueNotFoundError,
     ValidationError,
 )
-from qcore.jobs import enqueue
 from qcore.options import SendOptions, check_key, job_record, queue_name, records_json
-from qcore.queues import missing_queue
 from qcore.sql import pubsub as sql
+from qcore.verbs.jobs import enqueue
+from qcore.verbs.queues import missing_queue
 
 __all__ = ["event_name", "publish", "subscribe", "unsubscribe"]
 

@@ -34,8 +34,8 @@ from qcore.options import (
     queue_name,
     records_json,
 )
-from qcore.queues import missing_queue
 from qcore.sql import schedules as sql
+from qcore.verbs.queues import missing_queue
 
 __all__ = [
     "MISSED_POLICIES",

@@ -26,8 +26,21 @@ of these. A ``Job`` fences the command on the attempt it was fetched in
 
 from __future__ import annotations
 
-from qcore.jobs.claim import complete_and_fetch, fetch, settles_and_claims
-from qcore.jobs.commands import (
+from qcore.verbs.jobs.claim import complete_and_fetch, fetch, settles_and_claims
+from qcore.verbs.jobs.edit import KEEP, redrive, update, upsert
+from qcore.verbs.jobs.enqueue import insert, send, send_debounced, send_throttled
+from qcore.verbs.jobs.fail import (
+    EXPIRY_BATCH_SIZE,
+    HEARTBEAT_LOST,
+    TIMED_OUT,
+    ExpiryBatch,
+    expire,
+    fail,
+)
+from qcore.verbs.jobs.locked import LockedBatch, fail_released, locked_fetch
+from qcore.verbs.jobs.reads import browse_jobs, find_jobs, get_job_by_id, ready_queues
+from qcore.verbs.jobs.routes import Ids
+from qcore.verbs.jobs.settle import (
     cancel,
     complete,
     complete_each,
@@ -37,19 +50,6 @@ from qcore.jobs.commands import (
     retry,
     touch,
 )
-from qcore.jobs.editing import KEEP, redrive, update, upsert
-from qcore.jobs.enqueue import insert, send, send_debounced, send_throttled
-from qcore.jobs.failing import (
-    EXPIRY_BATCH_SIZE,
-    HEARTBEAT_LOST,
-    TIMED_OUT,
-    ExpiryBatch,
-    expire,
-    fail,
-)
-from qcore.jobs.locked import LockedBatch, fail_released, locked_fetch
-from qcore.jobs.reads import browse_jobs, find_jobs, get_job_by_id, ready_queues
-from qcore.jobs.routes import Ids
 
 __all__ = [
     "EXPIRY_BATCH_SIZE",

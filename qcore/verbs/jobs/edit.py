@@ -21,8 +21,6 @@ from qcore.errors import (
     ValidationError,
 )
 from qcore.job import EditResult
-from qcore.jobs.enqueue import insert_record
-from qcore.jobs.routes import Ids, _ids, _routed
 from qcore.options import (
     EDIT_OPTIONS,
     JobRecord,
@@ -37,6 +35,8 @@ from qcore.options import (
 )
 from qcore.sql import jobs as sql
 from qcore.sql.locks import notify_channel
+from qcore.verbs.jobs.enqueue import insert_record
+from qcore.verbs.jobs.routes import Ids, _ids, _routed
 
 #: ``update``'s ``data`` left out: the payload is kept
 KEEP: Final = object()

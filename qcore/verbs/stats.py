@@ -1,0 +1,142 @@
+"""The queue stats a verb reads: a queue's cached counts (counted again when they are
+too old) and its persisted snapshots. The supervise pass writes both (its step is
+:mod:`qcore.services.queue_stats`); see :mod:`qcore.sql.stats` for what each column
+means.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from qcore import retry
+from qcore.backend import LockStrategy
+from qcore.context import Context
+from qcore.db import Rows
+from qcore.errors import ValidationError
+from qcore.options import check_count
+from qcore.sql import stats as sql
+from qcore.sql.locks import lock_key_text
+
+__all__ = ["MAX_LIMIT", "QueueStats", "cached_stats", "count_queues", "read_stats"]
+
+#: the most snapshots one read returns
+MAX_LIMIT = 100_000
+
+#: a snapshot, or the cached counts of a queue, as ``get_queue_stats`` returns them
+QueueStats = dict[str, Any]
+
+
+async def count_queues(
+    ctx: Context,
+    table: str,
+    names: list[str],
+    *,
+    throughput: bool = False,
+    reset_seconds: int = sql.DELTA_RESET_MAX_SECONDS,
+    sample: bool = True,
+    must_count: bool = False,
+) -> Rows:
+    """The counting statement on the queues ``names`` of ``table``: under pg-boss's
+    ``queue-stats`` try-lock on an advisory backend (no rows: another instance holds
+    it), unless ``must_count``; see :func:`qcore.sql.stats.cache_queue_stats`."""
+    try_lock = ctx.backend.lock is LockStrategy.ADVISORY and not must_count
+    statement = sql.cache_queue_stats(
+        ctx.q, table, throughput=throughput, try_lock=try_lock, sample=sample
+    )
+    key = lock_key_text(ctx.schema_spec, sql.STATS_LOCK)
+    return await retry.run(ctx, statement, names=names, key=key, reset_seconds=reset_seconds)
+
+
+#: a forced read serves counts at most this old (pg-boss's): repeated forced reads do
+#: not each scan the job table
+FORCE_TTL_SECONDS = 60.0
+
+
+async def cached_stats(
+    ctx: Context, name: str, *, max_age_seconds: float, force: bool
+) -> QueueStats | None:
+    """Queue ``name``'s cached counts (None: no such queue), counted again first when
+    older than ``max_age_seconds`` (``force``: older than :data:`FORCE_TTL_SECONDS`) or
+    never counted. Another instance counting right now (the stats try-lock) is not
+    waited for: the cache is served."""
+    rows = await retry.run(ctx, sql.queue_stats_cache(ctx.q), name=name)
+    if not rows:
+        return None
+    cached = rows[0]
+    age = cached["age_seconds"]
+    budget = min(FORCE_TTL_SECONDS, max_age_seconds) if force else max_age_seconds
+    if age is None or age > budget:
+        table = str(cached["table_name"])
+        # never counted: nothing to serve instead, so this one count may not lose the lock
+        if await count_queues(ctx, table, [name], sample=False, must_count=age is None):
+            rows = await retry.run(ctx, sql.queue_stats_cache(ctx.q), name=name)
+            cached = rows[0] if rows else cached
+    snapshot = _snapshot(cached)
+    for column in ("age_seconds", "table_name"):
+        snapshot.pop(column, None)
+    return snapshot
+
+
+async def read_stats(
+    ctx: Context,
+    name: str,
+    *,
+    from_: dt.datetime | None,
+    to: dt.datetime | None,
+    limit: int,
+    bucket_seconds: int | None,
+    max_data_points: int | None,
+    aggregate: str,
+) -> list[QueueStats]:
+    """Queue ``name``'s persisted snapshots, newest first: raw, or grouped in buckets of
+    ``bucket_seconds`` (or as wide as fits ``max_data_points`` between ``from_`` and
+    ``to``, or the snapshots' own first and last)."""
+    for option, when in (("from_", from_), ("to", to)):
+        if when is not None and (not isinstance(when, dt.datetime) or when.tzinfo is None):
+            raise ValidationError(f"{option} must be an aware datetime, got {when!r}")
+    if from_ is not None and to is not None and from_ > to:
+        raise ValidationError(f"from_ ({from_.isoformat()}) is after to ({to.isoformat()})")
+    check_count("limit", limit, MAX_LIMIT)
+    if aggregate not in sql.AGGREGATES:
+        raise ValidationError(
+            f"aggregate must be one of {', '.join(sql.AGGREGATES)}, got {aggregate!r}"
+        )
+    if bucket_seconds is not None and max_data_points is not None:
+        raise ValidationError("give bucket_seconds or max_data_points, not both")
+    values: dict[str, Any] = {"name": name, "from_": from_, "to": to, "limit": limit}
+    if max_data_points is not None:
+        check_count("max_data_points", max_data_points, MAX_LIMIT)
+        bucket_seconds = await _width(ctx, name, from_, to, max_data_points)
+        values["limit"] = min(limit, max_data_points)
+    if bucket_seconds is None:
+        rows = await retry.run(ctx, sql.queue_stats_history(ctx.q), **values)
+    else:
+        check_count("bucket_seconds", bucket_seconds, 366 * 86_400)
+        statement = sql.queue_stats_bucketed(ctx.q, aggregate)
+        rows = await retry.run(ctx, statement, **values, seconds=bucket_seconds)
+    return [_snapshot(r) for r in rows]
+
+
+async def _width(
+    ctx: Context, name: str, from_: dt.datetime | None, to: dt.datetime | None, points: int
+) -> int:
+    """The bucket width that fits the snapshots between ``from_`` and ``to`` (within the
+    data's own extent) in ``points`` buckets."""
+    rows = await retry.run(ctx, sql.queue_stats_extent(ctx.q), name=name)
+    lo, hi = rows[0]["lo"], rows[0]["hi"]
+    if lo is None:
+        return 1
+    lo = max(lo, from_) if from_ is not None else lo
+    hi = min(hi, to) if to is not None else hi
+    seconds = max((hi - lo).total_seconds(), 0.0)
+    return max(1, int(-(-seconds // points)))
+
+
+def _snapshot(row: Mapping[str, Any]) -> QueueStats:
+    out = dict(row)
+    for column in ("wait_bins", "run_bins"):  # a slot no job landed in reads 0
+        if out.get(column) is not None:
+            out[column] = [n or 0 for n in out[column]]
+    return out
