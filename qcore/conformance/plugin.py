@@ -209,6 +209,8 @@ class MatrixState:
         self.broken: dict[str, str] = {}  # backend -> why provisioning failed
         self.records: dict[str, TestRecord] = {}
         self.exit_status: int | None = None
+        #: the reports of pytest-xdist workers, on the controller
+        self.worker_reports: list[dict[str, Any]] = []
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> MatrixState:
@@ -490,19 +492,57 @@ def _record(state: MatrixState, report: pytest.TestReport) -> None:
         record.skip_kind = None
 
 
+#: where a pytest-xdist worker hands its report to the controller
+_WORKER_REPORT = "qcore_matrix_report"
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = _state(session.config)
     state.exit_status = int(exitstatus)
     try:
         path = session.config.getoption("qcore_matrix_report")
-        if path:
+        worker_output = getattr(session.config, "workeroutput", None)
+        if worker_output is not None:  # a pytest-xdist worker: the controller writes it
+            worker_output[_WORKER_REPORT] = json.dumps(state.report())
+        elif path:
+            report = merged(state.report(), state.worker_reports)
             target = Path(path)
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_suffix(target.suffix + ".tmp")
-            tmp.write_text(json.dumps(state.report(), indent=2, ensure_ascii=False) + "\n")
+            tmp.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
             os.replace(tmp, target)
     finally:
         state.stop_all()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """A pytest-xdist worker finished: keep its report for the controller's."""
+    output = getattr(node, "workeroutput", {}).get(_WORKER_REPORT)
+    if output:
+        _state(node.config).worker_reports.append(json.loads(output))
+
+
+def merged(report: dict[str, Any], workers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The controller's ``report`` with its workers' folded in (pytest-xdist: each
+    worker collects every test and runs some; the controller collects none). A test
+    takes the outcome of the worker that ran it; a backend the entry of a worker that
+    started it."""
+    if not workers:
+        return report
+    tests: dict[str, dict[str, Any]] = {}
+    for worker in workers:
+        for test in worker["tests"]:
+            kept = tests.get(test["nodeid"])
+            if kept is None or kept["outcome"] == NOT_RUN:
+                tests[test["nodeid"]] = test
+    backends = dict(report["backends"])
+    for name in backends:
+        entries = [w["backends"][name] for w in workers if name in w["backends"]]
+        started = [e for e in entries if e["started"]]
+        if started or entries:
+            backends[name] = (started or entries)[0]
+    return {**report, "backends": backends, "tests": list(tests.values())}
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
