@@ -32,10 +32,11 @@ from qcore.backend import FetchStrategy
 from qcore.context import Context
 from qcore.db import Database
 from qcore.errors import ConfigError
+from qcore.options import check_number
 from qcore.sql import affinity as affinity_sql
 from qcore.sql import instances as instance_sql
 from qcore.sql import maintenance as sql
-from qcore.verbs.reindex import Reindex, check_number
+from qcore.verbs.reindex import Reindex
 
 __all__ = [
     "MAINTENANCE_OPTIONS",

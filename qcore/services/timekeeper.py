@@ -53,11 +53,11 @@ from qcore.db import Json
 from qcore.errors import ConfigError, QcoreError, ValidationError
 from qcore.events import Events
 from qcore.job import Job
+from qcore.options import check_number
 from qcore.periodic import Periodic
 from qcore.sql import schedules as sql
 from qcore.verbs.jobs import enqueue
 from qcore.verbs.queues import create_queue
-from qcore.verbs.reindex import check_number
 from qcore.verbs.schedules import Schedule, get_schedules, send_options_of
 from qcore.worker import Worker
 

@@ -26,6 +26,7 @@ from qcore import retry
 from qcore.context import Context
 from qcore.errors import ConfigError, ValidationError
 from qcore.events import Events
+from qcore.options import check_number
 from qcore.sql import reindex as sql
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "BloatedIndex",
     "Reindex",
     "bloated_indexes",
+    "check_number",
     "rebuild",
     "reindex_commands",
     "thresholds",
@@ -40,14 +42,6 @@ __all__ = [
 
 #: the type of the warning a bloated job index raises
 INDEX_BLOAT = "index_bloat"
-
-
-def check_number(option: str, value: Any, low: float, high: float, *, integer: bool) -> None:
-    """``ConfigError`` unless ``value`` is a number (``integer``: an int) in [low, high]."""
-    kind = "an integer" if integer else "a number"
-    ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float))
-    if not ok or not low <= value <= high:
-        raise ConfigError(f"{option} must be {kind} from {low:g} to {high:g}, got {value!r}")
 
 
 @dataclass(frozen=True)
