@@ -32,6 +32,7 @@ from qcore.options import (
 from qcore.sql import jobs as sql
 from qcore.sql import queues as queue_sql
 from qcore.sql._statement import Params, Statement
+from qcore.sql.jobs import FetchSpec
 
 pytestmark = pytest.mark.feature("lifecycle")
 
@@ -51,12 +52,14 @@ def _job_statements(skip_locked: bool, split: bool) -> dict[str, Statement]:
         "fetch_all_options": sql.fetch_jobs(
             Q,
             skip_locked=skip_locked,
-            priority=False,
-            order_by_created_on=False,
-            ignore_start_after=True,
-            min_priority=True,
-            max_priority=True,
-            include_metadata=True,
+            spec=FetchSpec(
+                priority=False,
+                order_by_created_on=False,
+                ignore_start_after=True,
+                min_priority=1,
+                max_priority=2,
+                include_metadata=True,
+            ),
         ),
         "complete": sql.complete_jobs(Q, fenced=True, include_queued=True),
         "cancel": sql.cancel_jobs(Q, fenced=True),

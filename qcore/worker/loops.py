@@ -26,6 +26,7 @@ from qcore.errors import (
 from qcore.events import Events
 from qcore.job import Job, Queue
 from qcore.options import GroupLimits, normalize_output, queue_name
+from qcore.sql.jobs.spec import FetchSpec
 from qcore.verbs import jobs as job_ops
 from qcore.verbs import queues as queue_ops
 from qcore.verbs.jobs import LockedBatch
@@ -160,7 +161,9 @@ class Worker:
         #: timekeeper's forwarder while cron is not in use); ``wake()`` ends a wait early
         self.dormant: Callable[[], bool] | None = None
         self._async = _is_async(handler)
-        self._fetch_options = options.fetch
+        # the claim's options, checked once here: every claim passes this spec on
+        self._spec = FetchSpec.of({**options.fetch, "batch_size": options.batch_size})
+        self._sized: dict[int, FetchSpec] = {}  # the spec for n loops' claim, by n
         limits = options.local_group_concurrency
         self._groups = LocalGroups(limits) if isinstance(limits, GroupLimits) else None
         # claims that must not overlap take turns (see _claiming)
@@ -360,7 +363,7 @@ class Worker:
     @property
     def anytime(self) -> bool:
         """Its claims ignore ``start_after``."""
-        return bool(self._fetch_options.get("ignore_start_after"))
+        return self._spec.ignore_start_after
 
     async def _poll_finds_work(self) -> bool:
         """A poll fell due: whether to claim. Not if the shared poll answered for this
@@ -424,9 +427,7 @@ class Worker:
         size = self.options.batch_size
         settling: list[Job] = []
         try:
-            async with job_ops.locked_fetch(
-                ctx, self.name, batch_size=size, **self._fetch_options
-            ) as batch:
+            async with job_ops.locked_claim(ctx, self.name, self._spec) as batch:
                 jobs = self._deal(batch.jobs, 1)[0]
                 if not jobs:
                     return False
@@ -503,21 +504,23 @@ class Worker:
                 self._report(exc)
         return admitted
 
-    def _claim_options(self) -> dict[str, Any]:
-        """The fetch options of the next claim: with ``local_group_concurrency``, the
-        groups at their limit here are left to other workers."""
+    def _claim_spec(self, callers: int) -> FetchSpec:
+        """The spec of the next claim, for ``callers`` loops (``batch_size`` jobs each):
+        with ``local_group_concurrency``, the groups at their limit here are left to
+        other workers."""
         full = self._groups.full() if self._groups is not None else []
-        if not full:
-            return self._fetch_options
-        ignored = [*(self.options.ignore_groups or ()), *full]
-        return {**self._fetch_options, "ignore_groups": ignored}
+        if full:
+            return self._spec.ignoring(full).sized(self.options.batch_size * callers)
+        spec = self._sized.get(callers)
+        if spec is None:
+            spec = self._sized[callers] = self._spec.sized(self.options.batch_size * callers)
+        return spec
 
     async def _fetch_for(self, callers: list[Context]) -> list[list[Job]]:
         """One fetch for every loop asking now: ``batch_size`` jobs each, in order."""
-        wanted = self.options.batch_size * len(callers)
-        options = self._claim_options()
+        spec = self._claim_spec(len(callers))
         async with self._claiming(callers[0]):
-            jobs = await job_ops.fetch(callers[0], self.name, batch_size=wanted, **options)
+            jobs = await job_ops.claim(callers[0], self.name, spec)
         return self._deal(jobs, len(callers))
 
     async def _settle_and_claim_for(
@@ -526,11 +529,9 @@ class Worker:
         """One statement completing the batches of every loop asking now and claiming
         ``batch_size`` jobs for each, dealt out in order."""
         done = [j for _, batch in callers for j in batch]
-        wanted = self.options.batch_size * len(callers)
+        spec = self._claim_spec(len(callers))
         async with self._claiming(callers[0][0]):
-            jobs = await job_ops.complete_and_fetch(
-                callers[0][0], self.name, done, batch_size=wanted, **self._claim_options()
-            )
+            jobs = await job_ops.claim(callers[0][0], self.name, spec, done)
         self._completed += len(callers)
         return self._deal(jobs, len(callers))
 

@@ -22,6 +22,7 @@ from qcore.context import Context
 from qcore.db import Database
 from qcore.errors import ConfigError, DatabaseError, ValidationError
 from qcore.job import Job, JobState
+from qcore.sql.jobs.spec import FetchSpec
 from qcore.verbs import jobs, queues
 
 pytestmark = pytest.mark.feature("workers")
@@ -38,13 +39,16 @@ def needs_settle_and_claim(ctx: Context) -> None:
 def count_settle_and_claims(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many jobs each settle-and-claim statement the workers run completes."""
     sizes: list[int] = []
-    real = jobs.complete_and_fetch
+    real = jobs.claim
 
-    async def counting(ctx: Context, name: str, done: list[Job], **options: Any) -> list[Job]:
-        sizes.append(len(done))
-        return await real(ctx, name, done, **options)
+    async def counting(
+        ctx: Context, name: str, spec: FetchSpec, done: list[Job] | None = None
+    ) -> list[Job]:
+        if done is not None:  # a settle-and-claim, not a fetch
+            sizes.append(len(done))
+        return await real(ctx, name, spec, done)
 
-    monkeypatch.setattr(jobs, "complete_and_fetch", counting)
+    monkeypatch.setattr(jobs, "claim", counting)
     return sizes
 
 

@@ -33,6 +33,7 @@ from qcore.errors import (
     ValidationError,
 )
 from qcore.job import Job, JobResult, JobState
+from qcore.sql.jobs.spec import FetchSpec
 from qcore.verbs import flows, jobs, queues
 from qcore.worker import WorkerStatus
 
@@ -65,13 +66,16 @@ async def listening_boss(db: Database, backend: Backend, schema: str) -> AsyncIt
 def count_fetches(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Record the time of every fetch the workers make."""
     calls: list[float] = []
-    real = jobs.fetch
+    real = jobs.claim
 
-    async def counting(*args: Any, **kwargs: Any) -> list[Job]:
-        calls.append(time.monotonic())
-        return await real(*args, **kwargs)
+    async def counting(
+        ctx: Context, name: str, spec: FetchSpec, done: list[Job] | None = None
+    ) -> list[Job]:
+        if done is None:  # a fetch, not a settle-and-claim
+            calls.append(time.monotonic())
+        return await real(ctx, name, spec, done)
 
-    monkeypatch.setattr(jobs, "fetch", counting)
+    monkeypatch.setattr(jobs, "claim", counting)
     return calls
 
 
@@ -80,17 +84,20 @@ def count_claims_and_polls(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], 
     poll asks for."""
     claims: list[str] = []
     asked: list[list[str]] = []
-    real_fetch, real_ready = jobs.fetch, jobs.ready_queues
+    real_claim, real_ready = jobs.claim, jobs.ready_queues
 
-    async def fetch(ctx: Context, name: str, **options: Any) -> list[Job]:
-        claims.append(name)
-        return await real_fetch(ctx, name, **options)
+    async def claim(
+        ctx: Context, name: str, spec: FetchSpec, done: list[Job] | None = None
+    ) -> list[Job]:
+        if done is None:  # a fetch, not a settle-and-claim
+            claims.append(name)
+        return await real_claim(ctx, name, spec, done)
 
     async def ready(ctx: Context, queues: list[str], anytime: Any = ()) -> dict[str, bool]:
         asked.append(sorted(queues))
         return await real_ready(ctx, queues, anytime)
 
-    monkeypatch.setattr(jobs, "fetch", fetch)
+    monkeypatch.setattr(jobs, "claim", claim)
     monkeypatch.setattr(jobs, "ready_queues", ready)
     return claims, asked
 

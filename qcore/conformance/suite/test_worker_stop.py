@@ -134,20 +134,22 @@ async def test_a_job_claimed_as_the_stop_begins(
     await sboss.create_queue("in-time")
     claiming = asyncio.Event()
     release = asyncio.Event()
-    real = jobs.fetch
+    real = jobs.claim
     ran: list[str] = []
 
-    async def slow_fetch(ctx: Any, name: str, **options: Any) -> list[Job]:
+    async def slow_claim(
+        ctx: Any, name: str, spec: Any, done: list[Job] | None = None
+    ) -> list[Job]:
         claiming.set()
         await release.wait()
-        return await real(ctx, name, **options)
+        return await real(ctx, name, spec, done)
 
     async def handler(batch: list[Job]) -> None:
         ran.append(batch[0].name)
 
     # claimed within the timeout: runs
     in_time = await send(sboss, "in-time")
-    monkeypatch.setattr(jobs, "fetch", slow_fetch)
+    monkeypatch.setattr(jobs, "claim", slow_claim)
     await sboss.work("in-time", handler, polling_interval_seconds=0.5)
     await asyncio.wait_for(claiming.wait(), 3)
     asyncio.get_running_loop().call_later(0.05, release.set)

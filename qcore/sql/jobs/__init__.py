@@ -54,12 +54,15 @@ from qcore.sql.jobs.settle import (
     retry_jobs,
     touch_jobs,
 )
+from qcore.sql.jobs.spec import DEFAULT_FETCH, FetchSpec
 
 __all__ = [
+    "DEFAULT_FETCH",
     "FETCH_COLUMNS",
     "JOB_COLUMNS",
     "JOB_COLUMN_TYPES",
     "REINSERT_COLUMNS",
+    "FetchSpec",
     "browse_jobs",
     "cancel_jobs",
     "claim_held",

@@ -16,6 +16,7 @@ from qcore.sql.jobs.columns import (
     _returning,
 )
 from qcore.sql.jobs.settle import complete_update
+from qcore.sql.jobs.spec import DEFAULT_FETCH, FetchSpec
 
 
 @lru_cache(maxsize=1024)
@@ -23,18 +24,10 @@ def fetch_jobs(
     q: str,
     *,
     skip_locked: bool,
+    spec: FetchSpec = DEFAULT_FETCH,
     policy: str = "standard",
-    priority: bool = True,
-    order_by_created_on: bool = True,
-    ignore_start_after: bool = False,
-    min_priority: bool = False,
-    max_priority: bool = False,
-    include_metadata: bool = False,
     table: str | None = None,
     settle: bool = False,
-    group_limit: bool = False,
-    group_tiers: bool = False,
-    ignore_groups: bool = False,
     affinity: bool = True,
     patterned: bool = False,
     keyed: bool = False,
@@ -57,6 +50,9 @@ def fetch_jobs(
     of each key and nothing from a key with a job active, in retry or failed;
     singleton and stately skip keys with an active job and take one job per key
     per batch.
+
+    ``spec`` gives the fetch's options (checked when it was built; its values travel
+    as parameters, only whether each is set shapes the statement).
 
     Claim order: ``priority DESC`` (unless ``priority=False``), then ``created_on``
     (unless ``order_by_created_on=False``): exactly the order of the fetch index
@@ -87,15 +83,15 @@ def fetch_jobs(
     a batch's settle and the next claim are one round trip and one commit, both or
     neither. The claim cannot take a job being completed (those are active).
 
-    ``group_limit`` (pg-boss's ``groupConcurrency``): at most ``group_limit`` jobs of
-    one ``group_id`` active at once, counting those already active (jobs with no group
-    are not limited); with ``group_tiers`` a group's limit is its jobs' ``group_tier``
+    ``spec.group_concurrency`` (pg-boss's ``groupConcurrency``): at most ``group_limit``
+    jobs of one ``group_id`` active at once, counting those already active (jobs with no
+    group are not limited); with tiers a group's limit is its jobs' ``group_tier``
     in the ``group_tiers`` JSON object, else ``group_limit``. The active jobs are
     counted once per claim, as pg-boss does, into one JSON object (an uncorrelated
     subquery, which the planner evaluates once rather than per candidate), excluding
     those the settle completes; the claim then keeps, per group, the first jobs in
     claim order that fit. Candidates are read up to ``limit`` before that cut, so a
-    claim can return fewer than asked while more would fit. ``ignore_groups``: jobs of
+    claim can return fewer than asked while more would fit. ``spec.ignore_groups``: jobs of
     the groups in the ``ignore_groups`` text array are not claimed (what a worker with
     ``local_group_concurrency`` leaves to others). Both the same on every backend.
 
@@ -110,7 +106,10 @@ def fetch_jobs(
     p = Params()
     now = _now(q)
     jobs = _job_table(q, table)
-    keys = claim_keys(priority, order_by_created_on)
+    groups = spec.group_concurrency
+    group_limit = groups is not None
+    group_tiers = bool(groups and groups.tiers)
+    keys = claim_keys(spec.priority, spec.order_by_created_on)
     order = f" ORDER BY {', '.join('j.' + k for k in keys)}" if keys else ""
     returned = ", ".join("claimed." + k for k in [*keys, "id"])
     ready = ready_filter(
@@ -118,10 +117,10 @@ def fetch_jobs(
         p,
         jobs,
         policy=policy,
-        ignore_start_after=ignore_start_after,
-        min_priority=min_priority,
-        max_priority=max_priority,
-        ignore_groups=ignore_groups,
+        ignore_start_after=spec.ignore_start_after,
+        min_priority=spec.min_priority is not None,
+        max_priority=spec.max_priority is not None,
+        ignore_groups=bool(spec.ignore_groups),
         affinity=affinity,
         patterned=patterned,
     )
@@ -139,7 +138,7 @@ def fetch_jobs(
     # in the state it was read in is claimed (a join condition, so the planner still
     # reaches the rows from the candidates by primary key however stale its statistics)
     recheck = "" if skip_locked else " AND j.state = c.state"
-    columns = JOB_COLUMNS if include_metadata else FETCH_COLUMNS
+    columns = JOB_COLUMNS if spec.include_metadata else FETCH_COLUMNS
     ctes = [
         _queue_cte(q, p, claim_queue_columns(q, p, affinity), table=table, policy=True),
         *([f"done AS ({complete_update(q, p, fenced=True, table=table)})"] if settle else []),

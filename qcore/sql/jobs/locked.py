@@ -29,20 +29,15 @@ from qcore.sql.jobs.columns import (
     held_as_running,
 )
 from qcore.sql.jobs.fail import _fail_removed
+from qcore.sql.jobs.spec import DEFAULT_FETCH, FetchSpec
 
 
 @lru_cache(maxsize=1024)
 def claim_held(
     q: str,
     *,
+    spec: FetchSpec = DEFAULT_FETCH,
     policy: str = "standard",
-    priority: bool = True,
-    order_by_created_on: bool = True,
-    ignore_start_after: bool = False,
-    min_priority: bool = False,
-    max_priority: bool = False,
-    include_metadata: bool = False,
-    ignore_groups: bool = False,
     table: str | None = None,
     affinity: bool = True,
     patterned: bool = False,
@@ -50,7 +45,7 @@ def claim_held(
     limit: int = 1,
 ) -> Statement:
     """A locked claim: lock up to ``limit`` ready jobs of the queue, in the fetch
-    index's order, as ``fetch_jobs`` picks them (the same options; no policy that
+    index's order, as ``fetch_jobs`` picks them (the same ``spec``; no policy that
     counts active jobs) and return them unchanged but read as running (this attempt
     counted; with ``include_metadata`` active and started now). They stay queued,
     held by this transaction until :func:`complete_held` or :func:`fail_held` settles
@@ -64,21 +59,21 @@ def claim_held(
         raise ValueError(f"the {policy} policy counts active jobs: no locked claim")
     p = Params()
     jobs = _job_table(q, table)
-    keys = claim_keys(priority, order_by_created_on)
+    keys = claim_keys(spec.priority, spec.order_by_created_on)
     order = f" ORDER BY {', '.join('j.' + k for k in keys)}" if keys else ""
     ready = ready_filter(
         q,
         p,
         jobs,
         policy=policy,
-        ignore_start_after=ignore_start_after,
-        min_priority=min_priority,
-        max_priority=max_priority,
-        ignore_groups=ignore_groups,
+        ignore_start_after=spec.ignore_start_after,
+        min_priority=spec.min_priority is not None,
+        max_priority=spec.max_priority is not None,
+        ignore_groups=bool(spec.ignore_groups),
         affinity=affinity,
         patterned=patterned,
     )
-    columns = JOB_COLUMNS if include_metadata else FETCH_COLUMNS
+    columns = JOB_COLUMNS if spec.include_metadata else FETCH_COLUMNS
     picked = _returning(columns, "j", lazy_data=True, values=held_as_running(q))
     ms = f"(expire_seconds + {p('hold_grace')}::int) * 1000"
     # a materialized CTE computes every column: the setting is made once, with the row

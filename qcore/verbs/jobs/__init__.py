@@ -26,7 +26,7 @@ of these. A ``Job`` fences the command on the attempt it was fetched in
 
 from __future__ import annotations
 
-from qcore.verbs.jobs.claim import complete_and_fetch, fetch, settles_and_claims
+from qcore.verbs.jobs.claim import claim, complete_and_fetch, fetch, settles_and_claims
 from qcore.verbs.jobs.edit import KEEP, redrive, update, upsert
 from qcore.verbs.jobs.enqueue import insert, send, send_debounced, send_throttled
 from qcore.verbs.jobs.fail import (
@@ -37,7 +37,13 @@ from qcore.verbs.jobs.fail import (
     expire,
     fail,
 )
-from qcore.verbs.jobs.locked import LockedBatch, fail_released, locked_fetch
+from qcore.verbs.jobs.locked import (
+    LockedBatch,
+    fail_released,
+    locked_claim,
+    locked_fetch,
+    locked_spec,
+)
 from qcore.verbs.jobs.reads import browse_jobs, find_jobs, get_job_by_id, ready_queues
 from qcore.verbs.jobs.routes import Ids
 from qcore.verbs.jobs.settle import (
@@ -61,6 +67,7 @@ __all__ = [
     "LockedBatch",
     "browse_jobs",
     "cancel",
+    "claim",
     "complete",
     "complete_and_fetch",
     "complete_each",
@@ -72,7 +79,9 @@ __all__ = [
     "find_jobs",
     "get_job_by_id",
     "insert",
+    "locked_claim",
     "locked_fetch",
+    "locked_spec",
     "ready_queues",
     "redrive",
     "restore",

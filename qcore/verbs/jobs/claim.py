@@ -12,15 +12,10 @@ from qcore.context import Context, QueueRoute
 from qcore.db import Database, Statements
 from qcore.errors import ConfigError, UniqueViolation, ValidationError
 from qcore.job import Job
-from qcore.options import (
-    FetchOptions,
-    GroupLimits,
-    fetch_options,
-    ids_and_fences,
-    queue_name,
-)
+from qcore.options import FetchOptions, ids_and_fences, queue_name
 from qcore.sql import affinity as affinity_sql
 from qcore.sql import jobs as sql
+from qcore.sql.jobs.spec import FetchSpec
 from qcore.verbs.jobs.affinity import claim_matching, in_claim_order
 from qcore.verbs.jobs.routes import Targets, _fence_values, _routed
 
@@ -53,7 +48,8 @@ async def fetch(ctx: Context, name: str, **options: Unpack[FetchOptions]) -> lis
     server whose instance key the pattern matches (never by an anonymous one); a keyed
     server records its key on every job it claims (``processed_on_instance_key``).
     """
-    return await _claim(ctx, name, options, None)
+    queue_name(name)
+    return await claim(ctx, name, FetchSpec.of(options))
 
 
 async def complete_and_fetch(
@@ -75,7 +71,8 @@ async def complete_and_fetch(
             f" transaction, which the {ctx.db.driver or 'given'} adapter cannot make atomic:"
             " complete, then fetch"
         )
-    return await _claim(ctx, name, options, done)
+    queue_name(name)
+    return await claim(ctx, name, FetchSpec.of(options), done)
 
 
 def settles_and_claims(ctx: Context) -> bool:
@@ -84,21 +81,18 @@ def settles_and_claims(ctx: Context) -> bool:
     return ctx.backend.mutation is MutationStrategy.CTE or ctx.db.atomic_transactions
 
 
-async def _claim(
-    ctx: Context, name: str, options: FetchOptions, done: list[Job] | None
+async def claim(
+    ctx: Context, name: str, spec: FetchSpec, done: list[Job] | None = None
 ) -> list[Job]:
-    """:func:`fetch`, completing the jobs ``done`` in the same statement when given."""
-    queue_name(name)
+    """:func:`fetch` as ``spec`` says (checked when it was built, as ``name`` must be),
+    completing the jobs ``done`` in the same statement when given (as
+    :func:`complete_and_fetch`, where :func:`settles_and_claims`): a worker's claim,
+    which checks nothing again."""
     settles = ids_and_fences(done) if done else None
-    given = fetch_options(options)
-    batch_size: int = given["batch_size"]
-    priority: bool = given["priority"]
-    order_by_created_on: bool = given["order_by_created_on"]
-    include_metadata: bool = given["include_metadata"]
-    ignore_start_after: bool = given["ignore_start_after"]
-    low, high = given["min_priority"], given["max_priority"]
-    groups: GroupLimits | None = given["group_concurrency"]
-    ignored: tuple[str, ...] | None = given["ignore_groups"]
+    priority = spec.priority
+    low, high = spec.min_priority, spec.max_priority
+    groups = spec.group_concurrency
+    ignored = spec.ignore_groups
     skip_locked = ctx.backend.fetch is FetchStrategy.SKIP_LOCKED
     affinity = ctx.affinity
     keyed = affinity.installed and affinity.key is not None
@@ -111,18 +105,10 @@ async def _claim(
         statement = sql.fetch_jobs(
             ctx.q,
             skip_locked=skip_locked,
+            spec=spec,
             policy=route.policy,
-            priority=priority,
-            order_by_created_on=order_by_created_on,
-            ignore_start_after=ignore_start_after,
-            min_priority=low is not None,
-            max_priority=high is not None,
-            include_metadata=include_metadata,
             table=route.table,
             settle=settling is not None and one_statement,
-            group_limit=groups is not None,
-            group_tiers=bool(groups and groups.tiers),
-            ignore_groups=bool(ignored),
             affinity=affinity.installed,
             patterned=patterned,
             keyed=keyed,
@@ -181,14 +167,14 @@ async def _claim(
             return None
         return claimed_jobs(ctx, name, rows), bool(rows[0].get("patterned"))
 
-    async def claim(limit: int, first: bool, patterned: bool) -> tuple[list[Job], bool]:
+    async def claim_some(limit: int, first: bool, patterned: bool) -> tuple[list[Job], bool]:
         settling = settles if first else None
         return await _routed(ctx, name, lambda route: attempt(route, limit, settling, patterned))
 
     def order(jobs: list[Job]) -> list[Job]:
-        return in_claim_order(jobs, priority, order_by_created_on)
+        return in_claim_order(jobs, priority, spec.order_by_created_on)
 
-    return await claim_matching(ctx, name, batch_size, claim, order)
+    return await claim_matching(ctx, name, spec.batch_size, claim_some, order)
 
 
 def claim_plan_pins(

@@ -11,7 +11,7 @@ kill, lost network) simply comes back, with no attempt counted.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -22,9 +22,10 @@ from qcore.backend import FetchStrategy, MutationStrategy
 from qcore.context import Context, QueueRoute
 from qcore.errors import ConfigError, DatabaseError, ValidationError
 from qcore.job import CommandResult, Job
-from qcore.options import FetchOptions, fetch_options, normalize_output, queue_name
+from qcore.options import FetchOptions, normalize_output, queue_name
 from qcore.sql import jobs as sql
 from qcore.sql._statement import Statement
+from qcore.sql.jobs.spec import FetchSpec
 from qcore.verbs.jobs.affinity import claim_matching, in_claim_order
 from qcore.verbs.jobs.claim import claim_plan_pins, claimed_jobs
 from qcore.verbs.jobs.routes import _jsonb, _result, _routed, settled_ids
@@ -62,11 +63,11 @@ def check_locked_claims(ctx: Context) -> None:
         )
 
 
-def locked_options(options: FetchOptions) -> dict[str, Any]:
+def locked_spec(options: Mapping[str, Any]) -> FetchSpec:
     """A locked claim's fetch options, checked: those of fetch, without group limits
     (which count active jobs)."""
-    given = fetch_options(options)
-    if given["group_concurrency"] is not None:
+    given = FetchSpec.of(options)
+    if given.group_concurrency is not None:
         raise ValidationError(
             "group_concurrency counts active jobs, and a locked claim's jobs stay queued:"
             " use fetch, or limit groups locally"
@@ -183,12 +184,21 @@ async def locked_fetch(
     counted; so does a database error inside the block (it propagates). An empty
     batch still opens the block (``batch.jobs == []``)."""
     queue_name(name)
-    given = locked_options(options)
+    spec = locked_spec(options)
+    async with locked_claim(ctx, name, spec) as batch:
+        yield batch
+
+
+@asynccontextmanager
+async def locked_claim(ctx: Context, name: str, spec: FetchSpec) -> AsyncIterator[LockedBatch]:
+    """:func:`locked_fetch` as ``spec`` says (checked when it was built, with
+    :func:`locked_spec`, as ``name`` must be): a worker's locked claim, which checks
+    only that the context can hold one."""
     check_locked_claims(ctx)
     failure: Exception | None = None
     async with ctx.db.separate_transaction() as tx:
         held = ctx.with_db(tx)
-        route, jobs = await _claim(held, name, given)
+        route, jobs = await _claim(held, name, spec)
         batch = LockedBatch(held, route, name, jobs)
         try:
             yield batch
@@ -205,16 +215,16 @@ async def locked_fetch(
         raise failure
 
 
-async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> tuple[QueueRoute, list[Job]]:
+async def _claim(ctx: Context, name: str, spec: FetchSpec) -> tuple[QueueRoute, list[Job]]:
     """The claim, and the route it was made on (the settles address the same table)."""
-    low, high = given["min_priority"], given["max_priority"]
-    ignored = given["ignore_groups"]
+    low, high = spec.min_priority, spec.max_priority
+    ignored = spec.ignore_groups
     affinity = ctx.affinity
     claimed_on: list[QueueRoute] = []
 
     def order(jobs: list[Job]) -> list[Job]:
         # the lock returns them in index order, ties in any
-        return in_claim_order(jobs, given["priority"], given["order_by_created_on"])
+        return in_claim_order(jobs, spec.priority, spec.order_by_created_on)
 
     async def attempt(
         route: QueueRoute, limit: int, patterned: bool
@@ -226,15 +236,9 @@ async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> tuple[QueueR
             )
         statement = sql.claim_held(
             ctx.q,
+            spec=spec,
             policy=route.policy,
-            priority=given["priority"],
-            order_by_created_on=given["order_by_created_on"],
-            ignore_start_after=given["ignore_start_after"],
-            min_priority=low is not None,
-            max_priority=high is not None,
-            include_metadata=given["include_metadata"],
             table=route.table,
-            ignore_groups=bool(ignored),
             affinity=affinity.installed,
             patterned=patterned,
             keyed=affinity.installed and affinity.key is not None,
@@ -252,7 +256,7 @@ async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> tuple[QueueR
             instance_key=affinity.key,
         )
         # the held transaction is qcore's: the switch may stay off for its settles
-        before, _ = claim_plan_pins(ctx, given["priority"], limit, restore=False)
+        before, _ = claim_plan_pins(ctx, spec.priority, limit, restore=False)
         statements = [*before, (statement.sql, params)]
         rows = (await retrying.execute_together(ctx, statements))[-1]
         if not rows:
@@ -269,5 +273,5 @@ async def _claim(ctx: Context, name: str, given: dict[str, Any]) -> tuple[QueueR
     async def claim(limit: int, first: bool, patterned: bool) -> tuple[list[Job], bool]:
         return await _routed(ctx, name, lambda route: attempt(route, limit, patterned))
 
-    jobs = await claim_matching(ctx, name, given["batch_size"], claim, order)
+    jobs = await claim_matching(ctx, name, spec.batch_size, claim, order)
     return claimed_on[-1], jobs
