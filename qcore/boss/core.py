@@ -24,7 +24,7 @@ from qcore._version import __version__
 from qcore.affinity import Affinity
 from qcore.arguments import constructor, verb
 from qcore.backend import Backend, EngineIdentity, Server
-from qcore.boss_verbs import (
+from qcore.boss.verbs import (
     FlowVerbs,
     MaintenanceVerbs,
     QueueAndJobVerbs,

@@ -1,0 +1,11 @@
+"""``Boss``: the public face of qcore — options, lifecycle, and the queue and job verbs.
+
+``from qcore.boss import Boss`` (and ``from qcore import Boss``) is the entry point;
+the modules of this package are its parts: :mod:`qcore.boss.core` the lifecycle and
+the workers, :mod:`qcore.boss.verbs` the forwarding verbs.
+"""
+
+from qcore.boss.core import Boss, Handler
+from qcore.options import FetchOptions, QueueOptions, ScheduledSendOptions, SendOptions
+
+__all__ = ["Boss", "FetchOptions", "Handler", "QueueOptions", "ScheduledSendOptions", "SendOptions"]
