@@ -53,15 +53,19 @@ def job_table_garbage(q: str) -> Statement:
     return p.statement(sql)
 
 
-#: who can hold the horizon back, each as the age (in transactions) of its oldest xmin;
-#: a backend only when its transaction was open before ``since`` (the failed vacuum),
-#: or when this role may not see when it began
+#: the backends that can hold a job table's horizon back: those connected to its database
+#: (the server computes a table's horizon from them alone; a standby's feedback and the
+#: slots are the other sources), whose transaction was open before ``since`` (the failed
+#: vacuum) or began at a time this role may not see
+_HOLDING = (
+    "FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND datname = current_database()"
+    " AND (xact_start IS NULL OR xact_start < to_timestamp({since}::float8))"
+    " AND pid <> pg_backend_pid()"
+)
+
+#: who can hold the horizon back, each as the age (in transactions) of its oldest xmin
 HORIZON_SOURCES = {
-    "backends": (
-        "SELECT max(age(backend_xmin)) FROM pg_stat_activity WHERE backend_xmin IS NOT NULL"
-        " AND (xact_start IS NULL OR xact_start < to_timestamp({since}::float8))"
-        " AND pid <> pg_backend_pid()"
-    ),
+    "backends": "SELECT max(age(backend_xmin)) " + _HOLDING,
     "slots": "SELECT max(age(xmin)) FROM pg_replication_slots WHERE xmin IS NOT NULL",
     "slots_catalog": (
         "SELECT max(age(catalog_xmin)) FROM pg_replication_slots WHERE catalog_xmin IS NOT NULL"
@@ -84,9 +88,8 @@ def horizon(sources: tuple[str, ...]) -> Statement:
         columns.append(
             "(SELECT to_jsonb(h) FROM (SELECT pid, application_name, usename::text AS user_name,"
             " state, age(backend_xmin) AS age,"
-            " extract(epoch FROM (now() - xact_start))::int AS transaction_seconds"
-            " FROM pg_stat_activity WHERE backend_xmin IS NOT NULL"
-            f" AND (xact_start IS NULL OR xact_start < to_timestamp({since}::float8))"
-            " AND pid <> pg_backend_pid() ORDER BY age(backend_xmin) DESC LIMIT 1) h) AS holder"
+            " extract(epoch FROM (now() - xact_start))::int AS transaction_seconds "
+            + _HOLDING.format(since=since)
+            + " ORDER BY age(backend_xmin) DESC LIMIT 1) h) AS holder"
         )
     return p.statement("SELECT " + ", ".join(columns))
