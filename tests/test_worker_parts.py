@@ -16,7 +16,7 @@ from qcore.worker import (
     Coalescer,
     WorkOptions,
     _Gate,
-    _refresh_seconds,
+    refresh_seconds,
 )
 
 pytestmark = pytest.mark.feature("workers")
@@ -156,6 +156,6 @@ def test_work_options_and_heartbeat_refresh() -> None:
         WorkOptions(polling_interval_seconds=float("nan"))
     with pytest.raises(ConfigError, match="batch_size"):
         WorkOptions(batch_size=1.5)  # type: ignore[arg-type]
-    assert _refresh_seconds([job(), job()], None) is None
-    assert _refresh_seconds([job(30), job(20), job()], None) == 10
-    assert _refresh_seconds([job(30)], 0.5) == 0.5
+    assert refresh_seconds([job(), job()], None) is None
+    assert refresh_seconds([job(30), job(20), job()], None) == 10
+    assert refresh_seconds([job(30)], 0.5) == 0.5

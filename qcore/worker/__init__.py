@@ -10,10 +10,10 @@ a worker whose claim lapsed can never settle the job's next attempt.
 **Shared statements.** Loops that fetch at the same moment share one fetch
 (``batch_size`` jobs each, split in order), and loops that complete without
 output at the same moment share one ``complete``: a worker has at most two such
-statements in flight (more past eight loops; ``_lanes``), and a call that finds one free
-runs at once, so merging adds no latency; it only packs what would have queued
-for a connection anyway. Fewer, fuller statements are what let a worker keep up
-with a hand-written claim/complete loop on the same pool.
+statements in flight (more past eight loops; :mod:`qcore.worker.lanes`), and a
+call that finds one free runs at once, so merging adds no latency; it only packs
+what would have queued for a connection anyway. Fewer, fuller statements are what
+let a worker keep up with a hand-written claim/complete loop on the same pool.
 
 **Drain, poll, wake.** A loop that received a full batch fetches again as soon
 as it has settled it, and first wakes one idle loop, so a backlog is drained at
@@ -61,9 +61,11 @@ from __future__ import annotations
 
 from qcore.coalescer import Coalescer
 from qcore.worker.gate import _Gate
-from qcore.worker.loops import SHUTDOWN_MESSAGE, Worker, _refresh_seconds
+from qcore.worker.handlers import refresh_seconds
+from qcore.worker.loops import Worker
 from qcore.worker.options import MIN_POLLING_INTERVAL_SECONDS, WorkOptions
 from qcore.worker.poll import SharedPoll
+from qcore.worker.running import SHUTDOWN_MESSAGE
 from qcore.worker.status import WIP_INTERVAL_SECONDS, WipReporter, WorkerStatus
 
 __all__ = [
@@ -77,5 +79,5 @@ __all__ = [
     "Worker",
     "WorkerStatus",
     "_Gate",
-    "_refresh_seconds",
+    "refresh_seconds",
 ]

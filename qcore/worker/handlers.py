@@ -9,7 +9,7 @@ import contextvars
 import inspect
 import queue
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -189,3 +189,12 @@ def _set_result(future: asyncio.Future[Any], value: Any) -> None:
 def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
     if not future.done():
         future.set_exception(exc)
+
+
+def refresh_seconds(jobs: Sequence[Job], option: float | None) -> float | None:
+    """How often to touch the batch's heartbeat jobs: the option, else half the smallest
+    ``heartbeat_seconds``; None when no job has a heartbeat."""
+    beats = [j.heartbeat_seconds for j in jobs if j.heartbeat_seconds is not None]
+    if not beats:
+        return None
+    return option if option is not None else min(beats) / 2

@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import inspect
-import json
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from qcore.backend import FetchStrategy, MutationStrategy
@@ -18,100 +16,36 @@ from qcore.coalescer import Coalescer
 from qcore.context import Context
 from qcore.errors import (
     DatabaseError,
-    OrphanedThreadsError,
-    QueueNotFoundError,
     UniqueViolation,
     ValidationError,
 )
 from qcore.events import Events
 from qcore.job import Job, Queue
-from qcore.options import GroupLimits, normalize_output, queue_name
+from qcore.options import GroupLimits, queue_name
 from qcore.sql.jobs.spec import FetchSpec
 from qcore.verbs import jobs as job_ops
 from qcore.verbs import queues as queue_ops
-from qcore.verbs.jobs import LockedBatch
 from qcore.worker.gate import _Gate
 from qcore.worker.groups import LocalGroups
 from qcore.worker.handlers import (
     _HANDLER_LOOP,
     Orphans,
     _consume,
-    _inside,
     _is_async,
     _Slot,
 )
+from qcore.worker.lanes import SPLIT_CHAIN_MAX_BATCH, claim_lanes, complete_lanes
 from qcore.worker.options import WorkOptions
 from qcore.worker.poll import SharedPoll
-from qcore.worker.settlement import _UNSTORABLE, _outcome_of, _Settlement, _timed_out, _transient
+from qcore.worker.running import HandlerRunner
+from qcore.worker.settle import Settler
+from qcore.worker.settlement import _Settlement, _transient
 from qcore.worker.status import WorkerStatus
-
-#: the output of a job failed because the worker stopped while it was held
-SHUTDOWN_MESSAGE = "qcore shut down while active"
-
-
-#: the largest batch that settles and claims the next in one transaction where the
-#: backend splits them into two statements; larger batches complete (two lanes) and
-#: claim (one) apart. Measured, cockroachdb profile on PostgreSQL, 2 cores, 20,000 jobs,
-#: jobs/s chained / apart: batch 1 x 8 loops 1,407 / 901, batch 10 x 8 6,466 / 6,177,
-#: batch 100 x 4 15,230 / 17,926 (one transaction per batch serialises the per-row
-#: work of both statements, where apart the completes overlap the claims)
-SPLIT_CHAIN_MAX_BATCH = 10
-
-#: settling after a database error: first delay, doubled up to the polling interval
-SETTLE_RETRY_SECONDS = 0.05
-
-
-#: settling while stopping: tries before the batch is left to the monitor
-SETTLE_TRIES_WHEN_STOPPING = 3
 
 #: settling while stopping: how long past the stop's deadline the settles may take in
 #: all (a database that does not answer would otherwise hold the stop for a connection
 #: timeout per try); what is still unsettled then is left to expire and retry
 STOP_SETTLE_SECONDS = 2.0
-
-
-def _refresh_seconds(jobs: Sequence[Job], option: float | None) -> float | None:
-    """How often to touch the batch's heartbeat jobs: the option, else half the smallest
-    ``heartbeat_seconds``; None when no job has a heartbeat."""
-    beats = [j.heartbeat_seconds for j in jobs if j.heartbeat_seconds is not None]
-    if not beats:
-        return None
-    return option if option is not None else min(beats) / 2
-
-
-def _lanes(local_concurrency: int) -> int:
-    """How many complete statements a worker's loops may have in flight at once: two,
-    one more per four loops past eight (fetches: one). Measured on the drain
-    benchmarks (batch 1 with 8 loops, batch 100 with 4): one fetch in flight and the
-    others merged into the next claims the most per second; completes, which never
-    collide, keep the database busy in two lanes while their statements stay full."""
-    if local_concurrency == 1:
-        return 1
-    return max(2, local_concurrency // 4)
-
-
-def _claim_lanes(ctx: Context, options: WorkOptions) -> tuple[int, int]:
-    """How many claims a worker's loops may have in flight at once, as fetches and as
-    settle-and-claim statements; loops asking meanwhile share the next statement.
-
-    One of each where claims are unlocked (two in flight would race for one set of
-    rows). Under SKIP LOCKED, which never collides: fetches one at batch size 1 (the
-    loops waiting share the next claim: fewer statements), else two; settle-and-claims
-    two at batch size 1, else four. Measured on 2 cores: batch 100 with 4 loops,
-    settle-and-claims in 2 / 4 lanes 22,800–24,000 / 23,600–27,000 jobs/s (five runs
-    each); ratio to raw SQL of the same run: batch 100 with 4 loops, fetches in 1 / 2 /
-    4 lanes 0.62 / 0.70 / 0.72; batch 1 with 8 loops,
-    settle-and-claims in 1 / 2 / 4 / 8 lanes 0.95 / 1.07 / 0.87 / 0.72 (more lanes:
-    more claimers scanning past each other's locked rows, server CPU per job 700 µs
-    at two lanes, 2,066 at eight); batch 100 with 4 loops, 1 / 2 lanes 0.58 / 0.67.
-    Unlocked (the cockroachdb profile on PostgreSQL), batch 1 with 8 loops,
-    settle-and-claims in 1 / 2 lanes: 2,436 / 1,107 jobs/s (the second lane's claims
-    wait for the first's rows, then find them taken: most came back short or empty)."""
-    if ctx.backend.fetch is not FetchStrategy.SKIP_LOCKED:
-        return 1, 1
-    if options.batch_size == 1:
-        return 1, 2
-    return 2, 4
 
 
 def _now() -> dt.datetime:
@@ -122,7 +56,7 @@ def _utc(stamp: float | None) -> dt.datetime | None:
     return None if stamp is None else dt.datetime.fromtimestamp(stamp, dt.timezone.utc)
 
 
-class Worker:
+class Worker(HandlerRunner):
     """``local_concurrency`` loops fetching from queue ``name`` and running ``handler``.
 
     ``listening(queue)`` says whether a NOTIFY for the queue would reach this worker
@@ -176,7 +110,7 @@ class Worker:
             self._settle_and_claim_for
         )
         self._complete: Coalescer[tuple[Context, list[Job]], None] = Coalescer(
-            self._complete_for, _lanes(options.local_concurrency)
+            self._complete_for, complete_lanes(options.local_concurrency)
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._slots: list[_Slot] = []
@@ -186,14 +120,20 @@ class Worker:
         self._state = "created"
         self._stopping = False
         self._deadline = math.inf  # loop time after which held jobs are failed
-        self._unsettled: dict[uuid.UUID, Job] = {}  # held jobs a stop could not settle
         self._held_jobs: dict[uuid.UUID, Job] = {}  # the jobs of the batches running
         self._stop_signal: asyncio.Future[None] | None = None
         self._last_fetch = -math.inf  # loop time of the last fetch by any loop
         self._queue_row: tuple[float, Queue | None] | None = None  # (read at, the row)
+        # how batches end in the database, and how many ended so
+        self._settler = Settler(
+            name,
+            context=context,
+            complete=self._complete,
+            report=self._report,
+            stopping=lambda: self._stopping,
+            max_delay=options.polling_interval_seconds,
+        )
         # status
-        self._completed = 0
-        self._failed = 0
         self._created_on = time.time()
         self._fetched_on: float | None = None
         self._started_on: float | None = None
@@ -294,7 +234,7 @@ class Worker:
             )
             running = {t for t in running if not t.done()}
         if running:
-            self._unsettled.update(self._held_jobs)
+            self._settler.unsettled.update(self._held_jobs)
             for task in running:
                 task.cancel()
                 task.add_done_callback(_consume)
@@ -309,8 +249,8 @@ class Worker:
             batch_size=self.options.batch_size,
             polling_interval_seconds=self.options.polling_interval_seconds,
             active=len(self._held_jobs),
-            completed=self._completed,
-            failed=self._failed,
+            completed=self._settler.completed,
+            failed=self._settler.failed,
             created_on=_utc(self._created_on) or _now(),
             last_fetched_on=_utc(self._fetched_on),
             last_job_started_on=_utc(self._started_on),
@@ -396,7 +336,7 @@ class Worker:
             ctx = self._context()
             if self.options.locked_fetch:
                 return await self._process_locked(ctx, slot)
-            self._fetch.lanes, self._settle_and_claim.lanes = _claim_lanes(ctx, self.options)
+            self._fetch.lanes, self._settle_and_claim.lanes = claim_lanes(ctx, self.options)
             jobs: list[Job] | None = await self._fetch(ctx)
         except Exception as exc:
             self._poll_failed(exc)
@@ -423,7 +363,7 @@ class Worker:
         """One locked claim (``locked_fetch``): the batch claimed, run and settled in one
         transaction of this loop's own; whether it was full. A database error on the
         way rolls it back (the jobs come back, no attempt spent) and is reported; one
-        that refused how the batch ended is settled again (:meth:`_settle_refused`)."""
+        that refused how the batch ended is settled again (:meth:`Settler.fail_refused`)."""
         size = self.options.batch_size
         settling: list[Job] = []
         try:
@@ -434,62 +374,12 @@ class Worker:
                 with self._holding(jobs):  # no heartbeats: the open transaction holds them
                     settlement = await self._run_handler(ctx, jobs, slot, touching=False)
                     settling = jobs
-                    await self._settle_locked(batch, settlement)
+                    await self._settler.settle_locked(batch, settlement)
         except DatabaseError as exc:
             if not settling or _transient(exc):
                 raise
-            await self._settle_refused(ctx, settling, exc)
+            await self._settler.fail_refused(ctx, settling, exc)
         return len(settling) >= size
-
-    async def _settle_refused(self, ctx: Context, jobs: list[Job], exc: DatabaseError) -> None:
-        """The database refused how a locked batch ended (an output it cannot store), and
-        the rollback gave the jobs back uncounted: left so, they would run again and be
-        refused again for ever, holding up the queue. Fail them now as :meth:`_settle`
-        fails a fetched batch whose output is refused: with why, else a plain message;
-        the attempt counts, so they retry, fail and dead-letter as the queue says."""
-        self._report(exc)
-        for data in (exc, _UNSTORABLE):
-            try:
-                await job_ops.fail_released(ctx, self.name, jobs, data)
-            except Exception as again:
-                self._report(again)
-                if _transient(again):
-                    return  # the jobs are queued: they run again, no attempt counted
-                continue
-            self._failed += 1
-            return
-
-    async def _settle_locked(self, batch: LockedBatch, settlement: _Settlement) -> None:
-        """Settle a locked batch in its transaction as :meth:`_settle` settles a fetched
-        one; an output that cannot be stored fails the batch with why."""
-        verb, data = settlement.verb, settlement.data
-        try:
-            if verb == "complete":
-                await batch.complete(data=data)
-            elif verb == "each":
-                await self._settle_each_locked(batch, data)
-        except ValidationError as exc:  # checked before anything was written
-            verb, data = "fail", exc
-        if verb == "fail":
-            await batch.fail(batch.unsettled, data)
-            self._failed += 1
-        elif verb is not None:
-            self._completed += 1
-
-    async def _settle_each_locked(
-        self, batch: LockedBatch, outcomes: list[tuple[Job, str, Any]]
-    ) -> None:
-        """A per-job results batch, locked: one statement per distinct (status, output)."""
-        groups: dict[tuple[str, str], tuple[Any, list[Job]]] = {}
-        for job, status, out in outcomes:
-            stored = normalize_output(out)
-            key = (status, json.dumps(stored, sort_keys=True, default=str))
-            groups.setdefault(key, (stored, []))[1].append(job)
-        for (status, _), (stored, jobs) in groups.items():
-            if status == "completed":
-                await batch.complete(jobs, stored)
-            else:
-                await batch.fail(jobs, stored, terminal=status == "dead_letter")
 
     async def _admit(self, ctx: Context, jobs: list[Job]) -> list[Job]:
         """The jobs ``local_group_concurrency`` lets run now; the surplus (of groups at
@@ -532,7 +422,7 @@ class Worker:
         spec = self._claim_spec(len(callers))
         async with self._claiming(callers[0][0]):
             jobs = await job_ops.claim(callers[0][0], self.name, spec, done)
-        self._completed += len(callers)
+        self._settler.completed += len(callers)
         return self._deal(jobs, len(callers))
 
     def _claiming(self, ctx: Context) -> contextlib.AbstractAsyncContextManager[Any]:
@@ -616,7 +506,7 @@ class Worker:
                     if not isinstance(exc, UniqueViolation):  # lost a policy race: no error
                         self._report(exc)
             if settlement.verb is not None:
-                await self._settle(ctx, jobs, settlement)
+                await self._settler.settle(ctx, jobs, settlement)
             return None
 
     @contextlib.contextmanager
@@ -649,199 +539,17 @@ class Worker:
             )
         )
 
-    def _start_handler(self, jobs: list[Job], slot: _Slot) -> asyncio.Future[Any]:
-        if not self._async:
-            return slot.submit(self.handler, jobs)
-        loop = asyncio.get_running_loop()
-        try:
-            coro = self.handler(jobs)
-            if not inspect.iscoroutine(coro):
-                awaited: asyncio.Future[Any] = asyncio.ensure_future(coro)
-                return awaited
-            inside = _inside(coro, asyncio.current_task())
-            return loop.create_task(inside, name=f"qcore-handler-{self.name}")
-        except Exception as exc:
-            failed: asyncio.Future[Any] = loop.create_future()
-            failed.set_exception(exc)
-            return failed
-
-    async def _run_handler(
-        self, ctx: Context, jobs: list[Job], slot: _Slot, *, touching: bool = True
-    ) -> _Settlement:
-        """Run the handler, bounded by the batch's expiry and the stop deadline, touching
-        heartbeats on the way (unless not ``touching``); how the batch ends. A batch
-        claimed as the worker stopped, too late to start, fails without running."""
-        if asyncio.get_running_loop().time() >= self._deadline:
-            return _Settlement("fail", SHUTDOWN_MESSAGE)
-        running = self._start_handler(jobs, slot)
-        return await self._watch(ctx, jobs, slot, running, touching=touching)
-
-    async def _watch(
-        self,
-        ctx: Context,
-        jobs: list[Job],
-        slot: _Slot,
-        running: asyncio.Future[Any],
-        *,
-        touching: bool = True,
-    ) -> _Settlement:
-        loop = asyncio.get_running_loop()
-        limit = max(j.expire_in_seconds for j in jobs)
-        expires = loop.time() + limit
-        refresh = (
-            _refresh_seconds(jobs, self.options.heartbeat_refresh_seconds) if touching else None
-        )
-        beat = loop.time() + refresh if refresh is not None else math.inf
-        beating = [j for j in jobs if j.heartbeat_seconds is not None]
-        while not running.done():
-            now = loop.time()
-            if now >= self._deadline:
-                self._abandon(running, jobs, slot)
-                return _Settlement("fail", SHUTDOWN_MESSAGE)
-            if now >= expires:
-                self._abandon(running, jobs, slot)
-                return _timed_out(limit)
-            if refresh is not None and now >= beat:
-                beating = await self._touch(ctx, beating)
-                if all(j.cancelled.is_set() for j in jobs):
-                    self._abandon(running, jobs, slot)
-                    return _Settlement(None)  # every job lost: not ours to settle
-                beat = loop.time() + refresh
-                continue
-            waits: set[asyncio.Future[Any]] = {running}
-            if self._stop_signal is not None and not self._stop_signal.done():
-                waits.add(self._stop_signal)
-            await asyncio.wait(
-                waits,
-                timeout=min(expires, beat, self._deadline) - now,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-        return _outcome_of(running, jobs, self.options.per_job_results)
-
-    def _abandon(self, running: asyncio.Future[Any], jobs: list[Job], slot: _Slot) -> None:
-        for job in jobs:
-            job.cancelled.set()
-        running.cancel()
-        running.add_done_callback(_consume)
-        if not self._async:
-            slot.abandon(self._orphans)
-            if self._orphans.full and not self._stopping:  # a stop claims nothing anyway
-                self._report(
-                    OrphanedThreadsError(
-                        f"worker {self.id} of queue {self.name!r}: {self._orphans.count}"
-                        " handler thread(s) still run batches given up on (the handler does"
-                        " not return when job.cancelled is set); it claims nothing until"
-                        " one ends"
-                    )
-                )
-
     def _orphan_ended(self) -> None:
         """An orphaned handler thread ended: a loop resting at the cap may claim again."""
         self.wake()
         self._changed()
-
-    async def _touch(self, ctx: Context, beating: list[Job]) -> list[Job]:
-        """Refresh the heartbeats; the jobs still ours (a lost one has ``cancelled`` set).
-        A failed touch keeps them all: the next one tries again."""
-        if not beating:
-            return beating
-        try:
-            result = await job_ops.touch(ctx, self.name, beating)
-        except Exception as exc:
-            self._report(exc)
-            return beating
-        alive = set(result.ids)
-        for job in beating:
-            if job.id not in alive:
-                job.cancelled.set()
-        return [j for j in beating if j.id in alive]
-
-    async def _settle(self, ctx: Context, jobs: list[Job], settlement: _Settlement) -> None:
-        """Complete or fail the batch. A transient database error (connection lost,
-        serialization) is reported and the call tried again with backoff — it is
-        fenced, so idempotent — until it lands, the batch's expiry has passed again
-        (the monitor fails it by then), or, when stopping, after a few tries (the
-        batch is then counted in :attr:`unsettled`). An output the database refuses
-        fails the batch with why; a failure output it refuses is replaced by a plain
-        message."""
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + max(j.expire_in_seconds for j in jobs)
-        delay = SETTLE_RETRY_SECONDS
-        tries = 0
-        verb, data = settlement.verb, settlement.data
-        while True:
-            tries += 1
-            try:
-                await self._settle_once(ctx, jobs, verb, data)
-                return
-            except Exception as exc:
-                if not _transient(exc) and not isinstance(exc, QueueNotFoundError):
-                    if verb == "each" or (verb == "complete" and data is not None):
-                        verb, data = "fail", exc  # the output cannot be stored: fail with why
-                        continue
-                    if verb == "fail" and data is not _UNSTORABLE:
-                        self._report(exc)
-                        data = _UNSTORABLE
-                        continue
-                self._report(exc)
-                if not _transient(exc) or loop.time() >= give_up:
-                    return
-                if self._stopping and tries >= SETTLE_TRIES_WHEN_STOPPING:
-                    self._unsettled.update((job.id, job) for job in jobs)
-                    return
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self.options.polling_interval_seconds)
-            try:
-                ctx = self._context()
-            except Exception as exc:
-                self._report(exc)
-                return
-
-    async def _settle_once(
-        self, ctx: Context, jobs: list[Job], verb: str | None, data: Any
-    ) -> None:
-        """One try of :meth:`_settle`: the statement of ``verb`` with ``data``."""
-        if verb == "complete" and data is None:
-            await self._complete((ctx, jobs))
-            self._completed += 1
-        elif verb == "complete":
-            await job_ops.complete(ctx, self.name, jobs, data)
-            self._completed += 1
-        elif verb == "each":
-            await self._settle_each(ctx, data)
-        else:
-            await job_ops.fail(ctx, self.name, jobs, data)
-            self._failed += 1
 
     @property
     def unsettled(self) -> list[Job]:
         """The jobs a stop left held: neither their handler's outcome nor the stop's
         failure could be stored (the database did not answer). They stay active until
         their expiry, then retry as the queue says."""
-        return list(self._unsettled.values())
-
-    async def _settle_each(self, ctx: Context, outcomes: list[tuple[Job, str, Any]]) -> None:
-        """Settle a per-job results batch: the completed jobs in one statement (two when
-        some have an output), the failed ones in one statement per distinct output
-        (jobs the handler left out share one). Every call is fenced on the attempts, so
-        trying the whole again after an error settles only what is left."""
-        completed = [(job, out) for job, status, out in outcomes if status == "completed"]
-        plain = [job for job, out in completed if out is None]
-        if plain:
-            await job_ops.complete(ctx, self.name, plain)
-        if len(plain) < len(completed):
-            outputs = [(job, out) for job, out in completed if out is not None]
-            await job_ops.complete_each(ctx, self.name, outputs)
-        failures: dict[tuple[bool, str], tuple[Any, list[Job]]] = {}
-        for job, status, out in outcomes:
-            if status != "completed":
-                stored = normalize_output(out)
-                key = (status == "dead_letter", json.dumps(stored, sort_keys=True, default=str))
-                failures.setdefault(key, (stored, []))[1].append(job)
-        for (terminal, _), (stored, failed) in failures.items():
-            await job_ops.fail(ctx, self.name, failed, stored, terminal=terminal)
-        self._completed += bool(completed)
-        self._failed += bool(failures)
+        return list(self._settler.unsettled.values())
 
     # -- reporting ---------------------------------------------------------------------
 
