@@ -6,6 +6,15 @@ the workers, :mod:`qcore.boss.verbs` the forwarding verbs.
 """
 
 from qcore.boss.core import Boss, Handler
+from qcore.boss.options import BossOptions
 from qcore.options import FetchOptions, QueueOptions, ScheduledSendOptions, SendOptions
 
-__all__ = ["Boss", "FetchOptions", "Handler", "QueueOptions", "ScheduledSendOptions", "SendOptions"]
+__all__ = [
+    "Boss",
+    "BossOptions",
+    "FetchOptions",
+    "Handler",
+    "QueueOptions",
+    "ScheduledSendOptions",
+    "SendOptions",
+]

@@ -10,12 +10,11 @@ transaction.
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from typing_extensions import Unpack
 
@@ -23,9 +22,12 @@ from qcore import backends
 from qcore._version import __version__
 from qcore.affinity import Affinity
 from qcore.arguments import constructor, verb
-from qcore.backend import Backend, EngineIdentity, Server
+from qcore.backend import EngineIdentity, Server
+from qcore.boss.options import BossOptions, settings_of, signature
+from qcore.boss.services import SERVICES, Running, stop_all
 from qcore.boss.verbs import (
     FlowVerbs,
+    InstanceVerbs,
     MaintenanceVerbs,
     QueueAndJobVerbs,
     ScheduleVerbs,
@@ -34,6 +36,7 @@ from qcore.boss.verbs import (
 from qcore.context import Context
 from qcore.db import (
     ADDRESS_OPTIONS,
+    CONNECTION_OPTIONS,
     DEFAULT_MAX,
     ConnectionOptions,
     Database,
@@ -65,18 +68,12 @@ from qcore.options import (
     queue_name,
 )
 from qcore.services import Service
-from qcore.services.bam import BamWorker
-from qcore.services.flows import FlowResolver
 from qcore.services.instances import InstanceRegistry, RegistrySettings, recorded_config
-from qcore.services.maintenance import DAY_SECONDS, Maintenance
-from qcore.services.monitor import Supervisor
 from qcore.services.notifier import Notifier
-from qcore.services.timekeeper import ClockSkew, Timekeeper, TimekeeperSettings
+from qcore.services.timekeeper import Timekeeper
 from qcore.services.warnings import WarningRecorder, slow_query_watch
-from qcore.verbs import instances as instance_ops
 from qcore.verbs.jobs.locked import check_locked_claims
 from qcore.verbs.jobs.shared import SharedStatements
-from qcore.verbs.reindex import Reindex, check_number
 from qcore.verbs.schema import (
     affinity_tables_present,
     install_or_migrate,
@@ -99,7 +96,9 @@ class Handler:
     options: dict[str, Any]
 
 
-class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaVerbs):
+class Boss(
+    QueueAndJobVerbs, InstanceVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaVerbs
+):
     """A qcore instance on one database and schema.
 
     Give a connection string (``postgresql://…``), connection options, or a
@@ -117,51 +116,23 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
     AUTO = "auto"
 
     @constructor(ConnectionOptions)
+    @signature
     def __init__(
-        self,
-        connection_string: str | None = None,
-        *,
-        backend: str | Backend = "postgres",
-        db: Any = None,
-        schema: str = "pgboss",
-        migrate: bool = True,
-        create_schema: bool = True,
-        allow_schema_case_variant: bool = False,
-        data_dir: str | None = None,
-        supervise: bool = True,
-        supervise_interval_seconds: float = 60.0,
-        monitor_interval_seconds: float = 60.0,
-        maintenance_interval_seconds: float = 86_400.0,
-        queue_cache_interval_seconds: float = 60.0,
-        warning_slow_query_seconds: float = 30.0,
-        warning_queue_size: int = 10_000,
-        persist_warnings: bool = False,
-        warning_retention_days: int | None = None,
-        persist_queue_stats: bool = False,
-        queue_stat_retention_days: int = 7,
-        reindex: bool | Mapping[str, float] = True,
-        reindex_interval_seconds: float = 86_400.0,
-        monitor_vacuum: bool = True,
-        use_listen_notify: bool = False,
-        schedule: bool = True,
-        cron_monitor_interval_seconds: float = 30.0,
-        cron_worker_interval_seconds: float = 5.0,
-        clock_monitor_interval_seconds: float = 600.0,
-        flow_interval_seconds: float = 5.0,
-        bam_interval_seconds: float = 60.0,
-        register_instance: bool = True,
-        instance_name: str | None = None,
-        instance_heartbeat_seconds: int = 30,
-        instance_key: str | None = None,
-        **connection: Unpack[ConnectionOptions],
+        self, connection_string: str | None = None, **options: Unpack[BossOptions]
     ) -> None:
+        connection = cast(
+            ConnectionOptions,
+            {k: options.pop(k) for k in CONNECTION_OPTIONS if k in options},  # type: ignore[misc]
+        )
+        backend = options.get("backend", "postgres")
         self._auto = backend == self.AUTO
         # with "auto", the default stands in until start() has read the server
         self.backend = backends.get("postgres" if self._auto else backend)
         #: the server's identity, read by start()
         self.engine: EngineIdentity | None = None
-        schema_name(schema)  # validate now: a bad name never reaches the database
+        schema_name(options.get("schema", "pgboss"))  # a bad name never reaches the database
         check_connection_options(dict(connection))
+        db = options.get("db")
         options_given = any(connection.get(k) is not None for k in ADDRESS_OPTIONS)
         if db is not None and (connection_string or options_given):
             raise ConfigError(
@@ -181,116 +152,52 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
                 " (postgresql://user@host:port/database), connection options (host=, database=,"
                 " ...) or db=; only an embedded backend (pglite) starts without one"
             )
-        if data_dir is not None and not embedded:
+        if options.get("data_dir") is not None and not embedded:
             raise ConfigError(f"data_dir is for an embedded backend; {self.backend.name} is not")
-        if instance_name is not None and (not isinstance(instance_name, str) or not instance_name):
-            raise ConfigError(f"instance_name must be a non-empty string, got {instance_name!r}")
-        check_number(
-            "instance_heartbeat_seconds", instance_heartbeat_seconds, 1, 3600, integer=True
-        )
+        #: every owner's settings (validated: ConfigError names the option)
+        self.settings = settings = settings_of(options)
+        registry = settings.registry
         #: this object's id in the instance registry, kept across stop() and start()
         self.instance_id = uuid.uuid4()
-        self.register_instance = register_instance
-        self.instance_name = instance_name
-        self.instance_heartbeat_seconds = int(instance_heartbeat_seconds)
-        key = (
-            instance_key
-            if instance_key is not None
-            else os.environ.get(instance_ops.INSTANCE_KEY_ENV)
-        )
-        try:
-            #: this server's stable key (``$QCORE_INSTANCE_KEY`` unless given), or None
-            self.instance_key = None if key is None else instance_ops.instance_key(key)
-        except ValidationError as exc:
-            raise ConfigError(str(exc)) from None
-        if self.instance_key is not None and not register_instance:
-            raise ConfigError("instance_key needs register_instance=True (a keyed server beats)")
+        self.register_instance = registry.register_instance
+        self.instance_name = registry.instance_name
+        self.instance_heartbeat_seconds = int(registry.instance_heartbeat_seconds)
+        #: this server's stable key (``$QCORE_INSTANCE_KEY`` unless given), or None
+        self.instance_key = registry.instance_key
         #: the key's side of job affinity, shared by every context of this Boss
         self._affinity = Affinity(key=self.instance_key)
         #: whether an operator paused this server (its workers claim nothing meanwhile)
         self.paused = False
-        if register_instance and connection.get("application_name") is None:
+        if registry.register_instance and connection.get("application_name") is None:
             # its connections name it, so pg_stat_activity joins its row
             connection = {**connection, "application_name": f"qcore:{str(self.instance_id)[:8]}"}
         self._recorded_config = recorded_config(
-            {
-                "adapter": "custom" if db is not None else "qcore",
-                "backend": self.backend.name if not self._auto else self.AUTO,
-                "max": connection.get("max", DEFAULT_MAX),
-                "use_listen_notify": use_listen_notify,
-                "instance_heartbeat_seconds": instance_heartbeat_seconds,
-                "instance_key": self.instance_key,
-                "supervise": supervise,
-                "schedule": schedule,
-                "migrate": migrate,
-                "create_schema": create_schema,
-                "supervise_interval_seconds": supervise_interval_seconds,
-                "maintenance_interval_seconds": maintenance_interval_seconds,
-                "monitor_interval_seconds": monitor_interval_seconds,
-                "queue_cache_interval_seconds": queue_cache_interval_seconds,
-                "flow_interval_seconds": flow_interval_seconds,
-                "bam_interval_seconds": bam_interval_seconds,
-                "reindex": reindex,
-                "reindex_interval_seconds": reindex_interval_seconds,
-                "monitor_vacuum": monitor_vacuum,
-                "clock_monitor_interval_seconds": clock_monitor_interval_seconds,
-                "cron_monitor_interval_seconds": cron_monitor_interval_seconds,
-                "cron_worker_interval_seconds": cron_worker_interval_seconds,
-                "persist_warnings": persist_warnings,
-                "warning_retention_days": warning_retention_days,
-                "persist_queue_stats": persist_queue_stats,
-                "queue_stat_retention_days": queue_stat_retention_days,
-                "warning_slow_query_seconds": warning_slow_query_seconds,
-                "warning_queue_size": warning_queue_size,
-            }
+            settings.recorded(
+                adapter="custom" if db is not None else "qcore",
+                backend=self.backend.name if not self._auto else self.AUTO,
+                pool_max=connection.get("max", DEFAULT_MAX),
+            )
         )
-        for option, value in (
-            ("supervise_interval_seconds", supervise_interval_seconds),
-            ("monitor_interval_seconds", monitor_interval_seconds),
-            ("flow_interval_seconds", flow_interval_seconds),
-            ("bam_interval_seconds", bam_interval_seconds),
-        ):
-            check_number(option, value, 1, DAY_SECONDS, integer=False)
-        #: what a supervise pass does besides expiry (validated: ConfigError names the option)
-        self.maintenance = Maintenance(
-            maintenance_interval_seconds=maintenance_interval_seconds,
-            queue_cache_interval_seconds=queue_cache_interval_seconds,
-            warning_slow_query_seconds=warning_slow_query_seconds,
-            warning_queue_size=warning_queue_size,
-            persist_warnings=persist_warnings,
-            warning_retention_days=warning_retention_days,
-            persist_queue_stats=persist_queue_stats,
-            queue_stat_retention_days=queue_stat_retention_days,
-            reindex=Reindex.of(reindex),
-            reindex_interval_seconds=reindex_interval_seconds,
-            monitor_vacuum=monitor_vacuum,
-        )
-        #: cron and the clock-skew check (validated: ConfigError names the option)
-        self.timekeeping = TimekeeperSettings(
-            schedule=schedule,
-            cron_monitor_interval_seconds=cron_monitor_interval_seconds,
-            cron_worker_interval_seconds=cron_worker_interval_seconds,
-            clock_monitor_interval_seconds=clock_monitor_interval_seconds,
-        )
+        #: what a supervise pass does besides expiry
+        self.maintenance = settings.maintenance
+        #: cron and the clock-skew check
+        self.timekeeping = settings.timekeeper
         #: handlers registered with handler(), run by work_handlers()
         self.handlers: list[Handler] = []
-        self.supervise_enabled = supervise
-        self.supervise_interval_seconds = float(supervise_interval_seconds)
-        self.monitor_interval_seconds = float(monitor_interval_seconds)
-        self.flow_interval_seconds = float(flow_interval_seconds)
-        self.bam_interval_seconds = float(bam_interval_seconds)
-        self.use_listen_notify = use_listen_notify
+        self.supervise_enabled = settings.supervisor.supervise
+        self.supervise_interval_seconds = float(settings.supervisor.supervise_interval_seconds)
+        self.monitor_interval_seconds = float(settings.supervisor.monitor_interval_seconds)
         self.events = Events()
-        if persist_warnings:  # every warning, whoever raises it, also goes to the table
+        if (
+            self.maintenance.persist_warnings
+        ):  # every warning, whoever raises it, also goes to the table
             self.events.on("warning", WarningRecorder(self.context))
-        self.schema = schema
-        self.migrate = migrate
-        self.create_schema = create_schema
-        self.allow_schema_case_variant = allow_schema_case_variant
+        self.schema = settings.connection.schema
+        self.migrate = settings.connection.migrate
         self._connection_string = connection_string
         self._connect_options = connection
         self._given_db = adapt(db) if db is not None else None
-        self._data_dir = data_dir
+        self._data_dir = settings.connection.data_dir
         self._db: Database | None = self._given_db
         self._server: Server | None = None
         self._ctx: Context | None = None
@@ -301,14 +208,8 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
         self._poll = SharedPoll(self._workers.values)
         #: fetch() calls sharing one statement, per queue and options (unlocked claims only)
         self._shared = SharedStatements()
-        self._supervisor: Supervisor | None = None
-        self._notifier: Notifier | None = None
-        self._timekeeper: Timekeeper | None = None
-        self._flows: FlowResolver | None = None
-        self._bam: BamWorker | None = None
-        self._clock_skew: ClockSkew | None = None
-        #: the background services start() started, in order (stop() stops them so)
-        self._services: list[Service] = []
+        #: the background services start() started, by name (stop() stops them)
+        self._running = Running({})
         #: builders of the caller's own services (:meth:`add_service`)
         self._extra_services: list[Callable[[Context, Events], Service]] = []
         #: emits ``wip`` for this instance's workers
@@ -351,52 +252,16 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
                 delay *= 2
         self._started = True
         ctx = self.context()
-        services: list[Service] = []
-        if self.use_listen_notify:
-            self._notifier = Notifier(
-                ctx, self.events, on_queue=self._wake, on_reconnect=self._wake_all
-            )
-            services.append(self._notifier)
-        # built with supervise=False too: it serialises explicit supervise() calls and
-        # stop() waits for them; only its background loop depends on the option
-        self._supervisor = Supervisor(
-            self.context,
-            self.events,
-            interval_seconds=self.supervise_interval_seconds,
-            monitor_interval_seconds=self.monitor_interval_seconds,
-            settings=self.maintenance,
-            enabled=self.supervise_enabled,
-        )
-        # as the supervisor: built with supervise=False too, for explicit resolve_flow()
-        self._flows = FlowResolver(
-            self.context,
-            self.events,
-            self.flow_interval_seconds,
-            enabled=self.supervise_enabled,
-        )
-        # async migrations run where this instance may migrate, as pg-boss runs them
-        self._bam = BamWorker(
-            self.context,
-            self.events,
-            self.bam_interval_seconds,
-            enabled=self.migrate,
-            leave_builds=self._given_db is None,
-        )
-        services += [self._supervisor, self._flows, self._bam, self._wip]
-        if self.timekeeping.schedule:
-            self._clock_skew = ClockSkew(
-                self.context, self.events, self.timekeeping.clock_monitor_interval_seconds
-            )
-            self._timekeeper = Timekeeper(
-                self.context, self.events, self.timekeeping, worker=self._worker
-            )
-            services += [self._clock_skew, self._timekeeper]
-        if self.register_instance:  # first: a paused server knows it before anything claims
-            services.insert(0, self._registry())
-        services += [make(ctx, self.events) for make in self._extra_services]
-        for service in services:  # stopped in the same order by stop()
+        services: dict[str, Service] = {}
+        for registration in SERVICES:
+            service = registration.build(self)
+            if service is not None:
+                services[registration.name] = service
+        for number, make in enumerate(self._extra_services):
+            services[f"own:{number}"] = make(ctx, self.events)
+        for service in services.values():  # stopped in the same order by stop()
             await service.start()
-        self._services = services
+        self._running = Running(services)
         return self
 
     @verb()
@@ -411,7 +276,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
         if self._started:
             service = make(self.context(), self.events)
             await service.start()
-            self._services.append(service)
+            self._running.services[f"own:{len(self._extra_services) - 1}"] = service
 
     def _registry(self) -> InstanceRegistry:
         settings = RegistrySettings(
@@ -437,6 +302,20 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
             pool=pool,
             on_paused=self._set_paused,
         )
+
+    @property
+    def _services(self) -> list[Service]:
+        """The running services, in start order."""
+        return list(self._running.services.values())
+
+    @property
+    def _timekeeper(self) -> Timekeeper | None:
+        return self._running.get("timekeeper", Timekeeper)
+
+    @property
+    def _owns_db(self) -> bool:
+        """Whether qcore opened the connection (it was not given as ``db=``)."""
+        return self._given_db is None
 
     def _set_paused(self, paused: bool) -> None:
         """The registry read this server's pause state: workers follow it."""
@@ -489,8 +368,8 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
         await install_or_migrate(
             ctx,
             migrate=self.migrate,
-            create_schema=self.create_schema,
-            allow_schema_case_variant=self.allow_schema_case_variant,
+            create_schema=self.settings.connection.create_schema,
+            allow_schema_case_variant=self.settings.connection.allow_schema_case_variant,
         )
         self._affinity.installed = await affinity_tables_present(ctx)
         self._ctx = ctx
@@ -518,61 +397,25 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
             await asyncio.gather(*(w.stop(graceful=False) for w in self._halting))
         if self._started:
             self._started = False
-            services, self._services = self._services, []
-            self._notifier = self._supervisor = None
-            self._timekeeper = self._clock_skew = None
-            self._flows = self._bam = None
-            # one deadline for the whole stop: a database that does not answer holds it
-            # no longer but for the workers' short last try (STOP_SETTLE_SECONDS)
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            deadline = started + (timeout if graceful else 0.0)
-            # a running async migration command first, for up to the timeout (then the
-            # handlers get theirs); an idle BAM pass ends beside the workers' stop
-            bam_stop: asyncio.Future[None] | None = None
-            for service in services:
-                if isinstance(service, BamWorker) and service.working:
-                    await service.stop_within(timeout if graceful else 0.0)
-                elif isinstance(service, BamWorker):
-                    bam_stop = asyncio.ensure_future(service.stop_within(timeout))
-            others = [s for s in services if not isinstance(s, BamWorker)]
-            await self._stop_services(others, until=max(deadline, started + STOP_SETTLE_SECONDS))
-            left = max(0.0, deadline - loop.time())
-            await self._stop_workers(graceful=graceful, timeout=left)
-            if bam_stop is not None:
-                await self._bounded({bam_stop: "bam"}, until=deadline + STOP_SETTLE_SECONDS)
+            running, self._running = self._running, Running({})
+
+            async def stop_workers(seconds: float) -> None:
+                await self._stop_workers(graceful=graceful, timeout=seconds)
+
+            await stop_all(
+                running,
+                self.events,
+                timeout=timeout,
+                graceful=graceful,
+                settle=STOP_SETTLE_SECONDS,
+                stop_workers=stop_workers,
+            )
             self.events.emit("stopped")
             await self.events.drain()
         elif self._workers or self._retiring:  # registered before a start() that failed
             await self._stop_workers(graceful=graceful, timeout=timeout)
         if close:
             await self._close()
-
-    async def _stop_services(self, services: list[Service], *, until: float) -> None:
-        """Stop ``services`` together, each after its pass in flight, until loop time
-        ``until`` (see :meth:`_bounded`)."""
-        await self._bounded(
-            {asyncio.ensure_future(service.stop()): service.name for service in services},
-            until=until,
-        )
-
-    async def _bounded(self, stops: dict[asyncio.Future[None], str], *, until: float) -> None:
-        """Wait for ``stops`` (each a service's stop, by the service's name) until loop
-        time ``until``; one still stopping then (its pass waits on a database that does
-        not answer) is cancelled, left to end on its own, and reported; so is a stop
-        that failed."""
-        if not stops:
-            return
-        left = max(0.0, until - asyncio.get_running_loop().time())
-        done, late = await asyncio.wait(stops, timeout=left)
-        for task in late:
-            task.cancel()
-            self.events.emit(
-                "error", TimeoutError(f"the {stops[task]} service did not stop in time")
-            )
-        for task in done:
-            if not task.cancelled() and task.exception() is not None:
-                self.events.emit("error", task.exception())
 
     async def _close(self) -> None:
         self._ctx = None
@@ -847,7 +690,7 @@ class Boss(QueueAndJobVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaV
     def _listening(self, queue: str) -> bool:
         """Whether a NOTIFY for ``queue`` reaches this instance now (its listener is up;
         the worker checks that the queue itself notifies)."""
-        notifier = self._notifier
+        notifier = self._running.get("notifier", Notifier)
         return notifier is not None and notifier.available
 
     def _wake(self, queue: str) -> None:

@@ -63,7 +63,7 @@ class Maintenance:
     """What a supervise pass does besides expiry, as the ``Boss`` options set it (the
     seed's defaults and ranges; a bad value raises ``ConfigError`` naming it)."""
 
-    maintenance_interval_seconds: float = DAY_SECONDS
+    maintenance_interval_seconds: float = float(DAY_SECONDS)
     queue_cache_interval_seconds: float = 60.0
     warning_slow_query_seconds: float = 30.0
     warning_queue_size: int = 10_000
@@ -71,8 +71,11 @@ class Maintenance:
     warning_retention_days: int | None = None
     persist_queue_stats: bool = False
     queue_stat_retention_days: int = 7
-    reindex: Reindex | None = field(default_factory=Reindex)
-    reindex_interval_seconds: float = DAY_SECONDS
+    #: the ``reindex`` option is True, False or thresholds (:meth:`Reindex.of`)
+    reindex: Reindex | None = field(
+        default_factory=Reindex, metadata={"option": (True, Reindex.of)}
+    )
+    reindex_interval_seconds: float = float(DAY_SECONDS)
     monitor_vacuum: bool = True
 
     def __post_init__(self) -> None:

@@ -1,0 +1,58 @@
+"""The instance registry's verbs of ``Boss``."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from qcore.arguments import verb
+from qcore.boss.verbs.parts import BossParts
+from qcore.job import InstancePage
+from qcore.verbs import instances as instance_ops
+
+__all__ = ["InstanceVerbs"]
+
+
+class InstanceVerbs:
+    """The instance registry's verbs (a part of ``Boss``): list the instances of this
+    database, pause, resume and forget a server by its key."""
+
+    @verb()
+    async def get_instances(
+        self: BossParts,
+        *,
+        limit: int = 1000,
+        after: uuid.UUID | str | None = None,
+        offset: int | None = None,
+        db: Any = None,
+    ) -> InstancePage:
+        """The ``Boss`` and pg-boss objects registered in this database, oldest start
+        first (at most ``limit``, 1 to 100,000; ``after``: the last id of the previous
+        page, or ``offset``: rows to skip), each with ``live`` and, for a keyed server,
+        its key, pause state and ``jobs_processed``; the list's ``total`` is the
+        registry's row count."""
+        return await instance_ops.get_instances(
+            self.context(db), limit=limit, after=after, offset=offset
+        )
+
+    @verb()
+    async def pause_instance(self: BossParts, instance_key: str, *, db: Any = None) -> None:
+        """Pause the server with ``instance_key`` (from any process): it keeps
+        heartbeating and its workers claim nothing, from its next heartbeat, until
+        resumed; persisted across its restarts. Emits ``instance_paused`` here."""
+        await instance_ops.pause_instance(self.context(db), instance_key)
+        self.events.emit("instance_paused", {"instance_key": instance_key})
+
+    @verb()
+    async def resume_instance(self: BossParts, instance_key: str, *, db: Any = None) -> None:
+        """Let a paused server claim again (from its next heartbeat). Emits
+        ``instance_resumed`` here."""
+        await instance_ops.resume_instance(self.context(db), instance_key)
+        self.events.emit("instance_resumed", {"instance_key": instance_key})
+
+    @verb()
+    async def remove_instance(self: BossParts, instance_key: str, *, db: Any = None) -> None:
+        """Forget a server's key and pause state once it has been gone 30 minutes
+        (``ValidationError`` before); jobs are never touched. Emits ``instance_removed``."""
+        await instance_ops.remove_instance(self.context(db), instance_key)
+        self.events.emit("instance_removed", {"instance_key": instance_key})

@@ -1,0 +1,34 @@
+"""What the verb mixins of ``Boss`` need from it, said once: each mixin's methods take
+``self`` as a :class:`BossParts`, and ``Boss`` is one."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from qcore.boss.services import Running
+from qcore.context import Context
+from qcore.events import Events
+from qcore.services.maintenance import Maintenance
+from qcore.verbs.jobs.shared import SharedStatements
+
+__all__ = ["BossParts"]
+
+
+class BossParts(Protocol):
+    """The parts of a ``Boss`` its verbs use."""
+
+    #: the event emitter behind ``on()``
+    events: Events
+    #: the supervise pass's settings
+    maintenance: Maintenance
+    supervise_interval_seconds: float
+    monitor_interval_seconds: float
+    #: the statements concurrent calls share
+    _shared: SharedStatements
+    #: the background services running, by name
+    _running: Running
+
+    def context(self, db: Any = None) -> Context:
+        """The operation context; with ``db``, bound to the caller's connection or
+        transaction."""
+        ...
