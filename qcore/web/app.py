@@ -6,10 +6,9 @@ a page marked live and toggles chart series. Every state change is a POST carryi
 browser's CSRF token; ``read_only`` hides every action and refuses every POST. No SQL
 travels from the browser: each action is one of the ``Boss``'s verbs.
 
-Two middlewares wrap the routes. :class:`_Shield`, outermost, refuses a request
-addressed to a name the board was not given (DNS rebinding) before anything else runs,
-and puts the security headers on every answer, a crash's 500 included. :class:`_Guard`
-checks credentials (and how often they failed) and gives each browser its CSRF id.
+Two middlewares of :mod:`qcore.web.middleware` wrap the routes: ``Shield`` (hosts and
+security headers) outermost, then ``Guard`` (credentials and the CSRF id). The pages'
+look, filters and charts are :mod:`qcore.web.render`'s.
 """
 
 from __future__ import annotations
@@ -23,14 +22,12 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from qcore.boss import Boss
 from qcore.errors import (
@@ -41,10 +38,19 @@ from qcore.errors import (
     QueueNotFoundError,
     ValidationError,
 )
-from qcore.metrics import LatencyPoint, MetricsHistoryAdmin, MetricsHistoryProvider, WindowHistory
-from qcore.web import charts, prometheus
+from qcore.metrics import MetricsHistoryAdmin, MetricsHistoryProvider
+from qcore.web import prometheus
 from qcore.web.board import RANGES, STATES, Board, JobFilter
-from qcore.web.security import HEADERS, Access, AllowedHosts, Csrf, SignInLimit
+from qcore.web.middleware import (
+    SESSION_COOKIE,
+    Guard,
+    Shield,
+    board_root,
+    route_path,
+    set_session_cookie,
+)
+from qcore.web.render import depth_chart, environment, history_charts
+from qcore.web.security import Access, AllowedHosts, Csrf, SignInLimit
 
 __all__ = ["combine", "create_app"]
 
@@ -59,202 +65,11 @@ HISTORY_TABS = ("throughput", "latency")
 READS = ("GET", "HEAD")
 JOB_ACTIONS = ("cancel", "retry", "resume", "delete")
 INSTANCE_ACTIONS = ("pause", "resume", "remove")
-SESSION_COOKIE = "qcore_session"
 
 #: what a notice's seal signs, before the notice's text
 _NOTICE = "notice:"
 
 Handler = Callable[[Request], Awaitable[Response]]
-
-
-def _when(value: dt.datetime | None) -> str:
-    return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if value else "–"
-
-
-def _age(value: dt.datetime | None) -> str:
-    if value is None:
-        return "–"
-    seconds = (dt.datetime.now(dt.timezone.utc) - value).total_seconds()
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f} {unit} ago"
-    return f"{max(seconds, 0):.0f} s ago"
-
-
-def _pretty(value: Any) -> str:
-    if value is None:
-        return ""
-    return json.dumps(value, indent=2, sort_keys=True, default=str, ensure_ascii=False)
-
-
-def _environment() -> Environment:
-    env = Environment(
-        loader=FileSystemLoader(HERE / "templates"),
-        autoescape=select_autoescape(["html"], default=True),
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["when"] = _when
-    env.filters["age"] = _age
-    env.filters["pretty"] = _pretty
-    env.filters["ms"] = lambda v: charts.format_duration_ms(v) if v is not None else "–"
-    env.filters["seconds"] = lambda v: charts.format_duration_ms(v * 1000) if v is not None else "–"
-    env.filters["bytes"] = _bytes
-    env.globals["split_bar"] = lambda c, f, top: Markup(charts.split_bar(c, f, top))
-    env.globals["sparkline"] = lambda values: Markup(charts.sparkline(values))
-    env.globals["link"] = _link
-    return env
-
-
-def _link(path: str, **params: Any) -> str:
-    """``path`` with ``params`` (None left out) as its query, each value encoded."""
-    given = {k: str(v) for k, v in params.items() if v is not None}
-    return f"{path}?{urllib.parse.urlencode(given)}" if given else path
-
-
-def _bytes(n: int | None) -> str:
-    if n is None:
-        return "–"
-    if n < 1024:
-        return f"{n} B"
-    size = n / 1024
-    for unit in ("KiB", "MiB"):
-        if size < 1024:
-            return f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GiB"
-
-
-def _root(scope: Scope) -> str:
-    """Where the board is mounted (``""`` when it is the whole app)."""
-    return str(scope.get("root_path", "")).rstrip("/")
-
-
-def _session_cookie(request: Request, response: Response, value: str, seconds: int) -> None:
-    """Set the sign-in cookie on ``response``: ``value`` for ``seconds`` (0: dropped)."""
-    secure = "; Secure" if request.url.scheme == "https" else ""
-    response.headers.append(
-        "set-cookie",
-        f"{SESSION_COOKIE}={value}; Path=/; Max-Age={seconds}; HttpOnly; SameSite=Strict{secure}",
-    )
-
-
-def _route_path(scope: Scope) -> str:
-    """The request's path inside the board, wherever it is mounted."""
-    path, root = str(scope["path"]), _root(scope)
-    return path[len(root) :] or "/" if root and path.startswith(root) else path
-
-
-def _text(status: int, text: str, headers: Mapping[str, str] | None = None) -> Response:
-    return Response(text, status_code=status, media_type="text/plain", headers=headers)
-
-
-class _Shield:
-    """ASGI middleware, outermost: a request addressed to a name the board does not
-    answer to is refused (400) before anything else looks at it, and every answer
-    carries the security headers, whichever part of the stack made it (a page, a 404 of
-    the router, a refusal, the 500 of a crash). A crash is answered here, then raised
-    on, so the server (or the application the board is mounted in) logs it."""
-
-    def __init__(self, app: ASGIApp, hosts: AllowedHosts) -> None:
-        self.app = app
-        self.hosts = hosts
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def with_headers(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-                names = {k.encode() for k in HEADERS}
-                headers = [h for h in message.get("headers", []) if h[0].lower() not in names]
-                headers += [(k.encode(), v.encode()) for k, v in HEADERS.items()]
-                message["headers"] = headers
-            await send(message)
-
-        host = Request(scope).headers.get("host")
-        if not self.hosts.allows(host):
-            await _text(400, self.hosts.refusal(host))(scope, receive, with_headers)
-            return
-        try:
-            await self.app(scope, receive, with_headers)
-        except Exception:
-            if not started:
-                crashed = _text(500, "the dashboard failed to answer; its log says why\n")
-                await crashed(scope, receive, with_headers)
-            raise
-
-
-class _Guard:
-    """ASGI middleware: credentials, how often they failed, and the browser's CSRF id."""
-
-    def __init__(self, app: ASGIApp, access: Access, sign_ins: SignInLimit) -> None:
-        self.app = app
-        self.access = access
-        self.sign_ins = sign_ins
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request = Request(scope)
-        path = _route_path(scope)
-        open_path = path == "/login" or path.startswith("/static/")
-        if not open_path and self.access.required:
-            refusal = self._check(request)
-            if refusal is not None:
-                await refusal(scope, receive, send)
-                return
-        browser = request.cookies.get(Csrf.COOKIE)
-        fresh = None
-        if not browser:
-            browser = fresh = Csrf.new_id()
-        scope.setdefault("state", {})["browser"] = browser
-
-        async def with_cookie(message: Message) -> None:
-            if message["type"] == "http.response.start" and fresh is not None:
-                cookie = f"{Csrf.COOKIE}={fresh}; Path=/; HttpOnly; SameSite=Strict"
-                message["headers"] = [*message.get("headers", []), (b"set-cookie", cookie.encode())]
-            await send(message)
-
-        await self.app(scope, receive, with_cookie)
-
-    def _check(self, request: Request) -> Response | None:
-        """None when the request may pass, else its refusal. Credentials sent in the
-        ``Authorization`` header are a sign-in: one from a client that failed too often
-        lately is not even looked at, and a wrong one counts as a failure (a signed-in
-        browser's cookie is not a guess: it is neither limited nor counted)."""
-        authorization = request.headers.get("authorization")
-        client = request.client.host if request.client else None
-        if authorization is not None:
-            wait = self.sign_ins.wait(client)
-            if wait:
-                return _too_many(wait)
-        if self.access.allows(authorization, request.cookies.get(SESSION_COOKIE)):
-            return None
-        if authorization is not None:
-            self.sign_ins.failed(client)
-        return self._refuse(request)
-
-    def _refuse(self, request: Request) -> Response:
-        if self.access.user is not None:
-            challenge = 'Basic realm="qcore dashboard", charset="UTF-8"'
-            return _text(401, "authentication required\n", {"www-authenticate": challenge})
-        if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
-            return RedirectResponse(f"{_root(request.scope)}/login", status_code=303)
-        return _text(401, "authentication required\n")
-
-
-def _too_many(wait: int) -> Response:
-    return _text(
-        429,
-        f"too many failed sign-ins from this address: try again in {wait} s\n",
-        {"retry-after": str(wait)},
-    )
 
 
 class Dashboard:
@@ -274,13 +89,13 @@ class Dashboard:
         self.access = access
         self.hosts = hosts
         self.title = title
-        #: failed sign-ins, by client (the form here, credentials in headers in _Guard)
+        #: failed sign-ins, by client (the form here, credentials in headers in Guard)
         self.sign_ins = SignInLimit()
         #: the databases of a combined board (:func:`combine`) and which one this is
         self.databases: list[str] = []
         self.database: str | None = None
         self.csrf = Csrf()
-        self.env = _environment()
+        self.env = environment()
 
     # -- rendering ---------------------------------------------------------------------
 
@@ -298,8 +113,8 @@ class Dashboard:
             refresh_seconds=REFRESH_SECONDS,
             notice=self.notice(request),
             signed_in=SESSION_COOKIE in request.cookies,
-            root=_root(request.scope),
-            path=_route_path(request.scope),
+            root=board_root(request.scope),
+            path=route_path(request.scope),
             **values,
         )
         return HTMLResponse(html, status_code=status)
@@ -366,7 +181,7 @@ class Dashboard:
         under this board's secret: a link made elsewhere cannot put words on the board)."""
         seal = self.csrf.token(_NOTICE + done)
         query = urllib.parse.urlencode({**params, "done": done, "seal": seal})
-        return RedirectResponse(f"{_root(request.scope)}{to}?{query}", status_code=303)
+        return RedirectResponse(f"{board_root(request.scope)}{to}?{query}", status_code=303)
 
     def notice(self, request: Request) -> str | None:
         """The notice an action's redirect carries, if this board sealed it."""
@@ -404,8 +219,8 @@ class Dashboard:
             states=STATES,
             ranges=RANGES,
             range=span,
-            depth_chart=Markup(_depth_chart(page.depth)) if len(page.depth) > 1 else None,
-            charts=_history_charts(history, name) if history else None,
+            depth_chart=Markup(depth_chart(page.depth)) if len(page.depth) > 1 else None,
+            charts=history_charts(history, name) if history else None,
             dead_letter_for=page.dead_letter_for,
         )
 
@@ -436,7 +251,7 @@ class Dashboard:
             ranges=RANGES,
             range=span,
             busiest=busiest,
-            charts=_history_charts(history, "all queues"),
+            charts=history_charts(history, "all queues"),
             tab=tab,
         )
 
@@ -472,17 +287,17 @@ class Dashboard:
         ):
             self.sign_ins.failed(client)
             return self.render(request, "login.html", status=401, failed=True)
-        response = RedirectResponse(f"{_root(request.scope)}/", status_code=303)
+        response = RedirectResponse(f"{board_root(request.scope)}/", status_code=303)
         lasts = int(self.access.session_seconds)
-        _session_cookie(request, response, self.access.session_value(), lasts)
+        set_session_cookie(request, response, self.access.session_value(), lasts)
         return response
 
     async def logout(self, request: Request) -> Response:
         """Sign out: the session cookie dropped (a POST carrying this browser's CSRF
         token, allowed on a read-only board too)."""
         await self.form(request, changes_data=False)
-        response = RedirectResponse(f"{_root(request.scope)}/login", status_code=303)
-        _session_cookie(request, response, "", 0)
+        response = RedirectResponse(f"{board_root(request.scope)}/login", status_code=303)
+        set_session_cookie(request, response, "", 0)
         return response
 
     # -- actions -----------------------------------------------------------------------
@@ -632,60 +447,6 @@ async def _from_store(read: Awaitable[T | None]) -> T:
     return value
 
 
-def _depth_chart(depth: list[dict[str, Any]]) -> str:
-    def series(name: str, column: str, css: str) -> charts.Series:
-        return charts.Series(
-            name, [(row["captured_on"], float(row.get(column) or 0)) for row in depth], css=css
-        )
-
-    return charts.line_chart(
-        [
-            series("queued", "queued_count", "s1"),
-            series("active", "active_count", "s2"),
-            series("failed", "failed_count", "failed"),
-        ],
-        title="depth",
-    )
-
-
-def _history_charts(history: WindowHistory, label: str) -> dict[str, Markup]:
-    points = history.throughput
-    latency = history.latency
-    filling = bool(latency) and latency[-1].filling
-
-    def line(
-        name: str, pick: Callable[[LatencyPoint], float | None], css: str, hidden: bool = False
-    ) -> charts.Series:
-        return charts.Series(
-            name, [(p.start, pick(p)) for p in latency], css=css, hidden=hidden, filling=filling
-        )
-
-    return {
-        "throughput": Markup(
-            charts.throughput_chart(
-                [(p.start, p.completed, p.failed, p.filling) for p in points],
-                title=f"throughput, {label}",
-            )
-        ),
-        "latency": Markup(
-            charts.line_chart(
-                [
-                    line("p95 run", lambda p: p.run.p95, "s1"),
-                    line("p95 wait", lambda p: p.wait.p95, "s2"),
-                    line("queue age", lambda p: p.age * 1000 if p.age is not None else None, "s3"),
-                    line("p50 run", lambda p: p.run.p50, "s4", hidden=True),
-                    line("p99 run", lambda p: p.run.p99, "s5", hidden=True),
-                    line("p50 wait", lambda p: p.wait.p50, "s6", hidden=True),
-                    line("p99 wait", lambda p: p.wait.p99, "s6", hidden=True),
-                ],
-                title=f"latency, {label}",
-                unit="ms",
-                log_scale=True,
-            )
-        ),
-    }
-
-
 def create_app(
     boss: Boss,
     *,
@@ -734,8 +495,8 @@ def create_app(
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes)
-    app.add_middleware(_Guard, access=access, sign_ins=ui.sign_ins)
-    app.add_middleware(_Shield, hosts=hosts)  # added last: outermost
+    app.add_middleware(Guard, access=access, sign_ins=ui.sign_ins)
+    app.add_middleware(Shield, hosts=hosts)  # added last: outermost
     app.state.dashboard = ui
     return app
 
@@ -767,12 +528,10 @@ def combine(boards: Mapping[str, Starlette]) -> Starlette:
         ui.databases, ui.database = names, name
 
     async def first(request: Request) -> Response:
-        return RedirectResponse(f"{_root(request.scope)}/db/{names[0]}/", status_code=303)
+        return RedirectResponse(f"{board_root(request.scope)}/db/{names[0]}/", status_code=303)
 
     routes: list[Route | Mount] = [Route("/", first)]
     routes += [Mount(f"/db/{name}", app=boards[name]) for name in names]
     app = Starlette(routes=routes)
-    app.add_middleware(
-        _Shield, hosts=AllowedHosts(n for ui in uis.values() for n in ui.hosts.names)
-    )
+    app.add_middleware(Shield, hosts=AllowedHosts(n for ui in uis.values() for n in ui.hosts.names))
     return app
