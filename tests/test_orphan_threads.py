@@ -22,7 +22,7 @@ from qcore.db import Database
 from qcore.errors import OrphanedThreadsError
 from qcore.job import Job, JobState
 from qcore.worker import WorkerStatus
-from qcore.worker.handlers import Orphans, _Slot
+from qcore.worker.handlers import Orphans, Slot
 
 #: how long a condition may take on a busy machine
 DEADLINE = 30.0
@@ -56,7 +56,7 @@ async def test_a_slot_counts_its_abandoned_thread_until_it_ends(
 ) -> None:
     ended: list[int] = []
     orphans = Orphans(1, on_end=lambda: ended.append(orphans.count))
-    slot = _Slot("q")
+    slot = Slot("q")
     running = slot.submit(lambda jobs: release.wait(STUCK_SECONDS), [])
     assert orphans.count == 0 and not orphans.full
     slot.abandon(orphans)

@@ -1,5 +1,5 @@
 """The worker's pieces that decide without I/O: who of the idle loops fetches when
-(``_Gate``), how concurrent statements are merged (``Coalescer``), the options and
+(``Gate``), how concurrent statements are merged (``Coalescer``), the options and
 the status report. Queue behaviour itself is tested on real databases in
 ``test_worker*.py``."""
 
@@ -14,8 +14,8 @@ from qcore.errors import ConfigError
 from qcore.job import Job
 from qcore.worker import (
     Coalescer,
+    Gate,
     WorkOptions,
-    _Gate,
     refresh_seconds,
 )
 
@@ -27,7 +27,7 @@ def job(heartbeat: int | None = None) -> Job:
 
 
 async def test_the_gate_keeps_one_poller_and_wakes_one_loop_at_a_time() -> None:
-    gate = _Gate()
+    gate = Gate()
     fetched: list[int] = []
 
     async def idle(n: int) -> None:
@@ -57,7 +57,7 @@ async def test_the_gate_keeps_one_poller_and_wakes_one_loop_at_a_time() -> None:
 
 
 async def test_the_poller_fetches_when_its_interval_is_over_and_close_releases_all() -> None:
-    gate = _Gate()
+    gate = Gate()
     done: list[str] = []
 
     async def idle(name: str, seconds: float) -> None:

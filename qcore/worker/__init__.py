@@ -60,7 +60,7 @@ handler is cancelled and the batch is left to whoever holds it now).
 from __future__ import annotations
 
 from qcore.coalescer import Coalescer
-from qcore.worker.gate import _Gate
+from qcore.worker.gate import Gate
 from qcore.worker.handlers import refresh_seconds
 from qcore.worker.loops import Worker
 from qcore.worker.options import MIN_POLLING_INTERVAL_SECONDS, WorkOptions
@@ -73,11 +73,11 @@ __all__ = [
     "SHUTDOWN_MESSAGE",
     "WIP_INTERVAL_SECONDS",
     "Coalescer",
+    "Gate",
     "SharedPoll",
     "WipReporter",
     "WorkOptions",
     "Worker",
     "WorkerStatus",
-    "_Gate",
     "refresh_seconds",
 ]

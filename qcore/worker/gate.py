@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 _FETCH, _POLL, _DUE = "fetch", "poll", "due"
 
 
-class _Gate:
+class Gate:
     """Where a worker's idle loops wait: one poller (sleeps out the poll interval, then
     fetches), the rest parked until a wake or until the poller leaves and hands them
     its role. No I/O here: only who fetches when."""

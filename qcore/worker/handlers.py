@@ -27,24 +27,24 @@ def _call_sync(handler: Callable[..., Any], jobs: list[Job]) -> Any:
     return result
 
 
-def _is_async(handler: Callable[..., Any]) -> bool:
+def is_async(handler: Callable[..., Any]) -> bool:
     call = getattr(handler, "__call__", None)  # noqa: B004 - an object with async __call__
     return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
 
 
 #: in an async handler's task (and the tasks it starts): the loop task running it
-_HANDLER_LOOP: contextvars.ContextVar[asyncio.Task[Any] | None] = contextvars.ContextVar(
+HANDLER_LOOP: contextvars.ContextVar[asyncio.Task[Any] | None] = contextvars.ContextVar(
     "qcore_handler_loop", default=None
 )
 
 
-async def _inside(coro: Awaitable[Any], loop_task: asyncio.Task[Any] | None) -> Any:
-    """Await a handler's coroutine with ``_HANDLER_LOOP`` set in its task's context."""
-    _HANDLER_LOOP.set(loop_task)
+async def inside(coro: Awaitable[Any], loop_task: asyncio.Task[Any] | None) -> Any:
+    """Await a handler's coroutine with ``HANDLER_LOOP`` set in its task's context."""
+    HANDLER_LOOP.set(loop_task)
     return await coro
 
 
-def _consume(future: asyncio.Future[Any]) -> None:
+def consume(future: asyncio.Future[Any]) -> None:
     """Done callback of an abandoned handler: retrieve its outcome so asyncio does not
     report an exception nobody will read."""
     if not future.cancelled():
@@ -107,7 +107,7 @@ class _Thread:
         self.orphans: Orphans | None = None
 
 
-class _Slot:
+class Slot:
     """One loop's own thread for plain-function handlers, started on first use.
 
     A daemon thread, so a handler that never returns cannot hold up the process's

@@ -25,21 +25,21 @@ from qcore.options import GroupLimits, queue_name
 from qcore.sql.jobs.spec import FetchSpec
 from qcore.verbs import jobs as job_ops
 from qcore.verbs import queues as queue_ops
-from qcore.worker.gate import _Gate
+from qcore.worker.gate import Gate
 from qcore.worker.groups import LocalGroups
 from qcore.worker.handlers import (
-    _HANDLER_LOOP,
+    HANDLER_LOOP,
     Orphans,
-    _consume,
-    _is_async,
-    _Slot,
+    Slot,
+    consume,
+    is_async,
 )
 from qcore.worker.lanes import SPLIT_CHAIN_MAX_BATCH, claim_lanes, complete_lanes
 from qcore.worker.options import WorkOptions
 from qcore.worker.poll import SharedPoll
 from qcore.worker.running import HandlerRunner
 from qcore.worker.settle import Settler
-from qcore.worker.settlement import _Settlement, _transient
+from qcore.worker.settlement import Settlement, transient
 from qcore.worker.status import WorkerStatus
 
 #: settling while stopping: how long past the stop's deadline the settles may take in
@@ -94,7 +94,7 @@ class Worker(HandlerRunner):
         #: a service's own reason to claim nothing for now, asked before each poll (the
         #: timekeeper's forwarder while cron is not in use); ``wake()`` ends a wait early
         self.dormant: Callable[[], bool] | None = None
-        self._async = _is_async(handler)
+        self._async = is_async(handler)
         # the claim's options, checked once here: every claim passes this spec on
         self._spec = FetchSpec.of({**options.fetch, "batch_size": options.batch_size})
         self._sized: dict[int, FetchSpec] = {}  # the spec for n loops' claim, by n
@@ -102,7 +102,7 @@ class Worker(HandlerRunner):
         self._groups = LocalGroups(limits) if isinstance(limits, GroupLimits) else None
         # claims that must not overlap take turns (see _claiming)
         self._claim_turns = asyncio.Lock()
-        self._gate = _Gate()
+        self._gate = Gate()
         # claims and completes in lanes: loops asking meanwhile share the next statement
         # (their lanes are set with the first claim: _claim_lanes)
         self._fetch: Coalescer[Context, list[Job]] = Coalescer(self._fetch_for)
@@ -113,7 +113,7 @@ class Worker(HandlerRunner):
             self._complete_for, complete_lanes(options.local_concurrency)
         )
         self._tasks: list[asyncio.Task[None]] = []
-        self._slots: list[_Slot] = []
+        self._slots: list[Slot] = []
         # plain handler threads run on past their batch: at most one per loop before the
         # loops claim nothing more (the worker never runs twice its concurrency of them)
         self._orphans = Orphans(options.local_concurrency, on_end=self._orphan_ended)
@@ -154,7 +154,7 @@ class Worker(HandlerRunner):
         self._stop_signal = loop.create_future()
         self._gate.wake_one(remember=True)  # the first loop fetches at once, the rest idle
         for i in range(self.options.local_concurrency):
-            slot = _Slot(self.name)
+            slot = Slot(self.name)
             self._slots.append(slot)
             self._tasks.append(
                 loop.create_task(self._run(slot), name=f"qcore-work-{self.name}-{i}")
@@ -200,7 +200,7 @@ class Worker(HandlerRunner):
             signal.set_result(None)  # handlers' waits re-read the deadline
         # awaited inside one of this worker's own async handlers, do not wait for the loop
         # that waits for that handler: it settles the batch once the handler returns
-        own = _HANDLER_LOOP.get()
+        own = HANDLER_LOOP.get()
         loops = [t for t in self._tasks if t is not own]
         if loops:
             await self._wait_for_loops(loops)
@@ -237,7 +237,7 @@ class Worker(HandlerRunner):
             self._settler.unsettled.update(self._held_jobs)
             for task in running:
                 task.cancel()
-                task.add_done_callback(_consume)
+                task.add_done_callback(consume)
 
     def status(self) -> WorkerStatus:
         """A snapshot of what the worker is doing."""
@@ -263,7 +263,7 @@ class Worker(HandlerRunner):
 
     # -- the loop ----------------------------------------------------------------------
 
-    async def _run(self, slot: _Slot) -> None:
+    async def _run(self, slot: Slot) -> None:
         burst = False
         while not self._stopping:
             try:
@@ -328,7 +328,7 @@ class Worker(HandlerRunner):
         queue = await self._queue(self.options.polling_interval_seconds)
         return (queue.ready_count if queue is not None else 0) > threshold
 
-    async def _fetch_and_process(self, slot: _Slot) -> bool:
+    async def _fetch_and_process(self, slot: Slot) -> bool:
         """One fetch and its batches; whether the last was full (fetch again at once).
         A full batch that completes claims the next in the same statement
         (settle-and-claim), which this loop runs in turn."""
@@ -359,7 +359,7 @@ class Worker(HandlerRunner):
                 return full
         return False
 
-    async def _process_locked(self, ctx: Context, slot: _Slot) -> bool:
+    async def _process_locked(self, ctx: Context, slot: Slot) -> bool:
         """One locked claim (``locked_fetch``): the batch claimed, run and settled in one
         transaction of this loop's own; whether it was full. A database error on the
         way rolls it back (the jobs come back, no attempt spent) and is reported; one
@@ -376,7 +376,7 @@ class Worker(HandlerRunner):
                     settling = jobs
                     await self._settler.settle_locked(batch, settlement)
         except DatabaseError as exc:
-            if not settling or _transient(exc):
+            if not settling or transient(exc):
                 raise
             await self._settler.fail_refused(ctx, settling, exc)
         return len(settling) >= size
@@ -491,7 +491,7 @@ class Worker(HandlerRunner):
         return read[1]
 
     async def _process(
-        self, ctx: Context, jobs: list[Job], slot: _Slot, *, claim_next: bool = False
+        self, ctx: Context, jobs: list[Job], slot: Slot, *, claim_next: bool = False
     ) -> list[Job] | None:
         """Run the handler on a batch and settle it; with ``claim_next``, a batch that
         completes (no output) claims the next batch in the same statement where the
@@ -523,7 +523,7 @@ class Worker(HandlerRunner):
             self._ended_on = time.time()
             self._changed()
 
-    def _chains(self, ctx: Context, settlement: _Settlement) -> bool:
+    def _chains(self, ctx: Context, settlement: Settlement) -> bool:
         """Whether a batch ending so settles and claims the next in one round trip: it
         completed with no output, the worker is not stopping, and the backend and adapter
         make the two one unit (:func:`~qcore.verbs.jobs.claim.settles_and_claims`); where that

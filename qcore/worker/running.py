@@ -14,9 +14,9 @@ from qcore.context import Context
 from qcore.errors import OrphanedThreadsError
 from qcore.job import Job
 from qcore.verbs import jobs as job_ops
-from qcore.worker.handlers import Orphans, _consume, _inside, _Slot, refresh_seconds
+from qcore.worker.handlers import Orphans, Slot, consume, inside, refresh_seconds
 from qcore.worker.options import WorkOptions
-from qcore.worker.settlement import _outcome_of, _Settlement, _timed_out
+from qcore.worker.settlement import Settlement, outcome_of, timed_out
 
 #: the output of a job failed because the worker stopped while it was held
 SHUTDOWN_MESSAGE = "qcore shut down while active"
@@ -39,7 +39,7 @@ class HandlerRunner:
     def _report(self, exc: BaseException) -> None:
         raise NotImplementedError
 
-    def _start_handler(self, jobs: list[Job], slot: _Slot) -> asyncio.Future[Any]:
+    def _start_handler(self, jobs: list[Job], slot: Slot) -> asyncio.Future[Any]:
         if not self._async:
             return slot.submit(self.handler, jobs)
         loop = asyncio.get_running_loop()
@@ -48,21 +48,21 @@ class HandlerRunner:
             if not inspect.iscoroutine(coro):
                 awaited: asyncio.Future[Any] = asyncio.ensure_future(coro)
                 return awaited
-            inside = _inside(coro, asyncio.current_task())
-            return loop.create_task(inside, name=f"qcore-handler-{self.name}")
+            wrapped = inside(coro, asyncio.current_task())
+            return loop.create_task(wrapped, name=f"qcore-handler-{self.name}")
         except Exception as exc:
             failed: asyncio.Future[Any] = loop.create_future()
             failed.set_exception(exc)
             return failed
 
     async def _run_handler(
-        self, ctx: Context, jobs: list[Job], slot: _Slot, *, touching: bool = True
-    ) -> _Settlement:
+        self, ctx: Context, jobs: list[Job], slot: Slot, *, touching: bool = True
+    ) -> Settlement:
         """Run the handler, bounded by the batch's expiry and the stop deadline, touching
         heartbeats on the way (unless not ``touching``); how the batch ends. A batch
         claimed as the worker stopped, too late to start, fails without running."""
         if asyncio.get_running_loop().time() >= self._deadline:
-            return _Settlement("fail", SHUTDOWN_MESSAGE)
+            return Settlement("fail", SHUTDOWN_MESSAGE)
         running = self._start_handler(jobs, slot)
         return await self._watch(ctx, jobs, slot, running, touching=touching)
 
@@ -70,11 +70,11 @@ class HandlerRunner:
         self,
         ctx: Context,
         jobs: list[Job],
-        slot: _Slot,
+        slot: Slot,
         running: asyncio.Future[Any],
         *,
         touching: bool = True,
-    ) -> _Settlement:
+    ) -> Settlement:
         loop = asyncio.get_running_loop()
         limit = max(j.expire_in_seconds for j in jobs)
         expires = loop.time() + limit
@@ -87,15 +87,15 @@ class HandlerRunner:
             now = loop.time()
             if now >= self._deadline:
                 self._abandon(running, jobs, slot)
-                return _Settlement("fail", SHUTDOWN_MESSAGE)
+                return Settlement("fail", SHUTDOWN_MESSAGE)
             if now >= expires:
                 self._abandon(running, jobs, slot)
-                return _timed_out(limit)
+                return timed_out(limit)
             if refresh is not None and now >= beat:
                 beating = await self._touch(ctx, beating)
                 if all(j.cancelled.is_set() for j in jobs):
                     self._abandon(running, jobs, slot)
-                    return _Settlement(None)  # every job lost: not ours to settle
+                    return Settlement(None)  # every job lost: not ours to settle
                 beat = loop.time() + refresh
                 continue
             waits: set[asyncio.Future[Any]] = {running}
@@ -106,13 +106,13 @@ class HandlerRunner:
                 timeout=min(expires, beat, self._deadline) - now,
                 return_when=asyncio.FIRST_COMPLETED,
             )
-        return _outcome_of(running, jobs, self.options.per_job_results)
+        return outcome_of(running, jobs, self.options.per_job_results)
 
-    def _abandon(self, running: asyncio.Future[Any], jobs: list[Job], slot: _Slot) -> None:
+    def _abandon(self, running: asyncio.Future[Any], jobs: list[Job], slot: Slot) -> None:
         for job in jobs:
             job.cancelled.set()
         running.cancel()
-        running.add_done_callback(_consume)
+        running.add_done_callback(consume)
         if not self._async:
             slot.abandon(self._orphans)
             if self._orphans.full and not self._stopping:  # a stop claims nothing anyway

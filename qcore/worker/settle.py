@@ -4,7 +4,7 @@ A fetched batch is settled by its own statements (complete, complete with output
 fail), tried again with backoff while the database is unreachable; a locked batch is
 settled inside the transaction that claimed it. On both, an output the database
 refuses fails the batch with why, and a failure output it refuses is replaced by a
-plain message (:data:`_UNSTORABLE`): a job is never left to run again for ever.
+plain message (:data:`UNSTORABLE`): a job is never left to run again for ever.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from qcore.job import Job
 from qcore.options import normalize_output
 from qcore.verbs import jobs as job_ops
 from qcore.verbs.jobs import LockedBatch
-from qcore.worker.settlement import _UNSTORABLE, _Settlement, _transient
+from qcore.worker.settlement import UNSTORABLE, Settlement, transient
 
 #: settling after a database error: first delay, doubled up to the polling interval
 SETTLE_RETRY_SECONDS = 0.05
@@ -52,8 +52,8 @@ def refused_next(verb: str | None, data: Any, exc: BaseException) -> Any:
     left to try."""
     if verb == "each" or (verb == "complete" and data is not None):
         return exc
-    if verb == "fail" and data is not _UNSTORABLE:
-        return _UNSTORABLE
+    if verb == "fail" and data is not UNSTORABLE:
+        return UNSTORABLE
     return None
 
 
@@ -85,7 +85,7 @@ class Settler:
 
     # -- fetched batches -----------------------------------------------------------------
 
-    async def settle(self, ctx: Context, jobs: list[Job], settlement: _Settlement) -> None:
+    async def settle(self, ctx: Context, jobs: list[Job], settlement: Settlement) -> None:
         """Complete or fail a fetched batch. A transient database error (connection
         lost, serialization) is reported and the call tried again with backoff — it is
         fenced, so idempotent — until it lands, the batch's expiry has passed again
@@ -104,7 +104,7 @@ class Settler:
                 await self._settle_once(ctx, jobs, verb, data)
                 return
             except Exception as exc:
-                if not _transient(exc) and not isinstance(exc, QueueNotFoundError):
+                if not transient(exc) and not isinstance(exc, QueueNotFoundError):
                     instead = refused_next(verb, data, exc)
                     if instead is not None:
                         if verb == "fail":
@@ -112,7 +112,7 @@ class Settler:
                         verb, data = "fail", instead
                         continue
                 self._report(exc)
-                if not _transient(exc) or loop.time() >= give_up:
+                if not transient(exc) or loop.time() >= give_up:
                     return
                 if self._stopping() and tries >= SETTLE_TRIES_WHEN_STOPPING:
                     self.unsettled.update((job.id, job) for job in jobs)
@@ -165,7 +165,7 @@ class Settler:
 
     # -- locked batches ------------------------------------------------------------------
 
-    async def settle_locked(self, batch: LockedBatch, settlement: _Settlement) -> None:
+    async def settle_locked(self, batch: LockedBatch, settlement: Settlement) -> None:
         """Settle a locked batch in its transaction as :meth:`settle` settles a fetched
         one; an output that cannot be stored fails the batch with why."""
         verb, data = settlement.verb, settlement.data
@@ -203,7 +203,7 @@ class Settler:
                 await job_ops.fail_released(ctx, self.name, jobs, data)
             except Exception as again:
                 self._report(again)
-                if _transient(again):
+                if transient(again):
                     return  # the jobs are queued: they run again, no attempt counted
                 data = refused_next("fail", data, again)
                 if data is None:

@@ -16,7 +16,7 @@ from qcore.job import JOB_RESULT_STATUSES, Job, JobResult
 
 
 @dataclass(frozen=True)
-class _Settlement:
+class Settlement:
     """How a batch ends: ``complete`` or ``fail`` with ``data``, or ``each`` with
     ``(job, status, output)`` for every job; ``None`` verb: left alone."""
 
@@ -24,34 +24,34 @@ class _Settlement:
     data: Any = None
 
 
-def _outcome_of(
+def outcome_of(
     handler: asyncio.Future[Any], jobs: Sequence[Job], per_job: bool = False
-) -> _Settlement:
+) -> Settlement:
     """A finished handler's settlement: its return value completes the batch (stored as
     output when the batch is one job, as pg-boss does), or with ``per_job`` settles
     each job as the value says (:func:`_each`); an exception fails the batch."""
     if handler.cancelled():
-        return _Settlement("fail", asyncio.CancelledError("the handler was cancelled"))
+        return Settlement("fail", asyncio.CancelledError("the handler was cancelled"))
     error = handler.exception()
     if error is not None:
-        return _Settlement("fail", error)
+        return Settlement("fail", error)
     if per_job:
         return _each(handler.result(), jobs)
-    return _Settlement("complete", handler.result() if len(jobs) == 1 else None)
+    return Settlement("complete", handler.result() if len(jobs) == 1 else None)
 
 
 #: the output of a job a per-job results handler gave no (valid) result for
 MISSING_RESULT = {"name": "MissingResult", "message": "the handler returned no result for this job"}
 
 
-def _each(returned: Any, jobs: Sequence[Job]) -> _Settlement:
+def _each(returned: Any, jobs: Sequence[Job]) -> Settlement:
     """A per-job results handler's value as the settlement ``each``: ``(job, status,
     output)`` for every job of the batch, in order. Each item is a :class:`JobResult`
     or a mapping with ``id``, ``status`` and optionally ``output``; the last for an id
     wins; a job with no item, or with an item of an unknown status, is failed with why.
     Anything but a list or tuple fails the whole batch."""
     if not isinstance(returned, (list, tuple)):
-        return _Settlement(
+        return Settlement(
             "fail",
             ValidationError(
                 "a per_job_results handler must return a list of JobResult (or of"
@@ -77,22 +77,22 @@ def _each(returned: Any, jobs: Sequence[Job]) -> _Settlement:
                 },
             )
         outcomes.append((job, status or "failed", output))
-    return _Settlement("each", outcomes)
+    return Settlement("each", outcomes)
 
 
 #: the output of a failure whose own output the database refused
-_UNSTORABLE = {"name": "Error", "message": "the handler failed; its error could not be stored"}
+UNSTORABLE = {"name": "Error", "message": "the handler failed; its error could not be stored"}
 
 
-def _transient(exc: BaseException) -> bool:
+def transient(exc: BaseException) -> bool:
     """Whether trying the same statement again later may succeed."""
     return isinstance(exc, ConnectionLostError) or (
         isinstance(exc, DatabaseError) and exc.retryable
     )
 
 
-def _timed_out(seconds: float) -> _Settlement:
+def timed_out(seconds: float) -> Settlement:
     shown = int(seconds) if float(seconds).is_integer() else seconds
-    return _Settlement(
+    return Settlement(
         "fail", {"name": "TimeoutError", "message": f"handler timed out after {shown} s"}
     )
