@@ -24,7 +24,9 @@ Fixtures (each test that uses one is parametrised by backend, ids like
                   (``PGliteDatabase`` for single-session engines, else
                   ``qcore.db.connect``), inside ``qcore.conformance.guard.GuardedDatabase``
                   when the backend is emulated
-``schema``        a fresh schema name, created for the test and dropped after
+``schema``        a schema of the test's own: with ``ctx``/``boss``, an install
+                  reset to its new state (``qcore.conformance.schemas``; ``--fresh-schemas``
+                  installs one per test), else created for the test and dropped after
 ``ctx``           a ``qcore.context.Context`` on ``db`` and ``schema``, with the schema
                   installed
 ``sctx``          ``ctx`` twice: with the backend's strategies, and with the atomic-update
@@ -46,7 +48,6 @@ import datetime as dt
 import inspect
 import json
 import os
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,7 @@ from qcore.conformance.provisioners import (
     best_provisioner,
     dsn_from_env,
 )
+from qcore.conformance.schemas import REUSING_PROVISIONERS, SchemaPool, fresh_name
 from qcore.errors import ConfigError
 from qcore.identifiers import quote
 
@@ -134,6 +136,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         f" (default: ${REPORT_VARIABLE}, read by this process only).",
     )
     group.addoption(
+        "--fresh-schemas",
+        action="store_true",
+        dest="qcore_fresh_schemas",
+        default=False,
+        help="install and drop a schema per test instead of resetting pooled installs"
+        " (slower; to rule the pool out when a test fails).",
+    )
+    group.addoption(
         "--backend-tests-only",
         action="store_true",
         dest="qcore_backend_tests_only",
@@ -198,7 +208,14 @@ class TestRecord:
 class MatrixState:
     """The selected backends, their provisioners (started on demand) and the results."""
 
-    def __init__(self, backends: list[Backend], dsn: str | None, *, default: bool) -> None:
+    def __init__(
+        self,
+        backends: list[Backend],
+        dsn: str | None,
+        *,
+        default: bool,
+        fresh_schemas: bool = False,
+    ) -> None:
         self.backends = {b.name: b for b in backends}
         self.dsn = dsn
         self.default = default  # no --backend given: postgres on the local PostgreSQL
@@ -211,6 +228,8 @@ class MatrixState:
         self.exit_status: int | None = None
         #: the reports of pytest-xdist workers, on the controller
         self.worker_reports: list[dict[str, Any]] = []
+        self.fresh_schemas = fresh_schemas
+        self.schema_pools: dict[str, SchemaPool] = {}
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> MatrixState:
@@ -218,11 +237,14 @@ class MatrixState:
         for value in config.getoption("qcore_backends") or []:
             requested.extend(part.strip() for part in str(value).split(",") if part.strip())
         dsn = config.getoption("qcore_dsn")
+        fresh = bool(config.getoption("qcore_fresh_schemas"))
         installed = registry.names()
         if not requested:
             if dsn:
                 raise pytest.UsageError("--dsn needs a --backend NAME saying which engine it is")
-            return cls([_get_backend(DEFAULT_BACKEND, installed)], None, default=True)
+            return cls(
+                [_get_backend(DEFAULT_BACKEND, installed)], None, default=True, fresh_schemas=fresh
+            )
         names: list[str] = []
         for name in requested:
             for resolved in installed if name == "all" else [name]:
@@ -232,7 +254,8 @@ class MatrixState:
             raise pytest.UsageError(
                 f"--dsn is for one engine: give a single --backend with it (got {', '.join(names)})"
             )
-        return cls([_get_backend(n, installed) for n in names], dsn, default=False)
+        backends = [_get_backend(n, installed) for n in names]
+        return cls(backends, dsn, default=False, fresh_schemas=fresh)
 
     def backend(self, name: str) -> Backend:
         return self.backends[name]
@@ -269,8 +292,18 @@ class MatrixState:
                 raise
         return provisioner
 
+    def schema_pool(self, provisioner: Provisioner) -> SchemaPool | None:
+        """The pool of installed schemas of the provisioner's backend; None where each
+        test installs its own (``--fresh-schemas``, or an engine other than PostgreSQL)."""
+        if self.fresh_schemas or provisioner.kind not in REUSING_PROVISIONERS:
+            return None
+        return self.schema_pools.setdefault(provisioner.backend.name, SchemaPool())
+
     def stop_all(self) -> None:
         for provisioner in self.provisioners.values():
+            local = getattr(provisioner, "local", provisioner)
+            if isinstance(local, LocalProvisioner):
+                local.detach_drop = True  # the session ends: nobody waits for its database
             try:
                 provisioner.stop()
             except Exception as exc:  # pragma: no cover - best effort at exit
@@ -492,6 +525,9 @@ def _record(state: MatrixState, report: pytest.TestReport) -> None:
         record.skip_kind = None
 
 
+#: the fixtures that install the test's schema, which may then come from the pool
+INSTALLING_FIXTURES = frozenset({"ctx", "sctx", "boss"})
+
 #: where a pytest-xdist worker hands its report to the controller
 _WORKER_REPORT = "qcore_matrix_report"
 
@@ -630,14 +666,38 @@ if pytest_asyncio is not None:
             await adapter.close()
 
     @pytest_asyncio.fixture
-    async def schema(db: Any) -> AsyncIterator[str]:
-        """A fresh, unique schema, created for the test and dropped (CASCADE) after it."""
-        name = f"qcore_test_{uuid.uuid4().hex[:12]}"
-        await db.execute_script(f"CREATE SCHEMA {quote(name)}")
+    async def schema(
+        db: Any, provisioned: Provisioner, request: pytest.FixtureRequest
+    ) -> AsyncIterator[str]:
+        """A schema of the test's own. For a test that installs it (``ctx``, ``sctx``,
+        ``boss``) where the engine is PostgreSQL, an install from the backend's pool,
+        reset to the state of a new install (:mod:`qcore.conformance.schemas`); else a
+        new, empty schema, dropped (CASCADE) after the test."""
+        pool = None
+        if INSTALLING_FIXTURES & set(request.fixturenames):
+            pool = _state(request.config).schema_pool(provisioned)
+        if pool is None:
+            name = fresh_name()
+            await db.execute_script(f"CREATE SCHEMA {quote(name)}")
+            try:
+                yield name
+            finally:
+                await db.execute_script(f"DROP SCHEMA IF EXISTS {quote(name)} CASCADE")
+            return
+        from qcore.context import Context
+        from qcore.schema import install_or_migrate
+
+        unguarded = getattr(db, "inner", db)
+        taken = await pool.take(unguarded)
+        if taken is None:
+            taken = fresh_name()
+            context = Context(db=db, backend=provisioned.backend, schema_spec=taken)
+            await install_or_migrate(context)
+            await pool.remember(unguarded, taken)
         try:
-            yield name
+            yield taken
         finally:
-            await db.execute_script(f"DROP SCHEMA IF EXISTS {quote(name)} CASCADE")
+            pool.give_back(taken)
 
 else:  # pragma: no cover
 

@@ -129,7 +129,7 @@ def _throwaway_name(prefix: str = "qcore_matrix") -> str:
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
 
 
-def _drop_database(admin: str, name: str) -> None:
+def drop_database(admin: str, name: str) -> None:
     """Drop a throw-away database, however the engine spells it (PostgreSQL 13+ forces
     out other sessions; CockroachDB wants CASCADE; older engines take the plain form)."""
     for sql in (

@@ -16,10 +16,10 @@ from qcore.backend import Backend, ProvisioningSpec
 from qcore.conformance.provisioners.base import (
     NotAvailable,
     Provisioner,
-    _drop_database,
     _execute,
     _first_line,
     _throwaway_name,
+    drop_database,
 )
 from qcore.identifiers import quote
 
@@ -154,7 +154,7 @@ class ContainerProvisioner(Provisioner):
     def _stop(self) -> None:
         container, self._container = self._container, None
         if self._admin and self._database:
-            _drop_database(self._admin, self._database)
+            drop_database(self._admin, self._database)
         self._database = None
         if container is not None:
             with contextlib.suppress(Exception):

@@ -11,10 +11,10 @@ from qcore.backend import Backend
 from qcore.conformance.provisioners.base import (
     Provisioner,
     ProvisionError,
-    _drop_database,
     _execute,
     _first_line,
     _throwaway_name,
+    drop_database,
     to_url,
 )
 from qcore.identifiers import quote
@@ -71,7 +71,7 @@ class ExternalProvisioner(Provisioner):
         database, schema = self.database, self.schema
         self.database = self.schema = None
         if database:
-            _drop_database(self.dsn, database)
+            drop_database(self.dsn, database)
         if schema:
             with contextlib.suppress(psycopg.Error):
                 _execute(self.dsn, f"DROP SCHEMA IF EXISTS {quote(schema)} CASCADE")

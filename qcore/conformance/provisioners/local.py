@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -18,11 +19,11 @@ from qcore.backend import Backend
 from qcore.conformance.provisioners.base import (
     NotAvailable,
     Provisioner,
-    _drop_database,
     _execute,
     _first_line,
     _throwaway_name,
     admin_dsn,
+    drop_database,
     to_url,
 )
 from qcore.identifiers import quote
@@ -290,6 +291,11 @@ class LocalProvisioner(Provisioner):
         self.server = server or local_server()
         self.database: str | None = None
         self._admin: str | None = None
+        #: drop the database from a detached process at stop, not waiting for it: a
+        #: ``DROP DATABASE`` waits for the checkpoint it forces, seconds to tens of seconds
+        #: on a busy server (a test session's end sets it; a throw-away cluster is
+        #: removed whole anyway)
+        self.detach_drop = False
 
     def describe(self) -> str:
         return f"local PostgreSQL ({self.server.describe()})"
@@ -313,9 +319,30 @@ class LocalProvisioner(Provisioner):
         self._admin = self.database = None
         try:
             if admin and database:
-                _drop_database(admin, database)
+                if self.detach_drop and self.server.cluster is None:
+                    _drop_detached(admin, database)
+                else:
+                    drop_database(admin, database)
         finally:
             self.server.release()
+
+
+def _drop_detached(admin: str, database: str) -> None:
+    """Drop ``database`` from a process of its own that outlives this one (the admin
+    URL, which may hold a password, goes through its environment, not its arguments)."""
+    code = (
+        "import os\n"
+        "from qcore.conformance.provisioners.base import drop_database\n"
+        "drop_database(os.environ['QCORE_DROP_ADMIN'], os.environ['QCORE_DROP_DATABASE'])\n"
+    )
+    subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**os.environ, "QCORE_DROP_ADMIN": admin, "QCORE_DROP_DATABASE": database},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 class EmulationProvisioner(Provisioner):
