@@ -184,6 +184,8 @@ UNSTORABLE: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [
     ("pause_instance", (LONE,), {}, "instance_key contains a lone surrogate"),
     ("get_instances", (), {"offset": 2**63 - 1}, "offset must be an integer"),
     ("get_queues", ("",), {}, "names must be a list of queue names"),
+    ("work_handlers", ([None],), {}, "queue name must be"),
+    ("work_handlers", ("q",), {}, "queues must be a list of queue names"),
     ("redrive", ("q",), {"data": {"k": "\x00"}}, "data contains a NUL"),
     ("update", ("q", {}), {"singleton_key": LONE}, "singleton_key contains a lone"),
     ("update", ("q", {}), {"singleton_key": "k\x00"}, "singleton_key contains a NUL"),

@@ -610,6 +610,9 @@ class Boss(
         only, when given; ``local_concurrency`` overrides each one's); the worker ids."""
         chosen = self.handlers
         if queues is not None:
+            if isinstance(queues, (str, bytes)) or not isinstance(queues, (list, tuple)):
+                raise ValidationError(f"queues must be a list of queue names, got {queues!r:.80}")
+            queues = [queue_name(q) for q in queues]
             unknown = sorted(set(queues) - {h.queue for h in self.handlers})
             if unknown:
                 raise ValidationError(
