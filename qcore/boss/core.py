@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, cast
 
@@ -33,6 +32,7 @@ from qcore.boss.verbs import (
     ScheduleVerbs,
     SchemaVerbs,
 )
+from qcore.boss.workers import Handler, WorkerVerbs
 from qcore.context import Context
 from qcore.db import (
     ADDRESS_OPTIONS,
@@ -58,21 +58,15 @@ from qcore.events import Events
 from qcore.identifiers import schema_name
 from qcore.job import Job
 from qcore.options import (
-    WORK_OPTIONS,
     FetchOptions,
     QueueOptions,
     ScheduledSendOptions,
     SendOptions,
-    WorkArguments,
-    known_only,
-    queue_name,
 )
 from qcore.services import Service
 from qcore.services.instances import InstanceRegistry, RegistrySettings, recorded_config
-from qcore.services.notifier import Notifier
 from qcore.services.timekeeper import Timekeeper
 from qcore.services.warnings import WarningRecorder, slow_query_watch
-from qcore.verbs.jobs.locked import check_locked_claims
 from qcore.verbs.jobs.shared import SharedStatements
 from qcore.verbs.schema import (
     affinity_tables_present,
@@ -80,24 +74,20 @@ from qcore.verbs.schema import (
     is_installed,
     schema_version,
 )
-from qcore.worker import SharedPoll, WipReporter, Worker, WorkerStatus, WorkOptions
+from qcore.worker import SharedPoll, WipReporter, Worker
 from qcore.worker.loops import STOP_SETTLE_SECONDS
 
 __all__ = ["Boss", "FetchOptions", "Handler", "QueueOptions", "ScheduledSendOptions", "SendOptions"]
 
 
-@dataclass(frozen=True)
-class Handler:
-    """A handler registered with :meth:`Boss.handler`: its queue, function and the
-    ``work()`` options it runs with."""
-
-    queue: str
-    function: Callable[[list[Job]], Any]
-    options: dict[str, Any]
-
-
 class Boss(
-    QueueAndJobVerbs, InstanceVerbs, MaintenanceVerbs, ScheduleVerbs, FlowVerbs, SchemaVerbs
+    WorkerVerbs,
+    QueueAndJobVerbs,
+    InstanceVerbs,
+    MaintenanceVerbs,
+    ScheduleVerbs,
+    FlowVerbs,
+    SchemaVerbs,
 ):
     """A qcore instance on one database and schema.
 
@@ -506,201 +496,3 @@ class Boss(
         return Context(
             db=self._db, backend=self.backend, schema_spec=self.schema, affinity=self._affinity
         )
-
-    # -- workers ---------------------------------------------------------------------------
-
-    #: workers a stop() is stopping (a stop(graceful=False) meanwhile ends their wait)
-    _halting: list[Worker] = []  # noqa: RUF012 (replaced, never mutated)
-    _unsettled: list[Job] = []  # noqa: RUF012 (replaced, never mutated)
-    #: workers stopped by ``off_work`` still finishing their handlers, with their stop()
-    _retiring: dict[str, tuple[Worker, asyncio.Future[None]]] | None = None
-
-    @verb(WorkArguments)
-    async def work(
-        self, name: str, handler: Callable[[list[Job]], Any], **options: Unpack[WorkArguments]
-    ) -> str:
-        """Run ``handler(jobs)`` for jobs of queue ``name``; the worker's id.
-
-        ``handler`` may be ``async def`` or a plain function (run on a thread of its
-        own). Returning completes the batch (the value is stored as output when the
-        batch is one job); raising fails it with the error serialised into output
-        (``name``, ``message``, ``stack``). A handler runs at most the batch's
-        ``expire_in_seconds``: then the batch is failed, an async handler cancelled,
-        and every job's ``cancelled`` event set (a plain function polls it). Jobs with
-        ``heartbeat_seconds`` are touched every ``heartbeat_refresh_seconds`` (default
-        half of it) while the handler runs.
-
-        ``local_concurrency`` loops run the handler side by side; a loop that gets a
-        full batch fetches again at once, idle loops share one poll every
-        ``polling_interval_seconds`` (``notify_polling_interval_seconds``, default
-        max(30, polling interval), while a NOTIFY would wake them). A loop holds a
-        connection only for one statement at a time (but with ``locked_fetch``), so any
-        concurrency works with any pool size ``max``. A worker registered before
-        ``start()`` succeeds emits ``error`` on each poll and takes jobs once it does.
-
-        ``burst_when_batch_full=False`` makes a loop that got a full batch wait out the
-        polling interval like any other (pg-boss's default), unless the queue's ready
-        count exceeds ``burst_when_ready_exceeds``. ``group_concurrency`` limits the
-        jobs of a group active at once across every worker (see ``fetch``);
-        ``local_group_concurrency`` (the same forms, exclusive with it, no limit above
-        ``local_concurrency``) limits them in this worker only, handing a group's
-        surplus back unstarted (no attempt spent). With ``per_job_results=True`` the
-        handler returns one :class:`~qcore.JobResult` (or ``{"id", "status",
-        "output"}``) per job and each job is settled as its result says; a job it
-        leaves out is failed (retried while retries are left).
-
-        ``locked_fetch=True`` claims each batch in a transaction its loop holds while
-        the handler runs and settles it there (see :meth:`locked_fetch`): one write per
-        job instead of two, no heartbeats (the transaction holds the jobs), a pooled
-        connection per loop while it runs a batch; not with group limits, nor on
-        singleton or stately queues.
-        """
-        worker = self._worker(name, handler, **options)
-        if worker.options.locked_fetch and self._ctx is not None:
-            check_locked_claims(self._ctx)  # the backend and adapter: refused now
-        self._workers[worker.id] = worker
-        worker.start()
-        return worker.id
-
-    def _worker(
-        self, name: str, handler: Callable[[list[Job]], Any], **options: Unpack[WorkArguments]
-    ) -> Worker:
-        """A worker of this instance, not started: ``work()``'s, or a service's own (the
-        timekeeper's forwarder, which is no user's worker: not in ``worker_statuses``)."""
-        return Worker(
-            name,
-            handler,
-            WorkOptions(**options),
-            context=self.context,
-            events=self.events,
-            listening=self._listening,
-            paused=lambda: self.paused,
-            on_change=self._wip.changed,
-            poll=self._poll,
-        )
-
-    def handler(
-        self, name: str, **options: Unpack[WorkArguments]
-    ) -> Callable[[Callable[[list[Job]], Any]], Callable[[list[Job]], Any]]:
-        """Register the decorated function as the handler of queue ``name``, with
-        ``work()``'s options; nothing runs until :meth:`work_handlers` (which
-        ``qcore work module:boss`` calls after ``start()``). The options are checked
-        now: a mistake fails at import, not in production.
-
-        >>> @boss.handler("email", batch_size=10)
-        ... async def send_email(jobs): ...
-        """
-        queue_name(name)
-        known_only("work", options, WORK_OPTIONS)
-        WorkOptions(**options)
-
-        def register(function: Callable[[list[Job]], Any]) -> Callable[[list[Job]], Any]:
-            if not callable(function):
-                raise ValidationError(f"handler must be callable, got {function!r}")
-            self.handlers.append(Handler(name, function, dict(options)))
-            return function
-
-        return register
-
-    @verb()
-    async def work_handlers(
-        self, queues: list[str] | None = None, *, local_concurrency: int | None = None
-    ) -> list[str]:
-        """``work()`` every handler registered with :meth:`handler` (those of ``queues``
-        only, when given; ``local_concurrency`` overrides each one's); the worker ids."""
-        chosen = self.handlers
-        if queues is not None:
-            if isinstance(queues, (str, bytes)) or not isinstance(queues, (list, tuple)):
-                raise ValidationError(f"queues must be a list of queue names, got {queues!r:.80}")
-            queues = [queue_name(q) for q in queues]
-            unknown = sorted(set(queues) - {h.queue for h in self.handlers})
-            if unknown:
-                raise ValidationError(
-                    f"no handler is registered for {', '.join(unknown)}; registered:"
-                    f" {', '.join(sorted({h.queue for h in self.handlers})) or 'none'}"
-                )
-            chosen = [h for h in self.handlers if h.queue in queues]
-        ids = []
-        for registered in chosen:
-            options: WorkArguments = {**registered.options}  # type: ignore[typeddict-item]
-            if local_concurrency is not None:
-                options["local_concurrency"] = local_concurrency
-            ids.append(await self.work(registered.queue, registered.function, **options))
-        return ids
-
-    @verb()
-    async def off_work(
-        self, name: str | None = None, *, id: str | None = None, wait: bool = True
-    ) -> None:
-        """Stop the workers of a queue (or the one with ``id``): they fetch no more, and
-        their active handlers run to the end; with ``wait``, until they have. ``stop()``
-        also waits for (and bounds by its timeout) workers still finishing this way."""
-        if name is None and id is None:
-            raise ValidationError("off_work needs a queue name or a worker id")
-        chosen = [
-            w
-            for w in self._workers.values()
-            if (id is None or w.id == id) and (name is None or w.name == name)
-        ]
-        retiring = self._retiring
-        if retiring is None:
-            retiring = self._retiring = {}
-        stopping = []
-        for worker in chosen:
-            del self._workers[worker.id]
-            task = asyncio.ensure_future(worker.stop(graceful=True, timeout=None))
-            retiring[worker.id] = (worker, task)
-
-            def forget(_: asyncio.Future[None], key: str = worker.id) -> None:
-                retiring.pop(key, None)
-
-            task.add_done_callback(forget)
-            stopping.append(task)
-        if chosen:
-            self._wip.changed()
-        if wait and stopping:
-            await asyncio.gather(*stopping)
-
-    @verb()
-    def notify_worker(self, id: str) -> bool:
-        """Wake worker ``id`` (from :meth:`work`): an idle loop of it fetches now instead
-        of waiting out its polling interval. Whether a running worker has that id (one
-        stopped or of another instance: False, nothing happens)."""
-        if not isinstance(id, str):
-            raise ValidationError(f"a worker id is a string (from work()), got {id!r:.80}")
-        worker = self._workers.get(id)
-        if worker is None:
-            return False
-        worker.wake()
-        return True
-
-    def worker_statuses(self) -> list[WorkerStatus]:
-        """What each running worker is doing (also the payload of the ``wip`` event)."""
-        return [w.status() for w in self._workers.values()]
-
-    async def _stop_workers(self, *, graceful: bool, timeout: float) -> None:
-        workers = [*self._workers.values(), *(w for w, _ in (self._retiring or {}).values())]
-        self._workers.clear()
-        self._halting = workers
-        try:
-            await asyncio.gather(*(w.stop(graceful=graceful, timeout=timeout) for w in workers))
-        finally:
-            self._halting = []
-        self._unsettled = [job for worker in workers for job in worker.unsettled]
-        if workers:
-            self._wip.flush([w.status() for w in workers])
-
-    def _listening(self, queue: str) -> bool:
-        """Whether a NOTIFY for ``queue`` reaches this instance now (its listener is up;
-        the worker checks that the queue itself notifies)."""
-        notifier = self._running.get("notifier", Notifier)
-        return notifier is not None and notifier.available
-
-    def _wake(self, queue: str) -> None:
-        for worker in self._workers.values():
-            if worker.name == queue:
-                worker.wake()
-
-    def _wake_all(self) -> None:
-        for worker in self._workers.values():
-            worker.wake()
