@@ -1,8 +1,9 @@
 """The pg-boss v46 catalog as qcore expects it: tables and their columns, the job
 indexes and constraints, for both physical shapes (see :mod:`qcore.sql.schema`).
 
-Pure data and the builders that render it as DDL; drift detection reads it alone.
-Names, types, defaults, index keys and predicates are pg-boss's exactly.
+Pure data and the builders that render it as DDL: the install renders it, drift
+detection compares it with the database's catalog as it is. Names, types, defaults,
+index keys and predicates are pg-boss's exactly.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from qcore.backend import Backend
@@ -24,8 +26,9 @@ SCHEMA_VERSION = 46
 JOB_STATES: tuple[str, ...] = tuple(state.value for state in JobState)
 
 
-# (name, type, NOT NULL, default). "{S}" in a type stands for the quoted schema.
-_Column = tuple[str, str, bool, str | None]
+#: a column: (name, type, NOT NULL, default). "{S}" in a type stands for the quoted schema.
+Column = tuple[str, str, bool, str | None]
+_Column = Column
 
 
 _VERSION: list[_Column] = [
@@ -240,7 +243,7 @@ _INSTANCE: list[_Column] = [
 ]
 
 
-def _column_lines(columns: Sequence[_Column], q: str) -> list[str]:
+def _column_lines(columns: Sequence[Column], q: str) -> list[str]:
     lines = []
     for name, typ, not_null, default in columns:
         line = f"{quote(name)} {typ.replace('{S}', q)}"
@@ -253,10 +256,159 @@ def _column_lines(columns: Sequence[_Column], q: str) -> list[str]:
 
 
 def _create_table(
-    q: str, table: str, columns: Sequence[_Column], constraints: Sequence[str] = (), tail: str = ""
+    q: str, table: str, columns: Sequence[Column], constraints: Sequence[str] = (), tail: str = ""
 ) -> str:
     body = ",\n  ".join([*_column_lines(columns, q), *constraints])
     return f"CREATE TABLE IF NOT EXISTS {q}.{quote(table)} (\n  {body}\n){tail}"
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A named table constraint; "{S}" in its clause stands for the quoted schema."""
+
+    name: str
+    clause: str
+
+    def render(self, q: str) -> str:
+        """The clause for the schema quoted as ``q``."""
+        return self.clause.replace("{S}", q)
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A table as the install makes it: its columns in order, its named constraints, and
+    what follows the column list (``PARTITION BY ...``)."""
+
+    name: str
+    columns: tuple[Column, ...]
+    constraints: tuple[Constraint, ...] = ()
+    tail: str = ""
+
+    def create(self, q: str) -> str:
+        """``CREATE TABLE IF NOT EXISTS`` for the schema quoted as ``q``."""
+        clauses = [f"CONSTRAINT {c.name} {c.render(q)}" for c in self.constraints]
+        return _create_table(q, self.name, self.columns, clauses, self.tail)
+
+
+def _pkey(table: str, key: str) -> Constraint:
+    return Constraint(f"{table}_pkey", f"PRIMARY KEY ({key})")
+
+
+VERSION_TABLE = TableSpec("version", tuple(_VERSION), (_pkey("version", "version"),))
+
+QUEUE_TABLE = TableSpec(
+    "queue",
+    tuple(_QUEUE),
+    (
+        _pkey("queue", "name"),
+        Constraint(
+            "queue_dead_letter_fkey", "FOREIGN KEY (dead_letter) REFERENCES {S}.queue (name)"
+        ),
+        Constraint("queue_check", "CHECK (dead_letter IS DISTINCT FROM name)"),
+    ),
+)
+
+SCHEDULE_TABLE = TableSpec(
+    "schedule",
+    tuple(_SCHEDULE),
+    (
+        _pkey("schedule", "name, key"),
+        Constraint(
+            "schedule_name_fkey", "FOREIGN KEY (name) REFERENCES {S}.queue (name) ON DELETE CASCADE"
+        ),
+        Constraint("schedule_kind_check", "CHECK (kind IN ('cron', 'rrule'))"),
+    ),
+)
+
+SUBSCRIPTION_TABLE = TableSpec(
+    "subscription",
+    tuple(_SUBSCRIPTION),
+    (
+        _pkey("subscription", "event, name"),
+        Constraint(
+            "subscription_name_fkey",
+            "FOREIGN KEY (name) REFERENCES {S}.queue (name) ON DELETE CASCADE",
+        ),
+    ),
+)
+
+BAM_TABLE = TableSpec("bam", tuple(_BAM), (_pkey("bam", "id"),))
+
+WARNING_TABLE = TableSpec("warning", tuple(_WARNING), (_pkey("warning", "id"),))
+
+JOB_DEPENDENCY_TABLE = TableSpec(
+    "job_dependency",
+    tuple(_JOB_DEPENDENCY),
+    (_pkey("job_dependency", "child_name, child_id, parent_name, parent_id"),),
+)
+
+INSTANCE_TABLE = TableSpec("instance", tuple(_INSTANCE), (_pkey("instance", "id"),))
+
+
+def queue_stats_table(*, partitioned: bool) -> TableSpec:
+    """``queue_stats``: partitioned by day (``captured_on`` in the key) or plain."""
+    if partitioned:
+        return TableSpec(
+            "queue_stats",
+            tuple(_QUEUE_STATS),
+            (_pkey("queue_stats", "id, captured_on"),),
+            " PARTITION BY RANGE (captured_on)",
+        )
+    return TableSpec("queue_stats", tuple(_QUEUE_STATS), (_pkey("queue_stats", "id"),))
+
+
+def job_table(backend: Backend) -> TableSpec:
+    """The base job table: a list-partitioned parent holding only its key (each partition
+    gets the other constraints), or one ordinary table with all of them inline so that
+    ``CREATE TABLE IF NOT EXISTS`` alone makes it idempotent."""
+    key = _pkey("job", "name, id")
+    if backend.schema.partitioned:
+        return TableSpec("job", tuple(_JOB), (key,), " PARTITION BY LIST (name)")
+    extra = (Constraint(name, clause) for name, clause in job_constraints(backend).items())
+    return TableSpec("job", tuple(_JOB), (key, *extra))
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """A standalone index: its keys, the columns it covers (``INCLUDE``, only where the
+    backend has covering indexes) and its predicate, as the install writes them."""
+
+    name: str
+    table: str
+    unique: bool
+    keys: str
+    include: str = ""
+    predicate: str = ""
+
+    def create(self, on: str, *, covering: bool, if_not_exists: bool = True) -> str:
+        """The statement that makes it on ``on`` (the table as the statement spells it)."""
+        kind = "UNIQUE INDEX" if self.unique else "INDEX"
+        guard = " IF NOT EXISTS" if if_not_exists else ""
+        sql = f"CREATE {kind}{guard} {self.name} ON {on} ({self.keys})"
+        if self.include and covering:
+            sql += f" INCLUDE ({self.include})"
+        if self.predicate:
+            sql += f" WHERE {self.predicate}"
+        return sql
+
+
+WARNING_INDEX = IndexSpec("warning_i1", "warning", False, "created_on DESC")
+
+JOB_DEPENDENCY_INDEX = IndexSpec(
+    "job_dep_parent_idx", "job_dependency", False, "parent_name, parent_id"
+)
+
+#: the snapshots' lookup by queue; it covers the counts where the backend can
+QUEUE_STATS_INDEX = IndexSpec(
+    "queue_stats_i1",
+    "queue_stats",
+    False,
+    "name, captured_on DESC",
+    "deferred_count, queued_count, ready_count, active_count, failed_count, total_count",
+)
+
+#: the single-table shape's scan of snapshots by time (retention deletes by it)
+QUEUE_STATS_TIME_INDEX = IndexSpec("queue_stats_i2", "queue_stats", False, "captured_on, id")
 
 
 # number -> (unique, key columns, INCLUDE columns or "", predicate or "")
@@ -352,19 +504,19 @@ _ALL_INDEXES = tuple(sorted(INDEXES))
 _FIFO_CHECK = "NOT (policy = 'key_strict_fifo' AND singleton_key IS NULL)"
 
 
-def job_index(backend: Backend, schema: str, number: int) -> str:
-    """Index ``job_i<number>`` on the base job table; INCLUDE only with covering indexes.
-    (Retargeted to another job table by ``job_table_format``.)"""
+def job_index_spec(number: int, table: str = "job") -> IndexSpec:
+    """Index number ``number`` of a job table, named as on that table (``<table>_i<n>``)."""
     unique, keys, include, predicate = INDEXES[number]
-    sql = (
-        f"CREATE {'UNIQUE ' if unique else ''}INDEX IF NOT EXISTS job_i{number}"
-        f" ON {quote(schema)}.job ({keys})"
-    )
-    if include and backend.schema.covering_indexes:
-        sql += f" INCLUDE ({include})"
-    if predicate:
-        sql += f" WHERE {predicate}"
-    return sql
+    return IndexSpec(f"{table}_i{number}", table, unique, keys, include, predicate)
+
+
+def job_index(backend: Backend, schema: str, number: int, table: str | None = None) -> str:
+    """Index ``job_i<number>`` on the base job table; INCLUDE only with covering indexes.
+    The base table is spelt ``<schema>.job`` (what ``job_table_format`` retargets); with
+    ``table``, the index as that retargeting makes it on that job table."""
+    on = f"{quote(schema)}.job" if table is None else f"{quote(schema)}.{quote(table)}"
+    spec = job_index_spec(number, table or "job")
+    return spec.create(on, covering=backend.schema.covering_indexes)
 
 
 def _fkey_tail(backend: Backend) -> str:
@@ -372,16 +524,22 @@ def _fkey_tail(backend: Backend) -> str:
     return " DEFERRABLE INITIALLY DEFERRED" if backend.schema.deferrable_foreign_keys else ""
 
 
-def _job_constraint_defs(backend: Backend, q: str) -> dict[str, str]:
-    """The named constraints of every job table, as table-constraint clauses."""
+def job_constraints(backend: Backend) -> dict[str, str]:
+    """The named constraints of every job table, as table-constraint clauses ("{S}" for
+    the quoted schema)."""
     tail = _fkey_tail(backend)
     return {
-        "q_fkey": f"FOREIGN KEY (name) REFERENCES {q}.queue (name) ON DELETE RESTRICT{tail}",
+        "q_fkey": f"FOREIGN KEY (name) REFERENCES {{S}}.queue (name) ON DELETE RESTRICT{tail}",
         "dlq_fkey": (
-            f"FOREIGN KEY (dead_letter) REFERENCES {q}.queue (name) ON DELETE RESTRICT{tail}"
+            f"FOREIGN KEY (dead_letter) REFERENCES {{S}}.queue (name) ON DELETE RESTRICT{tail}"
         ),
         "job_key_strict_fifo_singleton_key_check": f"CHECK ({_FIFO_CHECK})",
     }
+
+
+def _job_constraint_defs(backend: Backend, q: str) -> dict[str, str]:
+    """:func:`job_constraints` for the schema quoted as ``q``."""
+    return {name: clause.replace("{S}", q) for name, clause in job_constraints(backend).items()}
 
 
 def job_table_name(backend: Backend, queue: str, *, partition: bool = False) -> str:
@@ -394,11 +552,15 @@ def job_table_name(backend: Backend, queue: str, *, partition: bool = False) -> 
     return "job_common"
 
 
-def _literal(text: str) -> str:
+def literal(text: str) -> str:
     """A standard SQL string literal (the texts given here hold no backslashes)."""
     if "\\" in text:
         raise ValueError("a literal built here may not contain a backslash")
     return "'" + text.replace("'", "''") + "'"
+
+
+#: the old private name, which the upgrade builders still import
+_literal = literal
 
 
 def queue_stats_partition_name(day: dt.date) -> str:

@@ -1,16 +1,49 @@
-"""Catalog reads for schema drift detection: what a schema holds, from the system
-catalogs alone (no lock, no table scan). The schema is a bound value (``schema``, its
-name as the catalog stores it). Statements with ``definitions`` also render the
-objects (``pg_get_indexdef``, ``pg_get_expr``, ``pg_get_constraintdef``), which only
-backends with the ``drift_catalog`` capability offer; the others get presence alone."""
+"""Schema drift detection's two sides, as data. :func:`expected` is what an install of
+a backend holds in a schema (tables with their columns and constraints, indexes with
+their keys, INCLUDE columns, predicate and uniqueness, functions), read from the
+declarations in :mod:`qcore.sql.catalog` that the install renders. The catalog reads
+are what a schema holds, from the system catalogs alone (no lock, no table scan). The
+schema is a bound value (``schema``, its name as the catalog stores it). Statements
+with ``definitions`` also render the objects (``pg_get_indexdef``, ``pg_get_expr``,
+``pg_get_constraintdef``), which only backends with the ``drift_catalog`` capability
+offer; the others get presence alone."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 
+from qcore.backend import Backend
+from qcore.identifiers import quote
+from qcore.sql import schema as schema_sql
 from qcore.sql._statement import Params, Statement
+from qcore.sql.catalog import (
+    _ALL_INDEXES,
+    BASE_INDEXES,
+    INSTANCE_TABLE,
+    JOB_DEPENDENCY_INDEX,
+    JOB_DEPENDENCY_TABLE,
+    POLICY_INDEXES,
+    QUEUE_STATS_INDEX,
+    QUEUE_STATS_TIME_INDEX,
+    WARNING_INDEX,
+    WARNING_TABLE,
+    Column,
+    IndexSpec,
+    TableSpec,
+    job_index_spec,
+    job_table,
+    literal,
+    queue_stats_table,
+)
+from qcore.sql.functions import partition_commands
 
 __all__ = [
+    "Expected",
+    "ExpectedIndex",
+    "ExpectedTable",
+    "expected",
     "partitioned_queues",
     "schema_columns",
     "schema_constraints",
@@ -38,13 +71,32 @@ def schema_tables() -> Statement:
     )
 
 
+# a key column's ordering as pg_get_indexdef spells it after the column (btree's options)
+_KEY_ORDER = (
+    "CASE WHEN i.indoption[k - 1] & 1 = 1"
+    " THEN ' DESC' || CASE WHEN i.indoption[k - 1] & 2 = 0 THEN ' NULLS LAST' ELSE '' END"
+    " WHEN i.indoption[k - 1] & 2 = 2 THEN ' NULLS FIRST' ELSE '' END"
+)
+
+_RENDERED_INDEX = (
+    ", pg_get_indexdef(i.indexrelid) AS definition,"
+    " ARRAY(SELECT pg_get_indexdef(i.indexrelid, k, false) || "
+    + _KEY_ORDER
+    + " FROM generate_series(1, i.indnkeyatts) k ORDER BY k) AS keys,"
+    " ARRAY(SELECT pg_get_indexdef(i.indexrelid, k, false)"
+    " FROM generate_series(i.indnkeyatts + 1, i.indnatts) k ORDER BY k) AS include,"
+    " pg_get_expr(i.indpred, i.indrelid) AS predicate"
+)
+
+
 @lru_cache(maxsize=2)
 def schema_indexes(definitions: bool) -> Statement:
     """Every index of the schema: ``name``, ``table``, ``valid`` (false for an interrupted
-    concurrent build), ``unique``, ``constraint_backed`` and with ``definitions`` its
-    ``definition``."""
+    concurrent build), ``unique``, ``constraint_backed`` and with ``definitions`` its parts:
+    ``keys`` (each key column or expression with its ordering), ``include`` (the covered
+    columns), ``predicate`` (NULL without one), and the whole ``definition`` to show."""
     p = Params()
-    rendered = ", pg_get_indexdef(i.indexrelid) AS definition" if definitions else ""
+    rendered = _RENDERED_INDEX if definitions else ""
     return p.statement(
         "SELECT c.relname AS name, t.relname AS table, i.indisvalid AS valid,"
         " i.indisunique AS unique,"
@@ -126,3 +178,122 @@ def unfinished_bam_commands(q: str) -> Statement:
 def partitioned_queues(q: str) -> Statement:
     """The queues with a job table of their own: ``name``, ``policy``, ``table_name``."""
     return Statement(f"SELECT name, policy, table_name FROM {q}.queue WHERE partition")
+
+
+# ------------------------------------------------------------------ what is expected
+
+
+@dataclass(frozen=True)
+class ExpectedTable:
+    """A table the install makes: ``definition`` creates it; ``constraints`` (name and
+    clause, the schema filled in) are the fixed tables' named constraints."""
+
+    name: str
+    definition: str
+    columns: tuple[Column, ...]
+    constraints: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class ExpectedIndex:
+    """An index the install makes, as data (``include`` only where the backend covers)
+    and as the statement that makes it (``definition``)."""
+
+    name: str
+    table: str
+    unique: bool
+    keys: str
+    include: str
+    predicate: str
+    definition: str
+
+
+@dataclass
+class Expected:
+    """What an install holds in ``schema``: tables, indexes and functions (name to the
+    statement that recreates it), each in the order the install makes them."""
+
+    schema: str
+    tables: dict[str, ExpectedTable] = field(default_factory=dict)
+    indexes: dict[str, ExpectedIndex] = field(default_factory=dict)
+    functions: dict[str, str] = field(default_factory=dict)
+
+    def qualified(self, name: str) -> str:
+        """``name`` qualified with the quoted schema, both quoted."""
+        return f"{quote(self.schema)}.{quote(name)}"
+
+    def add_table(self, spec: TableSpec, definition: str | None = None) -> None:
+        q = quote(self.schema)
+        self.tables[spec.name] = ExpectedTable(
+            spec.name,
+            spec.create(q) if definition is None else definition,
+            spec.columns,
+            tuple((c.name, c.render(q)) for c in spec.constraints),
+        )
+
+    def add_index(self, backend: Backend, index: IndexSpec, on: str) -> None:
+        covering = backend.schema.covering_indexes
+        self.indexes[index.name] = ExpectedIndex(
+            index.name,
+            index.table,
+            index.unique,
+            index.keys,
+            index.include if covering else "",
+            index.predicate,
+            index.create(on, covering=covering, if_not_exists=False),
+        )
+
+
+def expected(backend: Backend, schema: str, partitions: Sequence[Mapping[str, object]]) -> Expected:
+    """The objects a v46 install of ``backend`` holds in ``schema`` (qcore's own tables
+    aside), with the job tables of ``partitions`` (queue rows with a table of their own:
+    ``name``, ``policy``, ``table_name``)."""
+    q = quote(schema)
+    found = Expected(schema, functions=schema_sql.function_statements(backend, schema))
+    for table in schema_sql.SHARED_TABLES:
+        found.add_table(table)
+    job = job_table(backend)
+    found.add_table(job)
+    partitioned = backend.schema.partitioned
+    if partitioned:
+        common = TableSpec("job_common", job.columns)
+        found.add_table(common, schema_sql.job_common_table(schema))
+        numbers = (*BASE_INDEXES, *(n for ns in POLICY_INDEXES.values() for n in ns))
+        on = found.qualified("job_common")
+        for number in numbers:
+            found.add_index(backend, job_index_spec(number, "job_common"), on)
+    else:
+        for number in _ALL_INDEXES:
+            found.add_index(backend, job_index_spec(number), f"{q}.job")
+    found.add_table(WARNING_TABLE)
+    found.add_table(queue_stats_table(partitioned=partitioned))
+    found.add_table(JOB_DEPENDENCY_TABLE)
+    found.add_table(INSTANCE_TABLE)
+    found.add_index(backend, WARNING_INDEX, f"{q}.warning")
+    found.add_index(backend, QUEUE_STATS_INDEX, f"{q}.queue_stats")
+    if not partitioned:
+        found.add_index(backend, QUEUE_STATS_TIME_INDEX, f"{q}.queue_stats")
+    found.add_index(backend, JOB_DEPENDENCY_INDEX, f"{q}.job_dependency")
+    for queue in partitions:
+        _add_partition(found, backend, job, queue)
+    return found
+
+
+def _add_partition(
+    found: Expected, backend: Backend, job: TableSpec, queue: Mapping[str, object]
+) -> None:
+    """A queue's own job table: made by ``create_queue(..., partition => true)``."""
+    schema = found.schema
+    own = str(queue["table_name"])
+    name = literal(str(queue["name"]))
+    ref = found.qualified(own)
+    common, _ = partition_commands(backend, schema, table=own)
+    commands = [
+        f"CREATE TABLE {ref} (LIKE {quote(schema)}.job INCLUDING DEFAULTS)",
+        f"ALTER TABLE {ref} ADD CONSTRAINT cjc CHECK (name = {name})",
+        *(command for constraint, command in common if constraint is not None),
+        f"ALTER TABLE {quote(schema)}.job ATTACH PARTITION {ref} FOR VALUES IN ({name})",
+    ]
+    found.add_table(TableSpec(own, job.columns), ";\n".join(commands))
+    for number in (*BASE_INDEXES, *POLICY_INDEXES.get(str(queue["policy"]), ())):
+        found.add_index(backend, job_index_spec(number, own), ref)

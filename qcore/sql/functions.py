@@ -15,8 +15,8 @@ from qcore.sql.catalog import (
     DEFAULT_RETRY_LIMIT,
     POLICY_INDEXES,
     _job_constraint_defs,
-    _literal,
     job_index,
+    literal,
 )
 
 
@@ -143,28 +143,30 @@ def _queue_values(q: str, *, partition: str, table: str, notify: str) -> str:
   )"""
 
 
-def _partition_commands(
-    backend: Backend, schema: str, without: frozenset[int] = frozenset()
+def partition_commands(
+    backend: Backend, schema: str, without: frozenset[int] = frozenset(), table: str | None = None
 ) -> tuple[list[tuple[str | None, str]], dict[str, list[tuple[str | None, str]]]]:
     """Commands (for job_table_format) that give a fresh copy of ``job`` its key,
     constraints and indexes (but the index numbers in ``without``): the ones every
     partition gets, and the extra ones per policy. Each comes with the name of the
-    constraint it adds (``{table}`` for the table's name)."""
+    constraint it adds (``{table}`` for the table's name), ``None`` for an index. With
+    ``table``, the commands as ``job_table_format`` retargets them to that job table."""
     q = quote(schema)
+    ref = f"{q}.job" if table is None else f"{q}.{quote(table)}"
     constraints = _job_constraint_defs(backend, q)
     common: list[tuple[str | None, str]] = [
-        ("{table}_pkey", f"ALTER TABLE {q}.job ADD PRIMARY KEY (name, id)"),
-        ("q_fkey", f"ALTER TABLE {q}.job ADD CONSTRAINT q_fkey {constraints['q_fkey']}"),
-        ("dlq_fkey", f"ALTER TABLE {q}.job ADD CONSTRAINT dlq_fkey {constraints['dlq_fkey']}"),
-        *((None, job_index(backend, schema, n)) for n in BASE_INDEXES if n not in without),
+        ("{table}_pkey", f"ALTER TABLE {ref} ADD PRIMARY KEY (name, id)"),
+        ("q_fkey", f"ALTER TABLE {ref} ADD CONSTRAINT q_fkey {constraints['q_fkey']}"),
+        ("dlq_fkey", f"ALTER TABLE {ref} ADD CONSTRAINT dlq_fkey {constraints['dlq_fkey']}"),
+        *((None, job_index(backend, schema, n, table)) for n in BASE_INDEXES if n not in without),
     ]
     by_policy: dict[str, list[tuple[str | None, str]]] = {
-        policy: [(None, job_index(backend, schema, n)) for n in numbers]
+        policy: [(None, job_index(backend, schema, n, table)) for n in numbers]
         for policy, numbers in POLICY_INDEXES.items()
     }
     check = "job_key_strict_fifo_singleton_key_check"
     by_policy["key_strict_fifo"].append(
-        (check, f"ALTER TABLE {q}.job ADD CONSTRAINT {check} {constraints[check]}")
+        (check, f"ALTER TABLE {ref} ADD CONSTRAINT {check} {constraints[check]}")
     )
     return common, by_policy
 
@@ -175,11 +177,11 @@ def _create_queue_partitioned(
     # partitioned shape: the queue row, then (partition => true) a list partition of its own
     # (``without``: index numbers a partition does not get, as at an older schema version)
     q = quote(schema)
-    common, by_policy = _partition_commands(backend, schema, without)
+    common, by_policy = partition_commands(backend, schema, without)
 
     def run_all(commands: list[tuple[str | None, str]], indent: str) -> str:
         return "\n".join(
-            f"{indent}EXECUTE {q}.job_table_format({_literal(c)}, tbl);" for _, c in commands
+            f"{indent}EXECUTE {q}.job_table_format({literal(c)}, tbl);" for _, c in commands
         )
 
     branches: list[str] = []
@@ -187,14 +189,14 @@ def _create_queue_partitioned(
         if commands:
             keyword = "IF" if not branches else "ELSIF"
             branches.append(
-                f"  {keyword} options->>'policy' = {_literal(policy)} THEN\n"
+                f"  {keyword} options->>'policy' = {literal(policy)} THEN\n"
                 + run_all(commands, "    ")
             )
     policy_block = "\n".join(branches) + "\n  END IF;"
     values = _queue_values(q, partition="own_table", table="tbl", notify=_NOTIFY_OPTION)
-    create_table = _literal(f"CREATE TABLE {q}.%I (LIKE {q}.job INCLUDING DEFAULTS)")
-    add_check = _literal(f"ALTER TABLE {q}.%I ADD CONSTRAINT cjc CHECK (name = %L)")
-    attach = _literal(f"ALTER TABLE {q}.job ATTACH PARTITION {q}.%I FOR VALUES IN (%L)")
+    create_table = literal(f"CREATE TABLE {q}.%I (LIKE {q}.job INCLUDING DEFAULTS)")
+    add_check = literal(f"ALTER TABLE {q}.%I ADD CONSTRAINT cjc CHECK (name = %L)")
+    attach = literal(f"ALTER TABLE {q}.job ATTACH PARTITION {q}.%I FOR VALUES IN (%L)")
     return f"""CREATE OR REPLACE FUNCTION {q}.create_queue(queue_name text, options jsonb)
 RETURNS void LANGUAGE plpgsql AS $qcore$
 DECLARE
@@ -242,8 +244,8 @@ $qcore$"""
 def _delete_queue_partitioned(schema: str) -> str:
     # partitioned shape: drop the queue's own partition, or delete its rows from job_common
     q = quote(schema)
-    drop = _literal(f"DROP TABLE IF EXISTS {q}.%I")
-    delete = _literal(f"DELETE FROM {q}.%I WHERE name = $1")
+    drop = literal(f"DROP TABLE IF EXISTS {q}.%I")
+    delete = literal(f"DELETE FROM {q}.%I WHERE name = $1")
     return f"""CREATE OR REPLACE FUNCTION {q}.delete_queue(queue_name text)
 RETURNS void LANGUAGE plpgsql AS $qcore$
 DECLARE

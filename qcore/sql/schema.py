@@ -44,27 +44,31 @@ from qcore.sql.affinity import (
 )
 from qcore.sql.catalog import (
     _ALL_INDEXES,
-    _BAM,
-    _INSTANCE,
-    _JOB,
-    _JOB_DEPENDENCY,
-    _QUEUE,
-    _QUEUE_STATS,
-    _SCHEDULE,
-    _SUBSCRIPTION,
-    _VERSION,
-    _WARNING,
+    BAM_TABLE,
     BASE_INDEXES,
     INDEXES,
+    INSTANCE_TABLE,
+    JOB_DEPENDENCY_INDEX,
+    JOB_DEPENDENCY_TABLE,
     JOB_STATES,
     POLICY_INDEXES,
+    QUEUE_STATS_INDEX,
+    QUEUE_STATS_TIME_INDEX,
+    QUEUE_TABLE,
+    SCHEDULE_TABLE,
     SCHEMA_VERSION,
-    _create_table,
-    _job_constraint_defs,
-    _literal,
+    SUBSCRIPTION_TABLE,
+    VERSION_TABLE,
+    WARNING_INDEX,
+    WARNING_TABLE,
+    IndexSpec,
+    TableSpec,
     job_index,
+    job_table,
     job_table_name,
+    literal,
     queue_stats_partition_name,
+    queue_stats_table,
 )
 from qcore.sql.functions import (
     _create_queue_partitioned,
@@ -75,7 +79,7 @@ from qcore.sql.functions import (
     _job_table_format,
     _job_table_run,
     _job_table_run_async,
-    _partition_commands,
+    partition_commands,
 )
 from qcore.sql.instances import (
     INSTANCE_KEY_TABLE,
@@ -103,9 +107,12 @@ __all__ = [
     "POLICY_INDEXES",
     "QCORE_TABLES",
     "SCHEMA_VERSION",
+    "SHARED_TABLES",
     "case_variants",
     "create_schema_if_missing",
+    "function_statements",
     "install",
+    "job_common_table",
     "job_index",
     "job_table_name",
     "qcore_tables",
@@ -143,7 +150,7 @@ def create_schema_if_missing(schema: str) -> DDL:
 
 def _job_state(schema: str) -> DDL:
     # CREATE TYPE has no IF NOT EXISTS: a catalog probe makes it idempotent everywhere
-    labels = ", ".join(_literal(s) for s in JOB_STATES)
+    labels = ", ".join(literal(s) for s in JOB_STATES)
     sql = f"CREATE TYPE {quote(schema)}.job_state AS ENUM ({labels})"
     return DDL(sql, (_type_exists, {"name": f"{quote(schema)}.job_state"}))
 
@@ -188,109 +195,80 @@ def install(
     return steps
 
 
+#: the tables that are the same in both shapes and come before the job table
+SHARED_TABLES: tuple[TableSpec, ...] = (
+    VERSION_TABLE,
+    QUEUE_TABLE,
+    SCHEDULE_TABLE,
+    SUBSCRIPTION_TABLE,
+    BAM_TABLE,
+)
+
+
 def _shared_tables(schema: str) -> list[DDL]:
     """Tables that are the same in both shapes, created before the job table."""
     q = quote(schema)
-    return [
-        DDL(
-            _create_table(q, "version", _VERSION, ["CONSTRAINT version_pkey PRIMARY KEY (version)"])
-        ),
-        DDL(
-            _create_table(
-                q,
-                "queue",
-                _QUEUE,
-                [
-                    "CONSTRAINT queue_pkey PRIMARY KEY (name)",
-                    f"CONSTRAINT queue_dead_letter_fkey FOREIGN KEY (dead_letter)"
-                    f" REFERENCES {q}.queue (name)",
-                    "CONSTRAINT queue_check CHECK (dead_letter IS DISTINCT FROM name)",
-                ],
-            )
-        ),
-        DDL(
-            _create_table(
-                q,
-                "schedule",
-                _SCHEDULE,
-                [
-                    "CONSTRAINT schedule_pkey PRIMARY KEY (name, key)",
-                    f"CONSTRAINT schedule_name_fkey FOREIGN KEY (name)"
-                    f" REFERENCES {q}.queue (name) ON DELETE CASCADE",
-                    "CONSTRAINT schedule_kind_check CHECK (kind IN ('cron', 'rrule'))",
-                ],
-            )
-        ),
-        DDL(
-            _create_table(
-                q,
-                "subscription",
-                _SUBSCRIPTION,
-                [
-                    "CONSTRAINT subscription_pkey PRIMARY KEY (event, name)",
-                    f"CONSTRAINT subscription_name_fkey FOREIGN KEY (name)"
-                    f" REFERENCES {q}.queue (name) ON DELETE CASCADE",
-                ],
-            )
-        ),
-        DDL(_create_table(q, "bam", _BAM, ["CONSTRAINT bam_pkey PRIMARY KEY (id)"])),
-    ]
+    return [DDL(table.create(q)) for table in SHARED_TABLES]
+
+
+def _bare_index(backend: Backend, schema: str, index: IndexSpec) -> str:
+    # an index of a fixed table, its table spelt bare after the quoted schema
+    on = f"{quote(schema)}.{index.table}"
+    return index.create(on, covering=backend.schema.covering_indexes)
 
 
 def _warning_table(schema: str) -> list[DDL]:
     """warning and its index: the same in both shapes."""
     q = quote(schema)
     return [
-        DDL(_create_table(q, "warning", _WARNING, ["CONSTRAINT warning_pkey PRIMARY KEY (id)"])),
-        DDL(f"CREATE INDEX IF NOT EXISTS warning_i1 ON {q}.warning (created_on DESC)"),
+        DDL(WARNING_TABLE.create(q)),
+        DDL(WARNING_INDEX.create(f"{q}.warning", covering=False)),
     ]
 
 
 def _dependency_and_instance(schema: str) -> list[DDL]:
     q = quote(schema)
     return [
-        DDL(
-            _create_table(
-                q,
-                "job_dependency",
-                _JOB_DEPENDENCY,
-                [
-                    "CONSTRAINT job_dependency_pkey"
-                    " PRIMARY KEY (child_name, child_id, parent_name, parent_id)"
-                ],
-            )
-        ),
-        DDL(
-            f"CREATE INDEX IF NOT EXISTS job_dep_parent_idx"
-            f" ON {q}.job_dependency (parent_name, parent_id)"
-        ),
-        DDL(_create_table(q, "instance", _INSTANCE, ["CONSTRAINT instance_pkey PRIMARY KEY (id)"])),
+        DDL(JOB_DEPENDENCY_TABLE.create(q)),
+        DDL(JOB_DEPENDENCY_INDEX.create(f"{q}.job_dependency", covering=False)),
+        DDL(INSTANCE_TABLE.create(q)),
     ]
 
 
 def _queue_stats_table(backend: Backend, schema: str, *, partitioned: bool) -> list[DDL]:
     # the snapshots' table and its index; partitioned by day (captured_on in the key) or plain
-    key = "id, captured_on" if partitioned else "id"
-    suffix = " PARTITION BY RANGE (captured_on)" if partitioned else ""
-    table = _create_table(
-        quote(schema),
-        "queue_stats",
-        _QUEUE_STATS,
-        [f"CONSTRAINT queue_stats_pkey PRIMARY KEY ({key})"],
-        suffix,
-    )
+    table = queue_stats_table(partitioned=partitioned).create(quote(schema))
     return [DDL(table), DDL(_queue_stats_index(backend, schema))]
 
 
 def _queue_stats_index(backend: Backend, schema: str) -> str:
+    return _bare_index(backend, schema, QUEUE_STATS_INDEX)
+
+
+def job_common_table(schema: str) -> str:
+    """The DEFAULT partition of the partitioned shape's job table (a copy of ``job``)."""
     q = quote(schema)
-    sql = f"CREATE INDEX IF NOT EXISTS queue_stats_i1 ON {q}.queue_stats (name, captured_on DESC)"
-    if backend.schema.covering_indexes:
-        sql += (
-            " INCLUDE (deferred_count, queued_count, ready_count, active_count,"
-            " failed_count, total_count)"
-        )
-    return sql
+    return f"CREATE TABLE IF NOT EXISTS {q}.job_common (LIKE {q}.job INCLUDING DEFAULTS)"
+
+
+def function_statements(backend: Backend, schema: str) -> dict[str, str]:
+    """The schema's functions by name, each the statement that (re)creates it, in the
+    order the install makes them; the shape follows ``backend.schema``."""
+    q = quote(schema)
+    if backend.schema.partitioned:
+        return {
+            "job_now": _job_now(q),
+            "job_table_format": _job_table_format(q),
+            "job_table_run": _job_table_run(q),
+            "job_table_run_async": _job_table_run_async(q),
+            "create_queue": _create_queue_partitioned(backend, schema),
+            "delete_queue": _delete_queue_partitioned(schema),
+        }
+    return {
+        "job_now": _job_now(q),
+        "create_queue": _create_queue_single(schema),
+        "delete_queue": _delete_queue_single(schema),
+    }
 
 
 def _install_partitioned(backend: Backend, schema: str, today: dt.date) -> list[DDL]:
@@ -301,33 +279,26 @@ def _install_partitioned(backend: Backend, schema: str, today: dt.date) -> list[
             " PL/pgSQL (EXECUTE), which creating per-queue partitions needs"
         )
     q = quote(schema)
+    functions = function_statements(backend, schema)
     steps = [
         _job_state(schema),
-        DDL(_job_now(q)),
+        DDL(functions["job_now"]),
         *_shared_tables(schema),
-        DDL(_job_table_format(q)),
-        DDL(_job_table_run(q)),
-        DDL(_job_table_run_async(q)),
-        DDL(
-            _create_table(
-                q,
-                "job",
-                _JOB,
-                ["CONSTRAINT job_pkey PRIMARY KEY (name, id)"],
-                " PARTITION BY LIST (name)",
-            )
-        ),
-        DDL(f"CREATE TABLE IF NOT EXISTS {q}.job_common (LIKE {q}.job INCLUDING DEFAULTS)"),
+        DDL(functions["job_table_format"]),
+        DDL(functions["job_table_run"]),
+        DDL(functions["job_table_run_async"]),
+        DDL(job_table(backend).create(q)),
+        DDL(job_common_table(schema)),
     ]
     # job_common gets every constraint and every index, pinned through job_table_run
-    common, by_policy = _partition_commands(backend, schema)
+    common, by_policy = partition_commands(backend, schema)
     for constraint, command in common + [c for cs in by_policy.values() for c in cs]:
         probe = None
         if constraint is not None:
             name = constraint.format(table="job_common")
             probe = (_constraint_exists, {"table": f"{q}.job_common", "name": name})
         steps.append(
-            DDL(f"SELECT {q}.job_table_run({_literal(command)}, 'job_common') AS done", probe)
+            DDL(f"SELECT {q}.job_table_run({literal(command)}, 'job_common') AS done", probe)
         )
     steps.append(
         DDL(
@@ -342,40 +313,25 @@ def _install_partitioned(backend: Backend, schema: str, today: dt.date) -> list[
         DDL(queue_stats_partition(backend, schema, today + dt.timedelta(days=1))),
     ]
     steps += _dependency_and_instance(schema)
-    steps += [
-        DDL(_create_queue_partitioned(backend, schema)),
-        DDL(_delete_queue_partitioned(schema)),
-    ]
+    steps += [DDL(functions["create_queue"]), DDL(functions["delete_queue"])]
     return steps
 
 
 def _install_single(backend: Backend, schema: str) -> list[DDL]:
-    # one ordinary job table holding every queue; constraints inline so that
-    # CREATE TABLE IF NOT EXISTS alone makes it idempotent
-    q = quote(schema)
-    constraints = _job_constraint_defs(backend, q)
+    # one ordinary job table holding every queue, its constraints inline
+    functions = function_statements(backend, schema)
     steps = [
         _job_state(schema),
-        DDL(_job_now(q)),
+        DDL(functions["job_now"]),
         *_shared_tables(schema),
-        DDL(
-            _create_table(
-                q,
-                "job",
-                _JOB,
-                [
-                    "CONSTRAINT job_pkey PRIMARY KEY (name, id)",
-                    *(f"CONSTRAINT {name} {clause}" for name, clause in constraints.items()),
-                ],
-            )
-        ),
+        DDL(job_table(backend).create(quote(schema))),
         *(DDL(job_index(backend, schema, n)) for n in _ALL_INDEXES),
     ]
     steps += _warning_table(schema)
     steps += [
         *_queue_stats_table(backend, schema, partitioned=False),
-        DDL(f"CREATE INDEX IF NOT EXISTS queue_stats_i2 ON {q}.queue_stats (captured_on, id)"),
+        DDL(_bare_index(backend, schema, QUEUE_STATS_TIME_INDEX)),
     ]
     steps += _dependency_and_instance(schema)
-    steps += [DDL(_create_queue_single(schema)), DDL(_delete_queue_single(schema))]
+    steps += [DDL(functions["create_queue"]), DDL(functions["delete_queue"])]
     return steps
