@@ -12,6 +12,7 @@ from qcore.cli import main
 from qcore.cli.connection import LIBPQ_VARIABLES
 from qcore.cli.instances import COLUMNS
 from qcore.job import Job
+from qcore.services.instances import InstanceRegistry
 from tests.conftest import admin_execute
 
 pytestmark = [pytest.mark.feature("cli"), pytest.mark.postgres]
@@ -28,8 +29,9 @@ async def test_it_lists_a_live_fleet(pg_dsn: str, capsys: pytest.CaptureFixture[
 
             await one.create_queue("q")
             await one.work("q", handler, local_concurrency=3)
-            registry = next(s for s in one._services if s.name == "instances")
-            await registry.exclusive(registry.run_pass)  # type: ignore[attr-defined]
+            registry = one.services.get("registry", InstanceRegistry)
+            assert registry is not None
+            await registry.exclusive(registry.run_pass)
             async with Boss(pg_dsn, schema=SCHEMA, supervise=False, instance_name="api-2"):
                 argv = ["instances", "--url", pg_dsn, "--schema", SCHEMA]
                 status = await asyncio.to_thread(main, argv)

@@ -65,7 +65,6 @@ from qcore.options import (
 )
 from qcore.services import Service
 from qcore.services.instances import InstanceRegistry, RegistrySettings, recorded_config
-from qcore.services.timekeeper import Timekeeper
 from qcore.services.warnings import WarningRecorder, slow_query_watch
 from qcore.verbs.jobs.shared import SharedStatements
 from qcore.verbs.schema import (
@@ -268,6 +267,16 @@ class Boss(
             await service.start()
             self._running.services[f"own:{len(self._extra_services) - 1}"] = service
 
+    @property
+    def services(self) -> Running:
+        """The background services the last :meth:`start` started, by name, in start order.
+
+        Empty while stopped. ``boss.services.get("registry", InstanceRegistry)`` is the
+        instance registry when it runs (the names: :data:`qcore.boss.services.SERVICES`;
+        a service of :meth:`add_service` is ``own:<n>``).
+        """
+        return self._running
+
     def _registry(self) -> InstanceRegistry:
         settings = RegistrySettings(
             id=self.instance_id,
@@ -292,15 +301,6 @@ class Boss(
             pool=pool,
             on_paused=self._set_paused,
         )
-
-    @property
-    def _services(self) -> list[Service]:
-        """The running services, in start order."""
-        return list(self._running.services.values())
-
-    @property
-    def _timekeeper(self) -> Timekeeper | None:
-        return self._running.get("timekeeper", Timekeeper)
 
     @property
     def _owns_db(self) -> bool:

@@ -14,6 +14,7 @@ import pytest
 from qcore import Boss, JobState
 from qcore.conformance.helpers import count, running
 from qcore.errors import ConfigError, ValidationError
+from qcore.services.instances import InstanceRegistry
 from qcore.services.maintenance import prune_affinity
 from qcore.verbs import jobs
 from qcore.verbs.jobs.locked import check_locked_claims
@@ -295,8 +296,9 @@ async def test_jobs_processed_are_counted_per_key(db: Any, backend: Any, schema:
         await c.insert("q", [{"data": n} for n in range(7)])
         assert len(await c.fetch("q", batch_size=5)) == 5
         assert len(await c.fetch("q", batch_size=5)) == 2
-        registry = next(s for s in c._services if s.name == "instances")
-        await registry.exclusive(registry.run_pass)  # type: ignore[attr-defined]
+        registry = c.services.get("registry", InstanceRegistry)
+        assert registry is not None
+        await registry.exclusive(registry.run_pass)
         page = await c.get_instances(offset=0, limit=10)
         [mine] = [i for i in page if i.id == c.instance_id]
         assert mine.instance_key == C and mine.jobs_processed == 7

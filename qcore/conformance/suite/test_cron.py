@@ -16,7 +16,7 @@ from qcore.conformance.helpers import count, running, set_clock, states, totals,
 from qcore.context import Context
 from qcore.errors import QueueNotFoundError, ValidationError
 from qcore.events import WarningEvent
-from qcore.services.timekeeper import SEND_IT, ClockSkew, CronPass, cron_pass, forward
+from qcore.services.timekeeper import SEND_IT, ClockSkew, CronPass, Timekeeper, cron_pass, forward
 from qcore.verbs import schedules
 from qcore.verbs.jobs import enqueue, fetch
 from qcore.verbs.queues import create_queue
@@ -331,7 +331,7 @@ async def test_the_forwarder_idles_while_cron_is_not_in_use(
         supervise=False,
     )
     async with running(boss):
-        timekeeper = boss._timekeeper
+        timekeeper = boss.services.get("timekeeper", Timekeeper)
         assert timekeeper is not None
         forwarder = timekeeper._forwarder
         assert forwarder is not None

@@ -18,6 +18,7 @@ from qcore.conformance.helpers import running, set_clock, until
 from qcore.context import Context
 from qcore.errors import ConfigError, ValidationError
 from qcore.job import Instance, Job
+from qcore.services.instances import InstanceRegistry
 from qcore.sql import instances as sql
 from qcore.verbs.instances import get_instances
 
@@ -35,8 +36,9 @@ async def _mine(boss: Boss) -> Instance:
 
 async def _beat(boss: Boss) -> None:
     """The server's next heartbeat, now."""
-    registry = next(s for s in boss._services if s.name == "instances")
-    await registry.exclusive(registry.run_pass)  # type: ignore[attr-defined]
+    registry = boss.services.get("registry", InstanceRegistry)
+    assert registry is not None
+    await registry.exclusive(registry.run_pass)
 
 
 async def _insert_dead(ctx: Context, n: int, *, name: str | None, days_ago: float = 0) -> None:
