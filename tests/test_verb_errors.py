@@ -185,6 +185,12 @@ UNSTORABLE: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [
     ("get_instances", (), {"offset": 2**63 - 1}, "offset must be an integer"),
     ("get_queues", ("",), {}, "names must be a list of queue names"),
     ("work_handlers", ([None],), {}, "queue name must be"),
+    (
+        "flow",
+        ([{"ref": "a", "name": "q"}, {"ref": "b", "name": "q", "depends_on": [["a"]]}],),
+        {},
+        "a list of refs",
+    ),
     ("work_handlers", ("q",), {}, "queues must be a list of queue names"),
     ("redrive", ("q",), {"data": {"k": "\x00"}}, "data contains a NUL"),
     ("update", ("q", {}), {"singleton_key": LONE}, "singleton_key contains a lone"),

@@ -106,7 +106,11 @@ def _checked(jobs: object) -> list[dict[str, Any]]:
         except ValidationError as exc:
             raise ValidationError(f"job {ref!r}: {exc}") from None
         depends_on = job.get("depends_on") or []
-        if isinstance(depends_on, str) or not isinstance(depends_on, Sequence):
+        if (
+            isinstance(depends_on, str)
+            or not isinstance(depends_on, Sequence)
+            or not all(isinstance(parent, str) for parent in depends_on)
+        ):
             raise ValidationError(f"job {ref!r}: depends_on must be a list of refs")
         parents = list(dict.fromkeys(depends_on))
         specs.append({"ref": ref, "name": name, "record": record, "parents": parents})
