@@ -111,7 +111,7 @@ async def test_a_claim_keeps_one_generic_plan_per_batch_size(
     instead of being planned afresh on every call (which it was while ``LIMIT`` was a
     parameter: the generic plan then counts on a tenth of the table and always loses),
     and so do the completes, of one job or of a hundred, locked or not (see
-    ``_among_ids``)."""
+    ``among_ids``)."""
     async with Boss(pg_dsn, schema="qcore_plan_cache", supervise=False, max=1) as boss:
         try:
             await boss.create_queue("q")

@@ -10,10 +10,10 @@ from qcore.sql.jobs.columns import (
     ATTEMPT_COUNT,
     FETCH_COLUMNS,
     JOB_COLUMNS,
-    _job_table,
-    _now,
-    _queue_cte,
-    _returning,
+    job_now,
+    job_table,
+    queue_cte,
+    returning_columns,
 )
 from qcore.sql.jobs.settle import complete_update
 from qcore.sql.jobs.spec import DEFAULT_FETCH, FetchSpec
@@ -35,7 +35,7 @@ def fetch_jobs(
     limit: int = 1,
 ) -> Statement:
     """Claim up to ``limit`` ready jobs of a queue with ``policy`` (in ``table``, see
-    :func:`_job_table`): mark them active and return them.
+    :func:`job_table`): mark them active and return them.
 
     One statement, built for one policy so the server plans only what that policy
     needs (a queue's policy never changes; the statement checks it). ``skip_locked``
@@ -104,8 +104,8 @@ def fetch_jobs(
     others write it in the claim's transaction).
     """
     p = Params()
-    now = _now(q)
-    jobs = _job_table(q, table)
+    now = job_now(q)
+    jobs = job_table(q, table)
     groups = spec.group_concurrency
     group_limit = groups is not None
     group_tiers = bool(groups and groups.tiers)
@@ -140,7 +140,7 @@ def fetch_jobs(
     recheck = "" if skip_locked else " AND j.state = c.state"
     columns = JOB_COLUMNS if spec.include_metadata else FETCH_COLUMNS
     ctes = [
-        _queue_cte(q, p, claim_queue_columns(q, p, affinity), table=table, policy=True),
+        queue_cte(q, p, claim_queue_columns(q, p, affinity), table=table, policy=True),
         *([f"done AS ({complete_update(q, p, fenced=True, table=table)})"] if settle else []),
     ]
     group_columns = ""
@@ -193,7 +193,7 @@ def fetch_jobs(
     retry_count = {ATTEMPT_COUNT}
   FROM {chosen} c
   WHERE j.name = c.name AND j.id = c.id{recheck}
-  RETURNING {_returning(columns, "j", lazy_data=True)}
+  RETURNING {returning_columns(columns, "j", lazy_data=True)}
 )"""
     )
     if record:
@@ -244,7 +244,7 @@ def ready_filter(
     (see :func:`fetch_jobs`), not of an ignored group, and with ``affinity`` the
     branch's :func:`~qcore.sql.affinity.affinity_condition` (the claim's queue row
     ``q`` has ``patterned``)."""
-    now = _now(q)
+    now = job_now(q)
     due = "" if ignore_start_after else f" AND j.start_after <= {now}"
     bounds = ""
     if min_priority:

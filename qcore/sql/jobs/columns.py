@@ -10,10 +10,6 @@ from qcore.identifiers import quote
 from qcore.job import LAZY_DATA_COLUMN
 from qcore.sql._statement import Params
 from qcore.sql.catalog import (
-    DEFAULT_DELETION_SECONDS,
-    DEFAULT_EXPIRE_SECONDS,
-    DEFAULT_RETENTION_SECONDS,
-    DEFAULT_RETRY_LIMIT,
     JOB_COLUMN_TYPES,
 )
 
@@ -40,7 +36,7 @@ FETCH_COLUMNS: tuple[str, ...] = (
 
 
 #: the options a send or insert record may carry, with their recordset types
-_SEND_RECORD: Mapping[str, str] = {
+SEND_RECORD: Mapping[str, str] = {
     "id": "uuid",
     "data": "jsonb",
     "priority": "integer",
@@ -66,28 +62,22 @@ _SEND_RECORD: Mapping[str, str] = {
 
 
 #: a flow job's record: a send record and its place in the graph
-_FLOW_RECORD: Mapping[str, str] = {
-    **_SEND_RECORD,
+FLOW_RECORD: Mapping[str, str] = {
+    **SEND_RECORD,
     "blocked": "boolean",
     "blocking": "boolean",
     "pending_dependencies": "integer",
 }
 
-# Queue defaults (pg-boss's), used only if a queue row ever lacks a value.
-_DEFAULT_RETRY_LIMIT = DEFAULT_RETRY_LIMIT
-_DEFAULT_EXPIRE_SECONDS = DEFAULT_EXPIRE_SECONDS
-_DEFAULT_RETENTION_SECONDS = DEFAULT_RETENTION_SECONDS
-_DEFAULT_DELETION_SECONDS = DEFAULT_DELETION_SECONDS
 
-
-def _now(q: str) -> str:
+def job_now(q: str) -> str:
     return f"{q}.job_now()"
 
 
-def _ended(q: str) -> str:
+def job_ended(q: str) -> str:
     """The schema's clock at this statement, for a job settled in the transaction that
     claimed it (``job_now()`` is the transaction's start, when the job started)."""
-    return f"({_now(q)} + (statement_timestamp() - now()))"
+    return f"({job_now(q)} + (statement_timestamp() - now()))"
 
 
 #: a claim's retry_count (of row ``j``): an attempt counted when the job ran before
@@ -97,7 +87,7 @@ ATTEMPT_COUNT = "CASE WHEN j.started_on IS NULL THEN j.retry_count ELSE j.retry_
 def held_as_running(q: str) -> dict[str, str]:
     """How a locked claim's row ``j`` (still queued) reads as the job running: the
     columns a claim would set, with their values."""
-    now = _now(q)
+    now = job_now(q)
     return {
         "state": f"'active'::{q}.job_state",
         "retry_count": ATTEMPT_COUNT,
@@ -106,13 +96,13 @@ def held_as_running(q: str) -> dict[str, str]:
     }
 
 
-def _recordset(p: Params, param: str, columns: Mapping[str, str], alias: str = "r") -> str:
+def recordset(p: Params, param: str, columns: Mapping[str, str], alias: str = "r") -> str:
     """``jsonb_to_recordset($n) AS alias(col type, ...)``: a JSON array parameter as rows."""
     spec = ", ".join(f"{name} {kind}" for name, kind in columns.items())
     return f"jsonb_to_recordset({p(param)}::jsonb) AS {alias}({spec})"
 
 
-def _returning(
+def returning_columns(
     columns: tuple[str, ...],
     alias: str,
     *,
@@ -134,7 +124,7 @@ def _returning(
     return ", ".join(one(c) for c in columns)
 
 
-def _in_state(alias: str, state: str) -> str:
+def in_state(alias: str, state: str) -> str:
     """``alias`` is in ``state``, compared as text, for the commands on jobs by id: so
     they reach their jobs by primary key whatever the table's statistics. Written
     ``state = '...'`` the condition leads into the partial index i14 (name, state, ...),
@@ -144,7 +134,7 @@ def _in_state(alias: str, state: str) -> str:
     return f"{alias}.state::text = '{state}'"
 
 
-def _among_ids(p: Params, alias: str) -> str:
+def among_ids(p: Params, alias: str) -> str:
     """``alias`` is one of the jobs ``ids`` (written after the queue's name test, so
     ``queue`` is a statement's first parameter and ``ids`` its second).
 
@@ -157,21 +147,21 @@ def _among_ids(p: Params, alias: str) -> str:
     return f"{alias}.id = ANY(ARRAY(SELECT unnest({p('ids')}::uuid[])))"
 
 
-def _targets(p: Params, alias: str, fenced: bool) -> str:
+def target_jobs(p: Params, alias: str, fenced: bool) -> str:
     """The jobs a command acts on: the queue's jobs among ``ids``; with ``fenced``, those
     given as a Job only while still active in the attempt they were fetched in."""
-    where = f"{alias}.name = {p('queue')}::text AND {_among_ids(p, alias)}"
+    where = f"{alias}.name = {p('queue')}::text AND {among_ids(p, alias)}"
     if fenced:
         where += (
             f" AND ({alias}.id = ANY({p('plain_ids')}::uuid[])"
-            f" OR ({_in_state(alias, 'active')}"
+            f" OR ({in_state(alias, 'active')}"
             f" AND ({alias}.id, {alias}.retry_count) IN (SELECT * FROM"
             f" unnest({p('fence_ids')}::uuid[], {p('fence_counts')}::int[]))))"
         )
     return where
 
 
-def _queue_cte(
+def queue_cte(
     q: str, p: Params, columns: str = "name", table: str | None = None, policy: bool = False
 ) -> str:
     """``q``: the queue's row, only while it still has ``policy`` (a parameter) and
@@ -179,39 +169,41 @@ def _queue_cte(
     where = f"name = {p('queue')}::text"
     if policy:
         where += f" AND policy = {p('policy')}::text"
-    return f"q AS (SELECT {columns} FROM {q}.queue WHERE {where}{_table_check(p, table)})"
+    return f"q AS (SELECT {columns} FROM {q}.queue WHERE {where}{table_check(p, table)})"
 
 
-def _job_table(q: str, table: str | None) -> str:
+def job_table(q: str, table: str | None) -> str:
     """The table a statement addresses: the queue's own physical job table when the
     caller knows it (as pg-boss does: no partition routing, no other partition
     planned or locked), else ``job`` (partitioned: PostgreSQL routes by name)."""
     return f"{q}.{quote(table)}" if table else f"{q}.job"
 
 
-def _table_check(p: Params, table: str | None, alias: str = "") -> str:
+def table_check(p: Params, table: str | None, alias: str = "") -> str:
     """With a known table: the queue row must still name it (else the statement finds
     no queue, and the caller reads the route again)."""
     return f" AND {alias}table_name = {p('table')}::text" if table else ""
 
 
-def _settling_command(q: str, p: Params, mutation: str, table: str | None = None) -> str:
+def settling_command(q: str, p: Params, mutation: str, table: str | None = None) -> str:
     """A command CTE returning ``id`` wrapped in the queue guard, for the settles of every
     batch: one row ``queue, settled``, ``settled`` NULL when the command changed every
     job of ``ids`` (the usual case, so a batch's ids are not sent back), else the ids it
     changed; no row when the queue is gone."""
     every = f"cardinality({p('ids')}::uuid[])"
     return (
-        f"WITH {_queue_cte(q, p, table=table)}, done AS ({mutation})"
+        f"WITH {queue_cte(q, p, table=table)}, done AS ({mutation})"
         f" SELECT q.name AS queue, CASE WHEN (SELECT count(*) FROM done) = {every} THEN NULL"
         " ELSE ARRAY(SELECT id FROM done) END AS settled FROM q"
     )
 
 
-def _command(q: str, p: Params, mutation: str, result: str = "id", table: str | None = None) -> str:
+def command_cte(
+    q: str, p: Params, mutation: str, result: str = "id", table: str | None = None
+) -> str:
     """A command CTE wrapped in the queue guard: rows ``queue, <result columns>``."""
     cols = ", ".join(f"done.{c}" for c in result.split(", "))
     return (
-        f"WITH {_queue_cte(q, p, table=table)}, done AS ({mutation})"
+        f"WITH {queue_cte(q, p, table=table)}, done AS ({mutation})"
         f" SELECT q.name AS queue, {cols} FROM q LEFT JOIN done ON true"
     )

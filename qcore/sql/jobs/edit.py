@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from qcore.sql._statement import Params, Statement
-from qcore.sql.jobs.columns import _SEND_RECORD, _job_table, _now, _queue_cte
+from qcore.sql.jobs.columns import SEND_RECORD, job_now, job_table, queue_cte
 
 #: a record key of an update, and the column (and value) it sets; the start and the
 #: retention are special (both move ``keep_until``)
@@ -60,9 +60,9 @@ def update_jobs(
     unknown = fields - UPDATABLE
     assert not unknown, f"not an update field: {sorted(unknown)}"
     p = Params()
-    now = _now(q)
-    jobs = _job_table(q, table)
-    spec = ", ".join(f"{name} {kind}" for name, kind in _SEND_RECORD.items())
+    now = job_now(q)
+    jobs = job_table(q, table)
+    spec = ", ".join(f"{name} {kind}" for name, kind in SEND_RECORD.items())
     if by_key:
         order = _MATCH_ORDER[match]
         pick = f"j.singleton_key = {p('key')}::text"
@@ -94,7 +94,7 @@ def update_jobs(
         " AND j.state < 'active' RETURNING j.id, j.start_after"
     )
     ctes = [
-        _queue_cte(q, p, "name, notify", table),
+        queue_cte(q, p, "name, notify", table),
         f"target AS ({target})",
         f"done AS ({mutation})",
     ]
@@ -126,7 +126,7 @@ def _redrive_values(q: str, new_id: str, destination: bool, p: Params) -> str:
     fresh job (new id, created, no attempts, no output) with the destination queue's
     settings as they are now, keeping what identifies the job (data, priority, key,
     group) and the root of its dead letter chain."""
-    now = _now(q)
+    now = job_now(q)
     into = f"{p('destination')}::text" if destination else "m.source_name"
     return (
         f"{new_id}, {into}, m.data, m.priority, d.retry_limit, d.retry_backoff, d.retry_delay,"
@@ -183,7 +183,7 @@ def _failable(q: str, table: str | None, refused: str) -> str:
     failed jobs of one key would break that policy's index; the younger waits)."""
     return (
         "(j.policy IS DISTINCT FROM 'key_strict_fifo' OR j.singleton_key IS NULL OR j.id IN ("
-        f"SELECT DISTINCT ON (m.singleton_key) m.id FROM {_job_table(q, table)} m"
+        f"SELECT DISTINCT ON (m.singleton_key) m.id FROM {job_table(q, table)} m"
         f" WHERE {refused} AND m.policy = 'key_strict_fifo'"
         " ORDER BY m.singleton_key, m.created_on, m.id))"
     )
@@ -207,7 +207,7 @@ def redrive_jobs(
     :func:`insert_redriven`, a delete and :func:`fail_not_redriven` in one transaction.
     Row: ``moved``."""
     p = Params()
-    jobs = _job_table(q, table)
+    jobs = job_table(q, table)
     lock = "FOR UPDATE OF j SKIP LOCKED" if skip_locked else "FOR UPDATE OF j"
     candidates = (
         f"SELECT j.id, gen_random_uuid() AS new_id FROM {jobs} j"
@@ -230,7 +230,7 @@ def redrive_jobs(
         " ON i.id = c.new_id),"
         f" removed AS (DELETE FROM {jobs} WHERE name = {p('queue')}::text"
         " AND id IN (SELECT id FROM settled WHERE moved)),"
-        f" failed AS (UPDATE {jobs} j SET {_NOT_REDRIVEN.format(now=_now(q))}"
+        f" failed AS (UPDATE {jobs} j SET {_NOT_REDRIVEN.format(now=job_now(q))}"
         f" FROM settled s, {q}.queue d WHERE j.name = {p('queue')}::text AND j.id = s.id"
         f" AND NOT s.moved AND d.name = {into_failed}"
         f" AND {_failable(q, table, refused)})"
@@ -247,7 +247,7 @@ def redrive_candidates(
     (same predicate, order and limit) and give each its new id. Rows ``id, new_id``."""
     p = Params()
     sql = (
-        f"SELECT j.id, gen_random_uuid() AS new_id FROM {_job_table(q, table)} j"
+        f"SELECT j.id, gen_random_uuid() AS new_id FROM {job_table(q, table)} j"
         f" WHERE {_redrive_where(q, p, filters, destination)} ORDER BY j.created_on, j.id"
         f" LIMIT {p('limit')}::int FOR UPDATE"
     )
@@ -264,7 +264,7 @@ def insert_redriven(q: str, *, destination: bool, table: str | None = None) -> S
         f"INSERT INTO {q}.job ({_REDRIVE_COLUMNS})"
         f" SELECT {_redrive_values(q, 'c.new_id', destination, p)}"
         f" FROM unnest({p('ids')}::uuid[], {p('new_ids')}::uuid[]) AS c(id, new_id)"
-        f" JOIN {_job_table(q, table)} m ON m.name = {p('queue')}::text AND m.id = c.id"
+        f" JOIN {job_table(q, table)} m ON m.name = {p('queue')}::text AND m.id = c.id"
         f" JOIN {q}.queue d ON d.name = {into} ORDER BY m.created_on, m.id"
         " ON CONFLICT DO NOTHING RETURNING id"
     )
@@ -279,7 +279,7 @@ def fail_not_redriven(q: str, *, destination: bool, table: str | None = None) ->
     into = f"{p('destination')}::text" if destination else "j.source_name"
     refused = f"m.name = {p('queue')}::text AND m.id = ANY({p('ids')}::uuid[])"
     sql = (
-        f"UPDATE {_job_table(q, table)} j SET {_NOT_REDRIVEN.format(now=_now(q))}"
+        f"UPDATE {job_table(q, table)} j SET {_NOT_REDRIVEN.format(now=job_now(q))}"
         f" FROM {q}.queue d WHERE j.name = {p('queue')}::text AND j.id = ANY({p('ids')}::uuid[])"
         f" AND d.name = {into} AND {_failable(q, table, refused)}"
     )

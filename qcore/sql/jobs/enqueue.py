@@ -6,18 +6,20 @@ from __future__ import annotations
 from functools import lru_cache
 
 from qcore.sql._statement import Params, Statement
+from qcore.sql.catalog import (
+    DEFAULT_DELETION_SECONDS,
+    DEFAULT_EXPIRE_SECONDS,
+    DEFAULT_RETENTION_SECONDS,
+    DEFAULT_RETRY_LIMIT,
+)
 from qcore.sql.jobs.columns import (
-    _DEFAULT_DELETION_SECONDS,
-    _DEFAULT_EXPIRE_SECONDS,
-    _DEFAULT_RETENTION_SECONDS,
-    _DEFAULT_RETRY_LIMIT,
-    _FLOW_RECORD,
-    _SEND_RECORD,
-    _job_table,
-    _now,
-    _queue_cte,
-    _recordset,
-    _table_check,
+    FLOW_RECORD,
+    SEND_RECORD,
+    job_now,
+    job_table,
+    queue_cte,
+    recordset,
+    table_check,
 )
 
 
@@ -26,7 +28,7 @@ def _new_job(q: str, *, next_slot: bool, created_on: str) -> tuple[str, dict[str
     the ``start_after`` expression (given to the row as ``t.start_after``) and
     every column's expression. ``next_slot`` is debounce's second attempt: the
     next throttle slot, starting about a second after that slot begins."""
-    now = _now(q)
+    now = job_now(q)
     epoch = f"extract(epoch FROM {now})::float8"
     if next_slot:
         offset = "r.singleton_seconds"
@@ -52,15 +54,15 @@ def _new_job(q: str, *, next_slot: bool, created_on: str) -> tuple[str, dict[str
         "name": "q.name",
         "priority": "COALESCE(r.priority, 0)",
         "data": "r.data",
-        "retry_limit": f"COALESCE(r.retry_limit, q.retry_limit, {_DEFAULT_RETRY_LIMIT})",
+        "retry_limit": f"COALESCE(r.retry_limit, q.retry_limit, {DEFAULT_RETRY_LIMIT})",
         "retry_delay": "COALESCE(r.retry_delay, q.retry_delay, 0)",
         "retry_backoff": "COALESCE(r.retry_backoff, q.retry_backoff, false)",
         "retry_delay_max": "COALESCE(r.retry_delay_max, q.retry_delay_max)",
         "expire_seconds": (
-            f"COALESCE(r.expire_in_seconds, q.expire_seconds, {_DEFAULT_EXPIRE_SECONDS})"
+            f"COALESCE(r.expire_in_seconds, q.expire_seconds, {DEFAULT_EXPIRE_SECONDS})"
         ),
         "deletion_seconds": (
-            f"COALESCE(r.delete_after_seconds, q.deletion_seconds, {_DEFAULT_DELETION_SECONDS})"
+            f"COALESCE(r.delete_after_seconds, q.deletion_seconds, {DEFAULT_DELETION_SECONDS})"
         ),
         "singleton_key": "r.singleton_key",
         "singleton_on": slot,
@@ -70,7 +72,7 @@ def _new_job(q: str, *, next_slot: bool, created_on: str) -> tuple[str, dict[str
         "created_on": created_on,
         "keep_until": (
             "t.start_after + COALESCE(r.retention_seconds, q.retention_seconds,"
-            f" {_DEFAULT_RETENTION_SECONDS}) * interval '1 second'"
+            f" {DEFAULT_RETENTION_SECONDS}) * interval '1 second'"
         ),
         "dead_letter": "COALESCE(r.dead_letter, q.dead_letter)",
         "policy": "q.policy",
@@ -107,7 +109,7 @@ def insert_jobs(
     ``notify`` adds pg_notify(channel, queue) when the queue has ``notify`` and
     a row is ready now (only where LISTEN/NOTIFY exists). ``check_dead_letters``
     inserts nothing if a job names a dead letter queue that does not exist, and
-    reports it. ``next_slot``: see :func:`_new_job`. ``table``: see :func:`_job_table`.
+    reports it. ``next_slot``: see :func:`_new_job`. ``table``: see :func:`job_table`.
     ``flow``: the records also say where each job is in a flow (``blocked``,
     ``blocking``, ``pending_dependencies``). ``upsert_by_key``: the jobs are
     ``upsert``'s, by their key (pg-boss's upsert index holds one queued per key).
@@ -117,8 +119,8 @@ def insert_jobs(
     ``missing_dead_letters``, ``notified``.
     """
     p = Params()
-    now = _now(q)
-    queue = _queue_cte(
+    now = job_now(q)
+    queue = queue_cte(
         q,
         p,
         "name, policy, retry_limit, retry_delay, retry_backoff, retry_delay_max, expire_seconds,"
@@ -127,15 +129,15 @@ def insert_jobs(
     )
     if payloads:
         assert not (check_dead_letters or next_slot), "a payload alone names no such option"
-        unset = ", ".join(f"NULL::{kind} AS {n}" for n, kind in _SEND_RECORD.items() if n != "data")
+        unset = ", ".join(f"NULL::{kind} AS {n}" for n, kind in SEND_RECORD.items() if n != "data")
         # a JSON null payload is stored as SQL NULL, as the recordset reads {"data": null}
         rows = (
             f"SELECT NULLIF(e.value, 'null'::jsonb) AS data, {unset}, e.ordinal"
             f" FROM jsonb_array_elements({p('jobs')}::jsonb) WITH ORDINALITY AS e(value, ordinal)"
         )
     else:
-        record = _FLOW_RECORD if flow else _SEND_RECORD
-        rows = f"SELECT *, row_number() OVER () AS ordinal FROM {_recordset(p, 'jobs', record)}"
+        record = FLOW_RECORD if flow else SEND_RECORD
+        rows = f"SELECT *, row_number() OVER () AS ordinal FROM {recordset(p, 'jobs', record)}"
     # rows of one insert are created a microsecond apart, in input order: claim order
     # (priority, created_on) is then insertion order, and the fetch index serves it
     created_on = f"{now} + (r.ordinal - 1) * interval '1 microsecond'"
@@ -157,7 +159,7 @@ def insert_jobs(
         )
         guard = "WHERE NOT EXISTS (SELECT 1 FROM missing)"
     ctes.append(
-        f"added AS (INSERT INTO {_job_table(q, table)} ({', '.join(columns)})"
+        f"added AS (INSERT INTO {job_table(q, table)} ({', '.join(columns)})"
         f" SELECT {', '.join(columns.values())}"
         f" FROM r CROSS JOIN q CROSS JOIN LATERAL (SELECT {start_after} AS start_after) t"
         f" {guard}{_conflicts(drop_conflicts)} RETURNING id, start_after, created_on)"
@@ -201,12 +203,12 @@ def send_job(
     ``upsert_by_key``: see :func:`insert_jobs`.
     """
     p = Params()
-    now = _now(q)
+    now = job_now(q)
     start_after, columns = _new_job(q, next_slot=next_slot, created_on=now)
     if upsert_by_key:
         columns["upsert_by_key"] = "true"
-    spec = ", ".join(f"{name} {kind}" for name, kind in _SEND_RECORD.items())
-    where = f"q.name = {p('queue')}::text{_table_check(p, table, 'q.')}"
+    spec = ", ".join(f"{name} {kind}" for name, kind in SEND_RECORD.items())
+    where = f"q.name = {p('queue')}::text{table_check(p, table, 'q.')}"
     if notify:
         # CASE, not OR: evaluated in order, so only a ready job of a notify queue notifies
         where += (
@@ -214,7 +216,7 @@ def send_job(
             f" THEN pg_notify({p('channel')}::text, q.name) IS NOT NULL ELSE true END"
         )
     sql = (
-        f"INSERT INTO {_job_table(q, table)} AS j ({', '.join(columns)})"
+        f"INSERT INTO {job_table(q, table)} AS j ({', '.join(columns)})"
         f" SELECT {', '.join(columns.values())}"
         f" FROM {q}.queue q CROSS JOIN jsonb_to_record({p('job')}::jsonb) AS r({spec})"
         f" CROSS JOIN LATERAL (SELECT {start_after} AS start_after) t"

@@ -12,12 +12,12 @@ from qcore.sql.catalog import JOB_COLUMN_TYPES
 from qcore.sql.jobs.columns import (
     JOB_COLUMNS,
     REINSERT_COLUMNS,
-    _command,
-    _now,
-    _queue_cte,
-    _recordset,
-    _returning,
-    _targets,
+    command_cte,
+    job_now,
+    queue_cte,
+    recordset,
+    returning_columns,
+    target_jobs,
 )
 
 #: The longest a failed attempt waits for its retry, in seconds (about 68 years).
@@ -68,7 +68,7 @@ def _failed_copy(q: str, src: str, output: str, now: str | None = None) -> dict[
     values = {c: f"{src}.{c}" for c in REINSERT_COLUMNS}
     values.update(
         state=f"'failed'::{q}.job_state",
-        completed_on=now or _now(q),
+        completed_on=now or job_now(q),
         output=output,
         heartbeat_on="NULL::timestamptz",
     )
@@ -81,7 +81,7 @@ def _dead_letter_copy(
     """A new job in the dead letter queue ``dlq`` for the failed job ``src``: its payload,
     the dead letter queue's settings, and ``source_*`` saying where it came from. Columns
     pg-boss leaves at their defaults are given those defaults."""
-    now = now or _now(q)
+    now = now or job_now(q)
     return {
         "id": "gen_random_uuid()",
         "name": f"{dlq}.name",
@@ -126,7 +126,7 @@ def _insert(q: str, values: Mapping[str, str]) -> str:
     return f"INSERT INTO {q}.job ({', '.join(values)}) SELECT {', '.join(values.values())}"
 
 
-def _fail_removed(
+def fail_removed_ctes(
     q: str, p: Params, output: str, terminal: bool = False, now: str | None = None
 ) -> str:
     """The CTEs that fail the jobs a preceding ``removed`` CTE deleted (``RETURNING j.*``):
@@ -136,7 +136,7 @@ def _fail_removed(
     inserted again. Shared by :func:`fail_jobs` and :func:`expire_jobs`. ``terminal``:
     no job is retried, whatever its retries left (each is failed and dead-lettered).
     ``now``: the clock the failure is stamped with (by default ``job_now()``)."""
-    now = now or _now(q)
+    now = now or job_now(q)
     left = "false" if terminal else "x.retry_count < x.retry_limit"
     spent = "true" if terminal else "x.retry_count = x.retry_limit"
     retried = {c: f"x.{c}" for c in REINSERT_COLUMNS}
@@ -175,18 +175,18 @@ settled AS (SELECT id FROM again UNION ALL SELECT id FROM refused)"""
 @lru_cache(maxsize=8)
 def fail_jobs(q: str, *, fenced: bool = False, terminal: bool = False) -> Statement:
     """Fail jobs in one statement (MutationStrategy.CTE): delete them, then fail what was
-    deleted as :func:`_fail_removed` does (retry, failed, dead letter copy; with
+    deleted as :func:`fail_removed_ctes` does (retry, failed, dead letter copy; with
     ``terminal`` failed and dead-lettered without a retry).
 
     Rows ``queue, id``: the ids of the jobs inserted again (retry or failed).
     """
     p = Params()
-    sql = f"""WITH {_queue_cte(q, p)},
+    sql = f"""WITH {queue_cte(q, p)},
 removed AS (
-  DELETE FROM {q}.job j WHERE {_targets(p, "j", fenced)} AND j.state < 'completed'
+  DELETE FROM {q}.job j WHERE {target_jobs(p, "j", fenced)} AND j.state < 'completed'
   RETURNING j.*
 ),
-{_fail_removed(q, p, f"{p('output')}::jsonb", terminal)}
+{fail_removed_ctes(q, p, f"{p('output')}::jsonb", terminal)}
 SELECT q.name AS queue, settled.id FROM q LEFT JOIN settled ON true"""
     return p.statement(sql)
 
@@ -195,7 +195,7 @@ def _expired(q: str, p: Params, alias: str, heartbeat: bool) -> str:
     """Active jobs of the queues ``names`` past their expiry (``expire_seconds`` after
     they started) or, with ``heartbeat``, whose heartbeat is older than
     ``heartbeat_seconds``."""
-    a, now = alias, _now(q)
+    a, now = alias, job_now(q)
     where = f"{a}.name = ANY({p('names')}::text[]) AND {a}.state = 'active'"
     if heartbeat:
         return (
@@ -232,7 +232,7 @@ removed AS (
   WHERE (j.name, j.id) IN (SELECT name, id FROM picked) AND {_expired(q, p, "j", heartbeat)}
   RETURNING j.*
 ),
-{_fail_removed(q, p, f"{p('output')}::jsonb")}
+{fail_removed_ctes(q, p, f"{p('output')}::jsonb")}
 SELECT (SELECT count(*) FROM picked)::int AS picked,
   (SELECT count(*) FROM settled)::int AS failed"""
     return p.statement(sql)
@@ -248,7 +248,7 @@ def expire_remove(q: str, table: str, *, heartbeat: bool = False) -> Statement:
     sql = (
         f"DELETE FROM {q}.{quote(table)} j WHERE (j.name, j.id) IN"
         f" ({_expired_batch(q, p, table, heartbeat)}) AND {_expired(q, p, 'j', heartbeat)}"
-        f" RETURNING {_returning(JOB_COLUMNS, 'j')}"
+        f" RETURNING {returning_columns(JOB_COLUMNS, 'j')}"
     )
     return p.statement(sql)
 
@@ -260,10 +260,10 @@ def fail_remove(q: str, *, fenced: bool = False) -> Statement:
     fate and insert it again. Rows ``queue, <every job column>``."""
     p = Params()
     mutation = (
-        f"DELETE FROM {q}.job j WHERE {_targets(p, 'j', fenced)} AND j.state < 'completed'"
-        f" RETURNING {_returning(JOB_COLUMNS, 'j')}"
+        f"DELETE FROM {q}.job j WHERE {target_jobs(p, 'j', fenced)} AND j.state < 'completed'"
+        f" RETURNING {returning_columns(JOB_COLUMNS, 'j')}"
     )
-    return p.statement(_command(q, p, mutation, ", ".join(JOB_COLUMNS)))
+    return p.statement(command_cte(q, p, mutation, ", ".join(JOB_COLUMNS)))
 
 
 def _row_columns(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -282,12 +282,12 @@ def fail_reinsert_retry(q: str) -> Statement:
     values = {c: f"r.{c}" for c in REINSERT_COLUMNS}
     values.update(
         state=f"'retry'::{q}.job_state",
-        start_after=f"{_now(q)} + {_capped('r.delay')} * interval '1 second'",
+        start_after=f"{job_now(q)} + {_capped('r.delay')} * interval '1 second'",
         completed_on="NULL::timestamptz",
         output=f"{p('output')}::jsonb",
         heartbeat_on="NULL::timestamptz",
     )
-    records = _recordset(p, "rows", _row_columns({"delay": "float8"}))
+    records = recordset(p, "rows", _row_columns({"delay": "float8"}))
     sql = f"{_insert(q, values)} FROM {records} ON CONFLICT DO NOTHING RETURNING id"
     return p.statement(sql)
 
@@ -304,11 +304,11 @@ def fail_reinsert_failed(q: str) -> Statement:
     failed = _failed_copy(q, "r", output)
     failed["start_after"] = (
         f"CASE WHEN r.delay IS NULL THEN r.start_after"
-        f" ELSE {_now(q)} + {_capped('r.delay')} * interval '1 second' END"
+        f" ELSE {job_now(q)} + {_capped('r.delay')} * interval '1 second' END"
     )
     copies = _dead_letter_copy(q, "r", "dq", output)
     # the same parameter, expanded once in each branch of the UNION
-    records = _recordset(p, "rows", _row_columns({"delay": "float8"}))
+    records = recordset(p, "rows", _row_columns({"delay": "float8"}))
     sql = (
         f"INSERT INTO {q}.job ({', '.join(REINSERT_COLUMNS)})"
         f" SELECT {', '.join(failed[c] for c in REINSERT_COLUMNS)} FROM {records}"

@@ -19,16 +19,16 @@ from qcore.sql.jobs.columns import (
     ATTEMPT_COUNT,
     FETCH_COLUMNS,
     JOB_COLUMNS,
-    _among_ids,
-    _ended,
-    _job_table,
-    _now,
-    _queue_cte,
-    _returning,
-    _settling_command,
+    among_ids,
     held_as_running,
+    job_ended,
+    job_now,
+    job_table,
+    queue_cte,
+    returning_columns,
+    settling_command,
 )
-from qcore.sql.jobs.fail import _fail_removed
+from qcore.sql.jobs.fail import fail_removed_ctes
 from qcore.sql.jobs.spec import DEFAULT_FETCH, FetchSpec
 
 
@@ -58,7 +58,7 @@ def claim_held(
     if policy in ("singleton", "stately"):
         raise ValueError(f"the {policy} policy counts active jobs: no locked claim")
     p = Params()
-    jobs = _job_table(q, table)
+    jobs = job_table(q, table)
     keys = claim_keys(spec.priority, spec.order_by_created_on)
     order = f" ORDER BY {', '.join('j.' + k for k in keys)}" if keys else ""
     ready = ready_filter(
@@ -74,7 +74,7 @@ def claim_held(
         patterned=patterned,
     )
     columns = JOB_COLUMNS if spec.include_metadata else FETCH_COLUMNS
-    picked = _returning(columns, "j", lazy_data=True, values=held_as_running(q))
+    picked = returning_columns(columns, "j", lazy_data=True, values=held_as_running(q))
     ms = f"(expire_seconds + {p('hold_grace')}::int) * 1000"
     # a materialized CTE computes every column: the setting is made once, with the row
     held_for = (
@@ -91,7 +91,7 @@ def claim_held(
     AND NOT j.blocked{ready}
   {order} LIMIT {row_limit(limit)} FOR UPDATE OF j SKIP LOCKED
 """
-    sql = f"""WITH {_queue_cte(q, p, queue_columns, table, policy=True)},
+    sql = f"""WITH {queue_cte(q, p, queue_columns, table, policy=True)},
 candidates AS ({query}){recorded}
 SELECT c.*, q.held_for{extra} FROM q LEFT JOIN candidates c ON true"""
     return p.statement(sql)
@@ -112,23 +112,23 @@ def hold_longer() -> Statement:
 def _held(p: Params) -> str:
     """The jobs a held settle may touch: the queue's, among ``ids``, still queued (the
     claiming transaction holds their locks, so nobody else has moved them)."""
-    return f"j.name = {p('queue')}::text AND {_among_ids(p, 'j')} AND j.state < 'active'"
+    return f"j.name = {p('queue')}::text AND {among_ids(p, 'j')} AND j.state < 'active'"
 
 
 @lru_cache(maxsize=256)
 def complete_held(q: str, *, table: str | None = None) -> Statement:
     """Complete held jobs with ``output``: started when the transaction began (the
     claim), the attempt counted as a claim counts it, completed at this statement.
-    One UPDATE of the queue's own ``table`` (see ``_job_table``); its row as
-    :func:`_settling_command`'s (the transaction holds the jobs: all are completed)."""
+    One UPDATE of the queue's own ``table`` (see ``job_table``); its row as
+    :func:`settling_command`'s (the transaction holds the jobs: all are completed)."""
     p = Params()
-    now = _now(q)
+    now = job_now(q)
     mutation = (
-        f"UPDATE {_job_table(q, table)} j SET state = 'completed', started_on = {now},"
-        f" heartbeat_on = {now}, retry_count = {ATTEMPT_COUNT}, completed_on = {_ended(q)},"
+        f"UPDATE {job_table(q, table)} j SET state = 'completed', started_on = {now},"
+        f" heartbeat_on = {now}, retry_count = {ATTEMPT_COUNT}, completed_on = {job_ended(q)},"
         f" output = {p('output')}::jsonb WHERE {_held(p)} RETURNING j.id"
     )
-    return p.statement(_settling_command(q, p, mutation, table))
+    return p.statement(settling_command(q, p, mutation, table))
 
 
 @lru_cache(maxsize=1)
@@ -149,10 +149,10 @@ def fail_held(q: str, *, terminal: bool = False) -> Statement:
     no retry), each first read as the claim would have left it. One statement; rows
     ``queue, id``."""
     p = Params()
-    as_claimed = _returning(JOB_COLUMNS, "j", values=held_as_running(q))
-    sql = f"""WITH {_queue_cte(q, p)},
+    as_claimed = returning_columns(JOB_COLUMNS, "j", values=held_as_running(q))
+    sql = f"""WITH {queue_cte(q, p)},
 taken AS (DELETE FROM {q}.job j WHERE {_held(p)} RETURNING j.*),
 removed AS (SELECT {as_claimed} FROM taken j),
-{_fail_removed(q, p, f"{p('output')}::jsonb", terminal, _ended(q))}
+{fail_removed_ctes(q, p, f"{p('output')}::jsonb", terminal, job_ended(q))}
 SELECT q.name AS queue, settled.id FROM q LEFT JOIN settled ON true"""
     return p.statement(sql)

@@ -7,7 +7,7 @@ from functools import lru_cache
 from qcore.identifiers import quote
 from qcore.sql._statement import Params, Statement, before_keyset
 from qcore.sql.affinity import JOB_PROCESSED_TABLE
-from qcore.sql.jobs.columns import JOB_COLUMNS, _queue_cte, _returning
+from qcore.sql.jobs.columns import JOB_COLUMNS, queue_cte, returning_columns
 
 
 def _attribution(q: str, attributed: bool) -> tuple[str, str]:
@@ -28,7 +28,8 @@ def get_job(q: str, *, attributed: bool = True) -> Statement:
     p = Params()
     column, joined = _attribution(q, attributed)
     sql = (
-        f"WITH {_queue_cte(q, p)} SELECT q.name AS queue, {_returning(JOB_COLUMNS, 'j')}{column}"
+        f"WITH {queue_cte(q, p)} SELECT q.name AS queue,"
+        f" {returning_columns(JOB_COLUMNS, 'j')}{column}"
         f" FROM q LEFT JOIN {q}.job j ON j.name = q.name AND j.id = {p('id')}::uuid{joined}"
     )
     return p.statement(sql)
@@ -64,7 +65,8 @@ def find_jobs(
         conditions.append(f"j.state::text = ANY({p('states')}::text[])")
     limit = f" LIMIT {p('limit')}::int" if limited else ""
     sql = (
-        f"WITH {_queue_cte(q, p)} SELECT q.name AS queue, {_returning(JOB_COLUMNS, 'j')}{column}"
+        f"WITH {queue_cte(q, p)} SELECT q.name AS queue,"
+        f" {returning_columns(JOB_COLUMNS, 'j')}{column}"
         f" FROM q LEFT JOIN {q}.job j ON {' AND '.join(conditions)}{joined}"
         f" ORDER BY j.created_on, j.id{limit}"
     )
@@ -99,7 +101,7 @@ def browse_jobs(
     if paged:
         conditions.append(before_keyset(p, "j."))
     sql = (
-        f"SELECT j.name AS queue, {_returning(JOB_COLUMNS, 'j')}{column}"
+        f"SELECT j.name AS queue, {returning_columns(JOB_COLUMNS, 'j')}{column}"
         f" FROM {q}.job j{joined} WHERE {' AND '.join(conditions)}"
         f" ORDER BY j.created_on DESC, j.id DESC LIMIT {p('limit')}::int"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from qcore.sql._statement import Params, Statement
-from qcore.sql.jobs.columns import _now
+from qcore.sql.jobs.columns import job_now
 
 
 @lru_cache(maxsize=16)
@@ -24,7 +24,7 @@ def ready_queues(q: str) -> Statement:
     ``job`` to the queue's partition at run time.
     """
     p = Params()
-    due = f"(j.start_after <= {_now(q)} OR n.name = ANY({p('anytime')}::text[]))"
+    due = f"(j.start_after <= {job_now(q)} OR n.name = ANY({p('anytime')}::text[]))"
     first = (
         f"SELECT true FROM {q}.job j WHERE j.name = n.name AND j.state < 'active'"
         f" AND NOT j.blocked AND {due} ORDER BY j.priority DESC, j.created_on LIMIT 1"

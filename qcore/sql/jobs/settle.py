@@ -6,14 +6,14 @@ from functools import lru_cache
 
 from qcore.sql._statement import Params, Statement
 from qcore.sql.jobs.columns import (
-    _command,
-    _in_state,
-    _job_table,
-    _now,
-    _queue_cte,
-    _recordset,
-    _settling_command,
-    _targets,
+    command_cte,
+    in_state,
+    job_now,
+    job_table,
+    queue_cte,
+    recordset,
+    settling_command,
+    target_jobs,
 )
 
 
@@ -24,11 +24,11 @@ def complete_jobs(
     """Mark active jobs completed with an output (same on every backend: one UPDATE).
 
     ``include_queued`` also completes queued jobs and releases flow-blocked ones.
-    ``table``: see :func:`_job_table`. Its row as :func:`_settling_command`'s.
+    ``table``: see :func:`job_table`. Its row as :func:`settling_command`'s.
     """
     p = Params()
     mutation = complete_update(q, p, fenced=fenced, include_queued=include_queued, table=table)
-    return p.statement(_settling_command(q, p, mutation, table))
+    return p.statement(settling_command(q, p, mutation, table))
 
 
 def complete_update(
@@ -36,11 +36,11 @@ def complete_update(
 ) -> str:
     """The UPDATE of :func:`complete_jobs` (also the settling half of the worker's
     settle-and-claim statement): the targeted jobs completed with ``output``; their ids."""
-    where = _targets(p, "j", fenced)  # first: the ids are the leading parameters
-    state = "j.state < 'completed'" if include_queued else _in_state("j", "active")
+    where = target_jobs(p, "j", fenced)  # first: the ids are the leading parameters
+    state = "j.state < 'completed'" if include_queued else in_state("j", "active")
     release = ", blocked = false, pending_dependencies = 0" if include_queued else ""
     return (
-        f"UPDATE {_job_table(q, table)} j SET state = 'completed', completed_on = {_now(q)},"
+        f"UPDATE {job_table(q, table)} j SET state = 'completed', completed_on = {job_now(q)},"
         f" output = {p('output')}::jsonb{release}"
         f" WHERE {where} AND {state} RETURNING j.id"
     )
@@ -52,14 +52,14 @@ def complete_each(q: str, *, table: str | None = None) -> Statement:
     ``{id, output}`` (a per-job results batch: one statement whatever the batch size),
     fenced as :func:`complete_jobs` is. One UPDATE on every backend."""
     p = Params()
-    where = _targets(p, "j", True)
-    outputs = _recordset(p, "outputs", {"id": "uuid", "output": "jsonb"})
+    where = target_jobs(p, "j", True)
+    outputs = recordset(p, "outputs", {"id": "uuid", "output": "jsonb"})
     mutation = (
-        f"UPDATE {_job_table(q, table)} j SET state = 'completed', completed_on = {_now(q)},"
+        f"UPDATE {job_table(q, table)} j SET state = 'completed', completed_on = {job_now(q)},"
         f" output = r.output FROM {outputs}"
-        f" WHERE {where} AND j.id = r.id AND {_in_state('j', 'active')} RETURNING j.id"
+        f" WHERE {where} AND j.id = r.id AND {in_state('j', 'active')} RETURNING j.id"
     )
-    return p.statement(_command(q, p, mutation, table=table))
+    return p.statement(command_cte(q, p, mutation, table=table))
 
 
 @lru_cache(maxsize=256)
@@ -67,10 +67,10 @@ def cancel_jobs(q: str, *, fenced: bool = False, table: str | None = None) -> St
     """Cancel jobs not yet settled (one UPDATE on every backend)."""
     p = Params()
     mutation = (
-        f"UPDATE {_job_table(q, table)} j SET state = 'cancelled', completed_on = {_now(q)}"
-        f" WHERE {_targets(p, 'j', fenced)} AND j.state < 'completed' RETURNING j.id"
+        f"UPDATE {job_table(q, table)} j SET state = 'cancelled', completed_on = {job_now(q)}"
+        f" WHERE {target_jobs(p, 'j', fenced)} AND j.state < 'completed' RETURNING j.id"
     )
-    return p.statement(_command(q, p, mutation, table=table))
+    return p.statement(command_cte(q, p, mutation, table=table))
 
 
 @lru_cache(maxsize=256)
@@ -82,9 +82,9 @@ def resume_jobs(q: str, *, table: str | None = None) -> Statement:
     time it had before.
     """
     p = Params()
-    now = _now(q)
-    where = _targets(p, "c", False)
-    jobs = _job_table(q, table)
+    now = job_now(q)
+    where = target_jobs(p, "c", False)
+    jobs = job_table(q, table)
     mutation = (
         f"UPDATE {jobs} j SET state = 'created', completed_on = NULL, upsert_by_key = NULL,"
         f" start_after = GREATEST(j.start_after, {now})"
@@ -94,7 +94,7 @@ def resume_jobs(q: str, *, table: str | None = None) -> Statement:
         f" RETURNING j.id, was.completed_on <= (SELECT retained_on FROM {q}.queue"
         f" WHERE name = {p('queue')}::text) AS retained"
     )
-    return p.statement(_command(q, p, mutation, "id, retained", table))
+    return p.statement(command_cte(q, p, mutation, "id, retained", table))
 
 
 @lru_cache(maxsize=256)
@@ -108,23 +108,23 @@ def retry_jobs(q: str, *, notify: bool = False, table: str | None = None) -> Sta
     simply fetches once more). Rows ``queue, id``.
     """
     p = Params()
-    now = _now(q)
+    now = job_now(q)
     mutation = (
-        f"UPDATE {_job_table(q, table)} j SET state = 'retry',"
+        f"UPDATE {job_table(q, table)} j SET state = 'retry',"
         f" retry_limit = j.retry_limit + (j.retry_limit < 2147483647)::int,"
         f" completed_on = NULL, start_after = GREATEST(j.start_after, {now})"
-        f" WHERE {_targets(p, 'j', False)} AND {_in_state('j', 'failed')}"
+        f" WHERE {target_jobs(p, 'j', False)} AND {in_state('j', 'failed')}"
         " RETURNING j.id, j.start_after"
     )
     if not notify:
-        return p.statement(_command(q, p, mutation, table=table))
+        return p.statement(command_cte(q, p, mutation, table=table))
     # an uncorrelated scalar subquery runs once; pg_notify inside count() always runs
     notified = (
         f"(SELECT count(pg_notify({p('channel')}::text, n.name)) FROM q n WHERE n.notify"
         f" AND EXISTS (SELECT 1 FROM done WHERE done.start_after <= {now}))::int AS notified"
     )
     sql = (
-        f"WITH {_queue_cte(q, p, 'name, notify', table)}, done AS ({mutation})"
+        f"WITH {queue_cte(q, p, 'name, notify', table)}, done AS ({mutation})"
         f" SELECT q.name AS queue, done.id, {notified} FROM q LEFT JOIN done ON true"
     )
     return p.statement(sql)
@@ -138,11 +138,11 @@ def delete_jobs(q: str, *, fenced: bool = False, table: str | None = None) -> St
     """
     p = Params()
     mutation = (
-        f"DELETE FROM {_job_table(q, table)} j WHERE {_targets(p, 'j', fenced)}"
+        f"DELETE FROM {job_table(q, table)} j WHERE {target_jobs(p, 'j', fenced)}"
         " RETURNING j.id, (j.state IN ('completed', 'cancelled') AND j.completed_on <="
         f" (SELECT retained_on FROM {q}.queue WHERE name = {p('queue')}::text)) AS retained"
     )
-    return p.statement(_command(q, p, mutation, "id, retained", table))
+    return p.statement(command_cte(q, p, mutation, "id, retained", table))
 
 
 @lru_cache(maxsize=256)
@@ -153,11 +153,11 @@ def restore_jobs(q: str, *, fenced: bool = False, table: str | None = None) -> S
     given, so a claim that lapsed cannot hand back another worker's."""
     p = Params()
     mutation = (
-        f"UPDATE {_job_table(q, table)} j SET state = 'created', started_on = NULL,"
+        f"UPDATE {job_table(q, table)} j SET state = 'created', started_on = NULL,"
         " heartbeat_on = NULL, upsert_by_key = NULL"
-        f" WHERE {_targets(p, 'j', fenced)} AND {_in_state('j', 'active')} RETURNING j.id"
+        f" WHERE {target_jobs(p, 'j', fenced)} AND {in_state('j', 'active')} RETURNING j.id"
     )
-    return p.statement(_command(q, p, mutation, table=table))
+    return p.statement(command_cte(q, p, mutation, table=table))
 
 
 @lru_cache(maxsize=256)
@@ -165,7 +165,7 @@ def touch_jobs(q: str, *, fenced: bool = False, table: str | None = None) -> Sta
     """Refresh the heartbeat of active jobs (one UPDATE on every backend)."""
     p = Params()
     mutation = (
-        f"UPDATE {_job_table(q, table)} j SET heartbeat_on = {_now(q)}"
-        f" WHERE {_targets(p, 'j', fenced)} AND {_in_state('j', 'active')} RETURNING j.id"
+        f"UPDATE {job_table(q, table)} j SET heartbeat_on = {job_now(q)}"
+        f" WHERE {target_jobs(p, 'j', fenced)} AND {in_state('j', 'active')} RETURNING j.id"
     )
-    return p.statement(_command(q, p, mutation, table=table))
+    return p.statement(command_cte(q, p, mutation, table=table))

@@ -17,7 +17,7 @@ from qcore.sql import affinity as affinity_sql
 from qcore.sql import jobs as sql
 from qcore.sql.jobs.spec import FetchSpec
 from qcore.verbs.jobs.affinity import claim_matching, in_claim_order
-from qcore.verbs.jobs.routes import Targets, _fence_values, _routed
+from qcore.verbs.jobs.routes import Targets, fence_values, routed
 
 
 async def fetch(ctx: Context, name: str, **options: Unpack[FetchOptions]) -> list[Job]:
@@ -169,7 +169,7 @@ async def claim(
 
     async def claim_some(limit: int, first: bool, patterned: bool) -> tuple[list[Job], bool]:
         settling = settles if first else None
-        return await _routed(ctx, name, lambda route: attempt(route, limit, settling, patterned))
+        return await routed(ctx, name, lambda route: attempt(route, limit, settling, patterned))
 
     def order(jobs: list[Job]) -> list[Job]:
         return in_claim_order(jobs, priority, spec.order_by_created_on)
@@ -206,4 +206,4 @@ def claimed_jobs(ctx: Context, name: str, rows: list[dict[str, Any]]) -> list[Jo
 def _settled(targets: Targets) -> dict[str, Any]:
     """The values of a settle-and-claim's completing half (no output)."""
     every, plain, fences = targets
-    return {"ids": every, "output": None, **_fence_values(plain, fences)}
+    return {"ids": every, "output": None, **fence_values(plain, fences)}

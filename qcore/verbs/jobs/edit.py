@@ -36,7 +36,7 @@ from qcore.options import (
 from qcore.sql import jobs as sql
 from qcore.sql.locks import notify_channel
 from qcore.verbs.jobs.enqueue import insert_record
-from qcore.verbs.jobs.routes import Ids, _ids, _routed
+from qcore.verbs.jobs.routes import Ids, routed, target_ids
 
 #: ``update``'s ``data`` left out: the payload is kept
 KEEP: Final = object()
@@ -126,7 +126,7 @@ async def _edit(
             raise _dead_letter_error(record, exc) from exc
         return [r for r in rows if r["id"] is not None] if rows else None
 
-    rows = await _routed(ctx, name, attempt)
+    rows = await routed(ctx, name, attempt)
     return [r["id"] for r in rows]
 
 
@@ -212,7 +212,7 @@ async def redrive(
             )
         values["created_before"] = created_before
     if ids is not None:
-        values["ids"] = _ids(ids)[0]
+        values["ids"] = target_ids(ids)[0]
     filters = frozenset(values) - {"limit", "destination"}
     into = destination is not None
 
@@ -234,7 +234,7 @@ async def redrive(
         return await retrying.transaction(ctx, split)
 
     try:
-        return await _routed(ctx, name, attempt)
+        return await routed(ctx, name, attempt)
     except DatabaseError as exc:
         if exc.sqlstate != CHECK_VIOLATION:
             raise

@@ -31,9 +31,9 @@ from qcore.sql import jobs as sql
 from qcore.sql.locks import notify_channel
 from qcore.verbs.jobs.affinity import take_pattern, write_patterns
 from qcore.verbs.jobs.routes import (
-    _MAX_BATCH,
-    _UNDEFINED_TABLE,
-    _routed,
+    MAX_BATCH,
+    UNDEFINED_TABLE,
+    routed,
 )
 from qcore.verbs.queues import keyless_strict_fifo
 
@@ -124,8 +124,8 @@ async def insert(
     queue_name(name)
     if isinstance(jobs, Mapping) or not isinstance(jobs, Sequence):
         raise ValidationError(f"jobs must be a list of mappings, got {type(jobs).__name__}")
-    if len(jobs) > _MAX_BATCH:
-        raise ValidationError(f"at most {_MAX_BATCH} jobs per insert, got {len(jobs)}")
+    if len(jobs) > MAX_BATCH:
+        raise ValidationError(f"at most {MAX_BATCH} jobs per insert, got {len(jobs)}")
     if len(jobs) > 1 and all(type(job) is dict and len(job) == 1 and "data" in job for job in jobs):
         # data alone (the bulk case): no option to check, the server expands the payloads
         payloads = [job["data"] for job in jobs]
@@ -270,7 +270,7 @@ async def _insert(
                 drop_conflicts = True  # a duplicate id: dropped, as pg-boss drops it
                 continue
             except DatabaseError as exc:
-                if exc.sqlstate == _UNDEFINED_TABLE:
+                if exc.sqlstate == UNDEFINED_TABLE:
                     raise
                 raise _insert_error(name, exc) from exc
             found = bool(rows) if one else bool(rows[0]["queues"])
@@ -278,7 +278,7 @@ async def _insert(
 
     # a send that finds no row for an unchanged route was dropped by a policy index
     dropped: list[dict[str, Any]] | None = [] if one else None
-    rows = await _routed(ctx, name, attempt, unchanged=dropped)
+    rows = await routed(ctx, name, attempt, unchanged=dropped)
     if one:
         return [rows[0]["id"]] if rows else []
     row = rows[0]

@@ -20,7 +20,14 @@ from qcore.options import (
     queue_name,
 )
 from qcore.sql import jobs as sql
-from qcore.verbs.jobs.routes import Ids, _fence_values, _ids, _jsonb, _result, _run_command
+from qcore.verbs.jobs.routes import (
+    Ids,
+    as_jsonb,
+    command_result,
+    fence_values,
+    run_command,
+    target_ids,
+)
 from qcore.verbs.queues import missing_queue
 
 
@@ -37,24 +44,24 @@ async def fail(
     at once, retries left or not (a per-job results handler's ``dead_letter``).
     """
     queue_name(name)
-    every, plain, fences = _ids(ids)
+    every, plain, fences = target_ids(ids)
     output = normalize_output(data)
     if ctx.backend.mutation is MutationStrategy.CTE:
-        rows = await _run_command(
+        rows = await run_command(
             ctx,
             name,
             # re-inserts via job (the parent table), whatever the queue's own table
             lambda _table: sql.fail_jobs(ctx.q, fenced=bool(fences), terminal=terminal),
             every,
-            output=_jsonb(output),
-            **_fence_values(plain, fences),
+            output=as_jsonb(output),
+            **fence_values(plain, fences),
         )
-        return _result(every, [r["id"] for r in rows])
+        return command_result(every, [r["id"] for r in rows])
 
     async def split(tx: Database) -> list[uuid.UUID]:
         return await _fail_split(ctx.with_db(tx), name, every, plain, fences, output, terminal)
 
-    return _result(every, await retrying.transaction(ctx, split))
+    return command_result(every, await retrying.transaction(ctx, split))
 
 
 def _backoff_seconds(row: Mapping[str, Any]) -> float:
@@ -93,7 +100,7 @@ async def _fail_split(
     order they were asked for."""
     remove = sql.fail_remove(ctx.q, fenced=bool(fences))
     rows = await ctx.db.execute(
-        remove.sql, remove.bind(queue=name, ids=every, **_fence_values(plain, fences))
+        remove.sql, remove.bind(queue=name, ids=every, **fence_values(plain, fences))
     )
     if not rows:
         raise missing_queue(name)
@@ -123,7 +130,7 @@ async def _reinsert_split(
     if to_retry:
         again = sql.fail_reinsert_retry(ctx.q)
         got = await ctx.db.execute(
-            again.sql, again.bind(rows=Json(to_retry), output=_jsonb(output))
+            again.sql, again.bind(rows=Json(to_retry), output=as_jsonb(output))
         )
         retried = {r["id"] for r in got}
         settled += [uuid.UUID(r["id"]) for r in to_retry if uuid.UUID(r["id"]) in retried]
@@ -133,7 +140,7 @@ async def _reinsert_split(
     if to_fail:
         failed = sql.fail_reinsert_failed(ctx.q)
         got = await ctx.db.execute(
-            failed.sql, failed.bind(rows=Json(to_fail), output=_jsonb(output))
+            failed.sql, failed.bind(rows=Json(to_fail), output=as_jsonb(output))
         )
         wanted = {uuid.UUID(r["id"]) for r in to_fail}
         settled += [r["id"] for r in got if r["id"] in wanted]

@@ -28,7 +28,7 @@ from qcore.sql._statement import Statement
 from qcore.sql.jobs.spec import FetchSpec
 from qcore.verbs.jobs.affinity import claim_matching, in_claim_order
 from qcore.verbs.jobs.claim import claim_plan_pins, claimed_jobs
-from qcore.verbs.jobs.routes import _jsonb, _result, _routed, settled_ids
+from qcore.verbs.jobs.routes import as_jsonb, command_result, routed, settled_ids
 from qcore.verbs.queues import missing_queue
 
 #: how long past a batch's longest expiry the server waits on an idle locked claim
@@ -98,8 +98,8 @@ class LockedBatch:
         output = normalize_output(data)
         ids = self._take(jobs)
         statement = sql.complete_held(self._ctx.q, table=self._route.table)
-        rows = await self._run(statement, ids, output=_jsonb(output))
-        return _result(ids, settled_ids(ids, rows[0]) if rows else [])
+        rows = await self._run(statement, ids, output=as_jsonb(output))
+        return command_result(ids, settled_ids(ids, rows[0]) if rows else [])
 
     async def fail(
         self, jobs: Iterable[Job] | None = None, data: Any = None, *, terminal: bool = False
@@ -110,8 +110,8 @@ class LockedBatch:
         output = normalize_output(data)
         ids = self._take(jobs)
         statement = sql.fail_held(self._ctx.q, terminal=terminal)
-        rows = await self._run(statement, ids, output=_jsonb(output))
-        return _result(ids, [r["id"] for r in rows if r["id"] is not None])
+        rows = await self._run(statement, ids, output=as_jsonb(output))
+        return command_result(ids, [r["id"] for r in rows if r["id"] is not None])
 
     def _take(self, jobs: Iterable[Job] | None) -> list[uuid.UUID]:
         """The ids of ``jobs``, which must be this batch's and not yet settled (checked
@@ -158,17 +158,17 @@ async def fail_released(
     locked and failed (the attempt counted, retried or dead-lettered as the queue says);
     one that another claim took meanwhile is left to it."""
     queue_name(name)
-    output = _jsonb(normalize_output(data))
+    output = as_jsonb(normalize_output(data))
     ids = [job.id for job in jobs]
     async with ctx.db.separate_transaction() as tx:
         lock = sql.lock_released(ctx.q)
         locked = await tx.execute(lock.sql, lock.bind(queue=name, ids=ids))
         free = [r["id"] for r in locked]
         if not free:
-            return _result(ids, [])
+            return command_result(ids, [])
         fail = sql.fail_held(ctx.q)
         rows = await tx.execute(fail.sql, fail.bind(queue=name, ids=free, output=output))
-    return _result(ids, [r["id"] for r in rows if r["id"] is not None])
+    return command_result(ids, [r["id"] for r in rows if r["id"] is not None])
 
 
 @asynccontextmanager
@@ -271,7 +271,7 @@ async def _claim(ctx: Context, name: str, spec: FetchSpec) -> tuple[QueueRoute, 
         return order(claimed), bool(rows[0].get("patterned"))
 
     async def claim(limit: int, first: bool, patterned: bool) -> tuple[list[Job], bool]:
-        return await _routed(ctx, name, lambda route: attempt(route, limit, patterned))
+        return await routed(ctx, name, lambda route: attempt(route, limit, patterned))
 
     jobs = await claim_matching(ctx, name, spec.batch_size, claim, order)
     return claimed_on[-1], jobs

@@ -25,13 +25,13 @@ T = TypeVar("T")
 Ids = uuid.UUID | str | Job | Iterable[uuid.UUID | str | Job]
 
 
-_UNDEFINED_TABLE = "42P01"
+UNDEFINED_TABLE = "42P01"
 
 
-_MAX_BATCH = 1_000_000
+MAX_BATCH = 1_000_000
 
 
-async def _routed(
+async def routed(
     ctx: Context,
     name: str,
     attempt: Callable[[QueueRoute], Awaitable[T | None]],
@@ -48,7 +48,7 @@ async def _routed(
         try:
             result = await attempt(route)
         except DatabaseError as exc:
-            if exc.sqlstate != _UNDEFINED_TABLE or ctx.db.in_transaction:
+            if exc.sqlstate != UNDEFINED_TABLE or ctx.db.in_transaction:
                 raise
             result = None
         if result is not None:
@@ -65,12 +65,12 @@ async def _routed(
 Targets = tuple[list[uuid.UUID], list[uuid.UUID], list[tuple[uuid.UUID, int]]]
 
 
-def _ids(ids: object) -> Targets:
+def target_ids(ids: object) -> Targets:
     """Every distinct id, the unfenced ids, and the (id, retry_count) fences of Jobs."""
     return ids_and_fences(ids)
 
 
-async def _run_command(
+async def run_command(
     ctx: Context,
     name: str,
     build: Callable[[str], Statement],
@@ -83,14 +83,14 @@ async def _run_command(
     )
 
 
-async def _run_settling(
+async def run_settling(
     ctx: Context,
     name: str,
     build: Callable[[str], Statement],
     every: list[uuid.UUID],
     **values: Any,
 ) -> list[uuid.UUID]:
-    """Run a settling command (its row as ``_settling_command``'s) built for the queue's
+    """Run a settling command (its row as ``settling_command``'s) built for the queue's
     job table; the ids it changed."""
     return await _run_routed(
         ctx, name, build, every, lambda rows: settled_ids(every, rows[0]), values
@@ -106,7 +106,7 @@ async def _run_routed(
     values: dict[str, Any],
 ) -> T:
     """A command on the queue's job table, read from its rows by ``read`` (no row: the
-    route is read again, see :func:`_routed`)."""
+    route is read again, see :func:`routed`)."""
 
     async def attempt(route: QueueRoute) -> T | None:
         statement = build(route.table)
@@ -114,7 +114,7 @@ async def _run_routed(
         rows = await retrying.execute(ctx, statement.sql, params)
         return read(rows) if rows else None
 
-    return await _routed(ctx, name, attempt)
+    return await routed(ctx, name, attempt)
 
 
 def settled_ids(every: list[uuid.UUID], row: dict[str, Any]) -> list[uuid.UUID]:
@@ -123,11 +123,11 @@ def settled_ids(every: list[uuid.UUID], row: dict[str, Any]) -> list[uuid.UUID]:
     return list(every) if settled is None else settled
 
 
-def _result(every: list[uuid.UUID], ids: list[uuid.UUID]) -> CommandResult:
+def command_result(every: list[uuid.UUID], ids: list[uuid.UUID]) -> CommandResult:
     return CommandResult(requested=len(every), affected=len(ids), ids=ids)
 
 
-def _fence_values(plain: list[uuid.UUID], fences: list[tuple[uuid.UUID, int]]) -> dict[str, Any]:
+def fence_values(plain: list[uuid.UUID], fences: list[tuple[uuid.UUID, int]]) -> dict[str, Any]:
     return {
         "plain_ids": plain,
         "fence_ids": [id_ for id_, _ in fences],
@@ -135,6 +135,6 @@ def _fence_values(plain: list[uuid.UUID], fences: list[tuple[uuid.UUID, int]]) -
     }
 
 
-def _jsonb(value: Any) -> Any:
+def as_jsonb(value: Any) -> Any:
     """A parameter for a ``$n::jsonb``: SQL NULL for None, else the JSON value."""
     return None if value is None else Json(value)

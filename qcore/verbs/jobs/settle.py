@@ -19,12 +19,12 @@ from qcore.sql.locks import notify_channel
 from qcore.verbs.jobs.routes import (
     Ids,
     Targets,
-    _fence_values,
-    _ids,
-    _jsonb,
-    _result,
-    _run_command,
-    _run_settling,
+    as_jsonb,
+    command_result,
+    fence_values,
+    run_command,
+    run_settling,
+    target_ids,
 )
 from qcore.verbs.queues import reduce_cached_counts
 
@@ -35,10 +35,10 @@ async def complete(
     """Mark active jobs completed, storing ``data`` as their output (a dict as it is,
     anything else as ``{"value": data}``). ``include_queued`` completes queued jobs too."""
     queue_name(name)
-    targets = _ids(ids)
+    targets = target_ids(ids)
     output = normalize_output(data)
     done = await _complete(ctx, name, targets, output, include_queued)
-    return _result(targets[0], done)
+    return command_result(targets[0], done)
 
 
 async def complete_each(
@@ -47,17 +47,17 @@ async def complete_each(
     """Complete active jobs each with its own output (``(job, output)`` pairs, outputs
     as ``complete`` takes them), fenced on their attempts, in one statement."""
     queue_name(name)
-    targets = _ids([job for job, _ in outputs])
+    targets = target_ids([job for job, _ in outputs])
     values = [{"id": str(job.id), "output": normalize_output(out)} for job, out in outputs]
-    rows = await _run_command(
+    rows = await run_command(
         ctx,
         name,
         lambda table: sql.complete_each(ctx.q, table=table),
         targets[0],
         outputs=Json(values),
-        **_fence_values(targets[1], targets[2]),
+        **fence_values(targets[1], targets[2]),
     )
-    return _result(targets[0], [r["id"] for r in rows])
+    return command_result(targets[0], [r["id"] for r in rows])
 
 
 async def complete_together(
@@ -79,7 +79,9 @@ async def complete_together(
         done = None if len(completed) == len(merged[0]) else set(completed)
         for i in members:
             every = calls[i][0]
-            results[i] = _result(every, every if done is None else [x for x in every if x in done])
+            results[i] = command_result(
+                every, every if done is None else [x for x in every if x in done]
+            )
     return [r for r in results if r is not None]
 
 
@@ -105,15 +107,15 @@ async def _complete(
     ctx: Context, name: str, targets: Targets, output: Any, include_queued: bool
 ) -> list[uuid.UUID]:
     every, plain, fences = targets
-    return await _run_settling(
+    return await run_settling(
         ctx,
         name,
         lambda table: sql.complete_jobs(
             ctx.q, fenced=bool(fences), include_queued=include_queued, table=table
         ),
         every,
-        output=_jsonb(output),
-        **_fence_values(plain, fences),
+        output=as_jsonb(output),
+        **fence_values(plain, fences),
     )
 
 
@@ -123,13 +125,13 @@ async def _fenced_command(
     """Run the command ``build(q, fenced=..., table=...)`` makes on jobs ``ids`` (fenced on
     the attempts of the ``Job`` objects among them): the ids asked for, and the rows."""
     queue_name(name)
-    every, plain, fences = _ids(ids)
-    rows = await _run_command(
+    every, plain, fences = target_ids(ids)
+    rows = await run_command(
         ctx,
         name,
         lambda table: build(ctx.q, fenced=bool(fences), table=table),
         every,
-        **_fence_values(plain, fences),
+        **fence_values(plain, fences),
     )
     return every, rows
 
@@ -137,41 +139,41 @@ async def _fenced_command(
 async def cancel(ctx: Context, name: str, ids: Ids) -> CommandResult:
     """Cancel jobs that are not finished yet (queued or active)."""
     every, rows = await _fenced_command(ctx, name, ids, sql.cancel_jobs)
-    return _result(every, [r["id"] for r in rows])
+    return command_result(every, [r["id"] for r in rows])
 
 
 async def restore(ctx: Context, name: str, ids: Ids) -> CommandResult:
     """Hand active jobs back to the queue unstarted (created; the next claim spends no
     attempt): what a worker does with jobs it claimed but will not run."""
     every, rows = await _fenced_command(ctx, name, ids, sql.restore_jobs)
-    return _result(every, [r["id"] for r in rows])
+    return command_result(every, [r["id"] for r in rows])
 
 
 async def resume(ctx: Context, name: str, ids: Ids) -> CommandResult:
     """Bring cancelled jobs back to created (they run no earlier than now)."""
     queue_name(name)
-    every, _, _ = _ids(ids)
-    rows = await _run_command(ctx, name, lambda table: sql.resume_jobs(ctx.q, table=table), every)
+    every, _, _ = target_ids(ids)
+    rows = await run_command(ctx, name, lambda table: sql.resume_jobs(ctx.q, table=table), every)
     retained = sum(1 for r in rows if r["retained"])
     await reduce_cached_counts(ctx, name, retained=retained, total=0)
-    return _result(every, [r["id"] for r in rows])
+    return command_result(every, [r["id"] for r in rows])
 
 
 async def retry(ctx: Context, name: str, ids: Ids) -> CommandResult:
     """Give failed jobs another attempt: back to retry, with one more allowed. On a
     ``notify`` queue a job that is ready now wakes listening workers."""
     queue_name(name)
-    every, _, _ = _ids(ids)
+    every, _, _ = target_ids(ids)
     notify = ctx.backend.capabilities.listen_notify
     channel = notify_channel(ctx.schema_spec) if notify else None
-    rows = await _run_command(
+    rows = await run_command(
         ctx,
         name,
         lambda table: sql.retry_jobs(ctx.q, notify=notify, table=table),
         every,
         channel=channel,
     )
-    return _result(every, [r["id"] for r in rows])
+    return command_result(every, [r["id"] for r in rows])
 
 
 async def delete_job(ctx: Context, name: str, ids: Ids) -> CommandResult:
@@ -179,11 +181,11 @@ async def delete_job(ctx: Context, name: str, ids: Ids) -> CommandResult:
     every, rows = await _fenced_command(ctx, name, ids, sql.delete_jobs)
     retained = sum(1 for r in rows if r["retained"])
     await reduce_cached_counts(ctx, name, retained=retained, total=retained)
-    return _result(every, [r["id"] for r in rows])
+    return command_result(every, [r["id"] for r in rows])
 
 
 async def touch(ctx: Context, name: str, ids: Ids) -> CommandResult:
     """Refresh the heartbeat of active jobs; ``ids`` of the result are those refreshed
     (a job missing from it is no longer active, or no longer in that attempt)."""
     every, rows = await _fenced_command(ctx, name, ids, sql.touch_jobs)
-    return _result(every, [r["id"] for r in rows])
+    return command_result(every, [r["id"] for r in rows])
