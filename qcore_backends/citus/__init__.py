@@ -1,5 +1,6 @@
-"""Citus: PostgreSQL with the citus extension; qcore's tables stay local to the
-coordinator, so every strategy is PostgreSQL's.
+"""Citus: PostgreSQL with the citus extension.
+
+qcore's tables stay local to the coordinator, so every strategy is PostgreSQL's.
 
 The target is Citus 14, which runs on PostgreSQL 16, 17 and 18 (Citus 13.x is the
 line for PostgreSQL 15): the provisioning spec pins the ``citusdata/citus:14.0``

@@ -1,5 +1,8 @@
-"""CockroachDB: no SKIP LOCKED claim, no advisory locks, no LISTEN/NOTIFY, one
-mutation of a table per statement, SERIALIZABLE transactions that must be retried."""
+"""CockroachDB: a distributed engine without SKIP LOCKED.
+
+No SKIP LOCKED claim, no advisory locks, no LISTEN/NOTIFY, one mutation of a table per
+statement, SERIALIZABLE transactions that must be retried.
+"""
 
 from qcore.backend import (
     Backend,

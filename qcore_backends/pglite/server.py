@@ -1,5 +1,7 @@
-"""Run PGlite as a local PostgreSQL server: Node.js runs ``pglite-server`` from
-``@electric-sql/pglite-socket``, installed once per user into a cache directory.
+"""Run PGlite as a local PostgreSQL server.
+
+Node.js runs ``pglite-server`` from ``@electric-sql/pglite-socket``, installed once
+per user into a cache directory.
 
 >>> with PGliteServer(data_dir="./jobs-db") as server:
 ...     boss = Boss(server.url, backend="pglite")
@@ -108,8 +110,10 @@ def package_hash() -> str:
 
 @contextlib.contextmanager
 def _file_lock(path: Path, *, timeout: float | None, what: str) -> Iterator[None]:
-    """An exclusive lock on ``path`` shared with other processes (blocking up to
-    ``timeout`` seconds; ``timeout=0`` fails at once if it is held)."""
+    """An exclusive lock on ``path`` shared with other processes.
+
+    It blocks up to ``timeout`` seconds; ``timeout=0`` fails at once if it is held.
+    """
     handle = _acquire(path, timeout=timeout, what=what)
     try:
         yield
@@ -345,8 +349,10 @@ class PGliteServer:
         return npm
 
     def ensure_installed(self) -> Path:
-        """Install the pinned npm packages into the cache (first use only); the path of
-        the ``pglite-server`` script."""
+        """Install the pinned npm packages into the cache (first use only).
+
+        Returns the path of the ``pglite-server`` script.
+        """
         target = self.install_dir
         script = target / SERVER_SCRIPT
         if self._installed(target):
@@ -397,8 +403,11 @@ class PGliteServer:
     # -- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> PGliteServer:
-        """Start the server (installing the npm packages first if needed) and wait until
-        it answers a query. Starting a running server does nothing."""
+        """Start the server and wait until it answers a query.
+
+        The npm packages are installed first if needed. Starting a running server does
+        nothing.
+        """
         with self._mutex:
             if self._proc is not None and self._proc.poll() is None and self._url is not None:
                 return self
@@ -463,8 +472,10 @@ class PGliteServer:
             return self
 
     def _wait_ready(self) -> str:
-        """Wait for the "listening" line (it comes once PGlite is initialised; with
-        ``port=0`` it tells the port), then for a query to succeed."""
+        """Wait for the "listening" line, then for a query to succeed.
+
+        The line comes once PGlite is initialised; with ``port=0`` it tells the port.
+        """
         import psycopg
 
         assert self._proc is not None
@@ -515,10 +526,12 @@ class PGliteServer:
         return f"postgresql://postgres@{host}:{port}/postgres?sslmode=disable"
 
     def stop(self) -> None:
-        """Stop the server. On SIGTERM it closes PGlite cleanly (PostgreSQL shuts down
-        with a checkpoint, so what was committed is in ``data_dir`` when this returns);
-        after ``shutdown_timeout_seconds`` it is killed. Stopping a stopped server does
-        nothing."""
+        """Stop the server.
+
+        On SIGTERM it closes PGlite cleanly (PostgreSQL shuts down with a checkpoint, so
+        what was committed is in ``data_dir`` when this returns); after
+        ``shutdown_timeout_seconds`` it is killed. Stopping a stopped server does nothing.
+        """
         with self._mutex:
             self._discard()
 
@@ -561,9 +574,11 @@ def _which(name: str) -> str | None:
 
 
 def _terminate(proc: subprocess.Popen[bytes], timeout: float, log_path: Path | None) -> int | None:
-    """Stop a server process: SIGTERM (the server closes PGlite cleanly and exits 0), then
-    SIGKILL if it is still there after ``timeout``. Also run at interpreter exit. Returns
-    the exit code."""
+    """Stop a server process; its exit code.
+
+    SIGTERM (the server closes PGlite cleanly and exits 0), then SIGKILL if it is still
+    there after ``timeout``. Also run at interpreter exit.
+    """
     try:
         if proc.poll() is None:
             if sys.platform == "win32":

@@ -1,6 +1,9 @@
-"""YugabyteDB (YSQL): SKIP LOCKED, multi-mutation CTEs, deferrable foreign keys and
-covering indexes work (the shape pg-boss builds there); no partitions of the job
-table, no advisory locks by default, no LISTEN/NOTIFY unless enabled."""
+"""YugabyteDB (YSQL): pg-boss's shape on a distributed engine.
+
+SKIP LOCKED, multi-mutation CTEs, deferrable foreign keys and covering indexes work
+(the shape pg-boss builds there); no partitions of the job table, no advisory locks by
+default, no LISTEN/NOTIFY unless enabled.
+"""
 
 from qcore.backend import (
     Backend,
