@@ -208,7 +208,9 @@ class Boss(
 
     @verb()
     async def start(self, *, attempts: int = 1) -> Boss:
-        """Open the connection, install or migrate the schema (under the backend's lock),
+        """Bring this ``Boss`` up: schema first, then its loops and workers.
+
+        Open the connection, install or migrate the schema (under the backend's lock),
         then start the background loops and the workers.
 
         With ``attempts`` > 1 a failure is tried again after 1 s, doubling up to 30 s
@@ -255,10 +257,12 @@ class Boss(
 
     @verb()
     async def add_service(self, make: Callable[[Context, Events], Service]) -> None:
-        """Run a background service of your own beside the built-in ones (the metrics
-        recorder is one: :func:`qcore.metrics.record_metrics`): ``make(context, events)``
-        builds it on every :meth:`start` (at once when started already); :meth:`stop`
-        stops it with the others."""
+        """Run a background service of your own beside the built-in ones.
+
+        The metrics recorder is one (:func:`qcore.metrics.record_metrics`):
+        ``make(context, events)`` builds it on every :meth:`start` (at once when started
+        already); :meth:`stop` stops it with the others.
+        """
         if not callable(make):
             raise ValidationError(f"add_service takes a callable, got {make!r}")
         self._extra_services.append(make)
@@ -375,10 +379,12 @@ class Boss(
     async def stop(
         self, *, graceful: bool = True, close: bool = True, timeout: float = 30.0
     ) -> None:
-        """Stop fetching, let active handlers finish (up to ``timeout`` seconds; at once
-        with ``graceful=False``), fail what is still held, emit ``stopped``; then, with
-        ``close``, close what qcore opened (its pool, an embedded engine). With
-        ``close=False`` the connection stays for ``send``/``fetch`` until a later ``stop()``.
+        """Stop fetching, let active handlers finish, and give back what is still held.
+
+        Active handlers get up to ``timeout`` seconds (none with ``graceful=False``); what is
+        still held is failed, then ``stopped`` is emitted; then, with ``close``, what qcore
+        opened (its pool, an embedded engine) is closed. With ``close=False`` the connection
+        stays for ``send``/``fetch`` until a later ``stop()``.
         """
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
             raise ValidationError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
@@ -450,16 +456,21 @@ class Boss(
 
     @property
     def unsettled_jobs(self) -> list[Job]:
-        """The jobs the last ``stop()`` left held: the database did not answer in time
-        to store how they ended (``qcore work`` exits 75 for them). They stay active
-        until they expire, then retry as their queue says."""
+        """The jobs the last ``stop()`` left held.
+
+        The database did not answer in time to store how they ended (``qcore work``
+        exits 75 for them). They stay active until they expire, then retry as their
+        queue says.
+        """
         return list(self._unsettled)
 
     @verb()
     def on(self, event: str, callback: Callable[..., Any]) -> Callable[[], None]:
-        """Subscribe to an event (``error``, ``warning``, ``wip``, ``stopped``, ``flow``,
-        ``instance_paused``, ``instance_resumed``, ``instance_removed``); returns an
-        unsubscribe."""
+        """Subscribe to an event; returns an unsubscribe.
+
+        The events: ``error``, ``warning``, ``wip``, ``stopped``, ``flow``,
+        ``instance_paused``, ``instance_resumed``, ``instance_removed``.
+        """
         return self.events.on(event, callback)
 
     @property

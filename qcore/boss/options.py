@@ -61,9 +61,11 @@ UNRECORDED: Mapping[str, Any] = {"record": False}
 
 
 class BossOptions(ConnectionOptions, total=False):
-    """The keyword options of ``Boss(...)`` (and ``SyncBoss(...)``); the connection
-    options of :class:`~qcore.db.ConnectionOptions` too. Defaults and ranges: the
-    guide's configuration page."""
+    """The keyword options of ``Boss(...)`` and ``SyncBoss(...)``.
+
+    They include the connection options of :class:`~qcore.db.ConnectionOptions`.
+    Defaults and ranges: the guide's configuration page.
+    """
 
     backend: str | Backend
     db: Any
@@ -101,9 +103,12 @@ class BossOptions(ConnectionOptions, total=False):
 
 @dataclass(frozen=True)
 class ConnectionSettings:
-    """Where the jobs live: the backend (a name, ``"auto"``, or a ``Backend``), a
-    ``db=`` you own, the schema and how it is installed, an embedded engine's
-    ``data_dir``, and whether workers listen for NOTIFY."""
+    """Where the jobs live and how this ``Boss`` reaches them.
+
+    The backend (a name, ``"auto"``, or a ``Backend``), a ``db=`` you own, the schema
+    and how it is installed, an embedded engine's ``data_dir``, and whether workers
+    listen for NOTIFY.
+    """
 
     backend: str | Backend = field(default="postgres", metadata=UNRECORDED)
     db: Any = field(default=None, metadata=UNRECORDED)
@@ -125,8 +130,10 @@ def _interval(owner: object, *options: str) -> None:
 
 @dataclass(frozen=True)
 class SupervisorSettings:
-    """The supervise pass: whether it runs in the background, and how often it and the
-    expiry monitor run."""
+    """The settings of the supervise pass.
+
+    Whether it runs in the background, and how often it and the expiry monitor run.
+    """
 
     supervise: bool = True
     supervise_interval_seconds: float = 60.0
@@ -158,8 +165,11 @@ class BamSettings:
 
 @dataclass(frozen=True)
 class RegistryOptions:
-    """The instance registry: whether this ``Boss`` registers and beats, its name, its
-    heartbeat, and its stable key (``$QCORE_INSTANCE_KEY`` unless given)."""
+    """The settings of the instance registry.
+
+    Whether this ``Boss`` registers and beats, its name, its heartbeat, and its stable
+    key (``$QCORE_INSTANCE_KEY`` unless given).
+    """
 
     register_instance: bool = field(default=True, metadata=UNRECORDED)
     instance_name: str | None = field(default=None, metadata=UNRECORDED)
@@ -226,9 +236,11 @@ class BossSettings:
     given: Mapping[str, Any]
 
     def recorded(self, *, adapter: str, backend: str, pool_max: int) -> dict[str, Any]:
-        """The options an instance's row records (never a connection setting or a
-        credential), under their own names: each option as given, but the registry's
-        key as resolved."""
+        """The options an instance's row records, under their own names.
+
+        Never a connection setting or a credential: each option as given, but the
+        registry's key as resolved.
+        """
         config: dict[str, Any] = {"adapter": adapter, "backend": backend, "max": pool_max}
         for owner in OWNERS:
             for f in fields(owner):
@@ -239,8 +251,11 @@ class BossSettings:
 
 
 def settings_of(options: Mapping[str, Any]) -> BossSettings:
-    """Each owner's settings from ``Boss``'s keyword options (the connection options
-    left out); the owners check them in the order of :data:`OWNERS`."""
+    """Split ``Boss``'s keyword options into each owner's settings.
+
+    The connection options are left out; the owners check them in the order of
+    :data:`OWNERS`.
+    """
     given: dict[str, Any] = {}
     built: list[Any] = []
     for owner in OWNERS:
@@ -260,9 +275,12 @@ Init = TypeVar("Init", bound=Callable[..., None])
 
 
 def signature(init: Init) -> Init:
-    """Give ``init`` (``Boss.__init__``) the signature it would have with every option
-    written out: ``connection_string``, each option keyword-only with its default and
-    type, then ``**connection``. ``inspect.signature`` and ``help()`` show it."""
+    """Give ``Boss.__init__`` the signature it would have with every option written out.
+
+    The signature of ``init``: ``connection_string``, each option keyword-only with its
+    default and type, then ``**connection``. ``inspect.signature`` and ``help()`` show
+    it.
+    """
     hints = get_type_hints(BossOptions)
     P = inspect.Parameter
     parameters = [

@@ -68,8 +68,11 @@ class Patient(Protocol):
 
 @dataclass(frozen=True)
 class Registration:
-    """One service of the table: its name, its builder (None: not on this ``Boss``),
-    and its busy flag (False while it does not run)."""
+    """One service of the table: its name, its builder and its busy flag.
+
+    The builder is None when the service is not on this ``Boss``; the busy flag is False
+    while it does not run.
+    """
 
     name: str
     build: Callable[[Host], Service | None]
@@ -155,8 +158,10 @@ BY_NAME: Mapping[str, Registration] = {r.name: r for r in SERVICES}
 
 @dataclass
 class Running:
-    """The services one ``start()`` started, by name (the caller's own under their
-    service's name), in start order."""
+    """The services one ``start()`` started, by name, in start order.
+
+    The caller's own services are under their service's name.
+    """
 
     services: dict[str, Service]
 
@@ -181,9 +186,10 @@ async def stop_all(
     settle: float,
     stop_workers: Callable[[float], Any],
 ) -> None:
-    """Stop every running service and, through ``stop_workers(seconds)``, the workers,
-    within one deadline: a database that does not answer holds the stop no longer but
-    for the workers' short last try (``settle`` seconds).
+    """Stop every running service and the workers within one deadline.
+
+    The workers stop through ``stop_workers(seconds)``. A database that does not answer
+    holds the stop no longer but for the workers' short last try (``settle`` seconds).
 
     A patient service busy with a pass gets the timeout first (the handlers get what is
     left); an idle one stops beside the workers, bounded after them. The others stop
@@ -212,10 +218,13 @@ async def stop_all(
 
 
 async def bounded(stops: dict[asyncio.Future[None], str], events: Events, *, until: float) -> None:
-    """Wait for ``stops`` (each a service's stop, by the service's name) until loop
-    time ``until``; one still stopping then (its pass waits on a database that does
-    not answer) is cancelled, left to end on its own, and reported; so is a stop
-    that failed."""
+    """Wait for the services' stops until a deadline, then cancel and report the late ones.
+
+    ``stops`` holds each service's stop, by the service's name; the deadline is loop
+    time ``until``. One still stopping then (its pass waits on a database that does not
+    answer) is cancelled, left to end on its own, and reported; so is a stop that
+    failed.
+    """
     if not stops:
         return
     left = max(0.0, until - asyncio.get_running_loop().time())

@@ -133,8 +133,11 @@ class WorkerVerbs:
         handler: Callable[[list[Job]], Any],
         **options: Unpack[WorkArguments],
     ) -> Worker:
-        """A worker of this instance, not started: ``work()``'s, or a service's own (the
-        timekeeper's forwarder, which is no user's worker: not in ``worker_statuses``)."""
+        """A worker of this instance, not started.
+
+        It is ``work()``'s, or a service's own (the timekeeper's forwarder, which is no
+        user's worker: not in ``worker_statuses``).
+        """
         return Worker(
             name,
             handler,
@@ -150,8 +153,9 @@ class WorkerVerbs:
     def handler(
         self: WorkerParts, name: str, **options: Unpack[WorkArguments]
     ) -> Callable[[Callable[[list[Job]], Any]], Callable[[list[Job]], Any]]:
-        """Register the decorated function as the handler of queue ``name``, with
-        ``work()``'s options; nothing runs until :meth:`work_handlers` (which
+        """Register the decorated function as the handler of queue ``name``.
+
+        It takes ``work()``'s options; nothing runs until :meth:`work_handlers` (which
         ``qcore work module:boss`` calls after ``start()``). The options are checked
         now: a mistake fails at import, not in production.
 
@@ -174,8 +178,10 @@ class WorkerVerbs:
     async def work_handlers(
         self: WorkerParts, queues: list[str] | None = None, *, local_concurrency: int | None = None
     ) -> list[str]:
-        """``work()`` every handler registered with :meth:`handler` (those of ``queues``
-        only, when given; ``local_concurrency`` overrides each one's); the worker ids."""
+        """``work()`` every handler registered with :meth:`handler`; returns the worker ids.
+
+        Only those of ``queues``, when given; ``local_concurrency`` overrides each one's.
+        """
         chosen = self.handlers
         if queues is not None:
             if isinstance(queues, (str, bytes)) or not isinstance(queues, (list, tuple)):
@@ -200,9 +206,12 @@ class WorkerVerbs:
     async def off_work(
         self: WorkerParts, name: str | None = None, *, id: str | None = None, wait: bool = True
     ) -> None:
-        """Stop the workers of a queue (or the one with ``id``): they fetch no more, and
-        their active handlers run to the end; with ``wait``, until they have. ``stop()``
-        also waits for (and bounds by its timeout) workers still finishing this way."""
+        """Stop the workers of a queue, or the one with ``id``.
+
+        They fetch no more, and their active handlers run to the end; with ``wait``,
+        this waits until they have. ``stop()`` also waits for (and bounds by its
+        timeout) workers still finishing this way.
+        """
         if name is None and id is None:
             raise ValidationError("off_work needs a queue name or a worker id")
         chosen = [
@@ -231,9 +240,12 @@ class WorkerVerbs:
 
     @verb()
     def notify_worker(self: WorkerParts, id: str) -> bool:
-        """Wake worker ``id`` (from :meth:`work`): an idle loop of it fetches now instead
-        of waiting out its polling interval. Whether a running worker has that id (one
-        stopped or of another instance: False, nothing happens)."""
+        """Wake worker ``id`` so that it fetches now; whether a running worker has that id.
+
+        The id is one from :meth:`work`: an idle loop of it fetches now instead of
+        waiting out its polling interval. One stopped or of another instance: False,
+        nothing happens.
+        """
         if not isinstance(id, str):
             raise ValidationError(f"a worker id is a string (from work()), got {id!r:.80}")
         worker = self._workers.get(id)
@@ -259,8 +271,10 @@ class WorkerVerbs:
             self._wip.flush([w.status() for w in workers])
 
     def _listening(self: WorkerParts, queue: str) -> bool:
-        """Whether a NOTIFY for ``queue`` reaches this instance now (its listener is up;
-        the worker checks that the queue itself notifies)."""
+        """Whether a NOTIFY for ``queue`` reaches this instance now.
+
+        That is, its listener is up; the worker checks that the queue itself notifies.
+        """
         notifier = self._running.get("notifier", Notifier)
         return notifier is not None and notifier.available
 

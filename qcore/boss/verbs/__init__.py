@@ -1,7 +1,8 @@
-"""The verbs of ``Boss`` that forward to :mod:`qcore.verbs`, as mixins by subject:
-each checks its arguments (:func:`qcore.arguments.verb`) and calls the operation with
-the context of the call (with ``db=``, the caller's own transaction). What they need
-of ``Boss`` is one protocol, :class:`~qcore.boss.verbs.parts.BossParts`.
+"""The verbs of ``Boss`` that forward to :mod:`qcore.verbs`, as mixins by subject.
+
+Each checks its arguments (:func:`qcore.arguments.verb`) and calls the operation with
+the context of the call (with ``db=``, the caller's own transaction). What they need of
+``Boss`` is one protocol, :class:`~qcore.boss.verbs.parts.BossParts`.
 
 A new verb is a method on the mixin of its subject (``Boss`` inherits it, ``SyncBoss``
 wraps it with one line).

@@ -21,9 +21,12 @@ class FlowVerbs:
     async def flow(
         self: BossParts, jobs: list[dict[str, Any]], *, db: Any = None
     ) -> dict[str, uuid.UUID]:
-        """Insert a graph of jobs in one transaction: each a dict of ``ref``, ``name``
-        (its queue), ``data``, ``options`` (send options) and ``depends_on`` (refs of
-        its parents). A child waits until every parent has completed. Each ref's id."""
+        """Insert a graph of jobs in one transaction; returns each ref's id.
+
+        Each job is a dict of ``ref``, ``name`` (its queue), ``data``, ``options`` (send
+        options) and ``depends_on`` (refs of its parents). A child waits until every
+        parent has completed.
+        """
         return await flow_ops.flow(self.context(db), jobs)
 
     @verb()
@@ -54,8 +57,11 @@ class FlowVerbs:
 
     @verb()
     async def resolve_flow(self: BossParts) -> int:
-        """Release now the children whose parents have all completed (the resolver's pass,
-        ungated by its interval); how many parents it resolved."""
+        """Release now the children whose parents have all completed.
+
+        This is the resolver's pass, ungated by its interval; returns how many parents it
+        resolved.
+        """
         self.context()  # NotStartedError before start()
         flows = self._running.get("flows", FlowResolver)
         if flows is None:

@@ -14,8 +14,10 @@ __all__ = ["InstanceVerbs"]
 
 
 class InstanceVerbs:
-    """The instance registry's verbs (a part of ``Boss``): list the instances of this
-    database, pause, resume and forget a server by its key."""
+    """The instance registry's verbs (a part of ``Boss``).
+
+    List the instances of this database, pause, resume and forget a server by its key.
+    """
 
     @verb()
     async def get_instances(
@@ -26,33 +28,43 @@ class InstanceVerbs:
         offset: int | None = None,
         db: Any = None,
     ) -> InstancePage:
-        """The ``Boss`` and pg-boss objects registered in this database, oldest start
-        first (at most ``limit``, 1 to 100,000; ``after``: the last id of the previous
-        page, or ``offset``: rows to skip), each with ``live`` and, for a keyed server,
+        """The ``Boss`` and pg-boss objects registered in this database, oldest start first.
+
+        At most ``limit`` (1 to 100,000); ``after``: the last id of the previous page,
+        or ``offset``: rows to skip. Each comes with ``live`` and, for a keyed server,
         its key, pause state and ``jobs_processed``; the list's ``total`` is the
-        registry's row count."""
+        registry's row count.
+        """
         return await instance_ops.get_instances(
             self.context(db), limit=limit, after=after, offset=offset
         )
 
     @verb()
     async def pause_instance(self: BossParts, instance_key: str, *, db: Any = None) -> None:
-        """Pause the server with ``instance_key`` (from any process): it keeps
-        heartbeating and its workers claim nothing, from its next heartbeat, until
-        resumed; persisted across its restarts. Emits ``instance_paused`` here."""
+        """Pause the server with ``instance_key``, from any process.
+
+        It keeps heartbeating and its workers claim nothing, from its next heartbeat,
+        until resumed; the pause persists across its restarts. Emits ``instance_paused``
+        here.
+        """
         await instance_ops.pause_instance(self.context(db), instance_key)
         self.events.emit("instance_paused", {"instance_key": instance_key})
 
     @verb()
     async def resume_instance(self: BossParts, instance_key: str, *, db: Any = None) -> None:
-        """Let a paused server claim again (from its next heartbeat). Emits
-        ``instance_resumed`` here."""
+        """Let a paused server claim again.
+
+        It does so from its next heartbeat. Emits ``instance_resumed`` here.
+        """
         await instance_ops.resume_instance(self.context(db), instance_key)
         self.events.emit("instance_resumed", {"instance_key": instance_key})
 
     @verb()
     async def remove_instance(self: BossParts, instance_key: str, *, db: Any = None) -> None:
-        """Forget a server's key and pause state once it has been gone 30 minutes
-        (``ValidationError`` before); jobs are never touched. Emits ``instance_removed``."""
+        """Forget a server's key and pause state once it has been gone 30 minutes.
+
+        Before that, a ``ValidationError``; jobs are never touched. Emits
+        ``instance_removed``.
+        """
         await instance_ops.remove_instance(self.context(db), instance_key)
         self.events.emit("instance_removed", {"instance_key": instance_key})

@@ -1,7 +1,8 @@
-"""The queue and job verbs of ``Boss``, but the claim: each checks its arguments
-(:func:`qcore.arguments.verb`) and forwards to :mod:`qcore.verbs.queues` or
-:mod:`qcore.verbs.jobs` with the context of the call (with ``db=``, the caller's own
-transaction).
+"""The queue and job verbs of ``Boss``, but the claim.
+
+Each checks its arguments (:func:`qcore.arguments.verb`) and forwards to
+:mod:`qcore.verbs.queues` or :mod:`qcore.verbs.jobs` with the context of the call (with
+``db=``, the caller's own transaction).
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ __all__ = ["QueueAndJobVerbs"]
 
 
 def _own(ctx: Context, db: Any) -> bool:
-    """Whether a call runs on the Boss's own pool, outside any transaction (so it may
-    share a statement with other calls)."""
+    """Whether a call runs on the Boss's own pool, outside any transaction.
+
+    Such a call may share a statement with other calls.
+    """
     return db is None and not ctx.db.in_transaction
 
 
@@ -174,8 +177,10 @@ class QueueAndJobVerbs:
         db: Any = None,
         **options: Unpack[EditOptions],
     ) -> EditResult:
-        """Change queued jobs in place, by ``id`` or by ``singleton_key`` (``match``:
-        ``newest``, ``oldest`` or ``all``); only what is given changes."""
+        """Change queued jobs in place, by ``id`` or by ``singleton_key``.
+
+        ``match`` is ``newest``, ``oldest`` or ``all``; only what is given changes.
+        """
         return await job_ops.update(
             self.context(db), name, data, id=id, singleton_key=singleton_key, match=match, **options
         )
@@ -192,8 +197,10 @@ class QueueAndJobVerbs:
         db: Any = None,
         **options: Unpack[EditOptions],
     ) -> EditResult:
-        """``update`` the job(s) addressed, else send one with that id or key (one
-        transaction; concurrent upserts of a key agree on one job)."""
+        """``update`` the job(s) addressed, else send one with that id or key.
+
+        All in one transaction; concurrent upserts of a key agree on one job.
+        """
         return await job_ops.upsert(
             self.context(db), name, data, id=id, singleton_key=singleton_key, match=match, **options
         )
@@ -211,8 +218,10 @@ class QueueAndJobVerbs:
         limit: int = 1000,
         db: Any = None,
     ) -> int:
-        """Send queued jobs of dead letter queue ``name`` back to where they came from
-        (or to ``destination``), up to ``limit``, oldest first; how many moved."""
+        """Send queued jobs of dead letter queue ``name`` back to where they came from.
+
+        Or to ``destination``; up to ``limit``, oldest first. Returns how many moved.
+        """
         return await job_ops.redrive(
             self.context(db),
             name,
@@ -245,9 +254,12 @@ class QueueAndJobVerbs:
         db: Any = None,
         **options: Unpack[SendOptions],
     ) -> dict[str, uuid.UUID | None]:
-        """Send a job to every queue subscribed to ``event``: the job id per queue (None
-        where its policy dropped the job). One queue's failure does not stop the others:
-        a ``PublishError`` then names the queues that failed and holds what was sent."""
+        """Send a job to every queue subscribed to ``event``.
+
+        Returns the job id per queue (None where its policy dropped the job). One
+        queue's failure does not stop the others: a ``PublishError`` then names the
+        queues that failed and holds what was sent.
+        """
         return await pubsub.publish(self.context(db), event, data, **options)
 
     @verb()
@@ -308,26 +320,30 @@ class QueueAndJobVerbs:
         db: Any = None,
         **options: Unpack[FetchOptions],
     ) -> list[Job]:
-        """Complete the jobs ``done`` (no output; fenced on the attempts they were fetched
-        in) and claim the next, as ``fetch`` does: a fetch loop's settle and next claim
-        in one round trip and one commit. Both happen or neither. One statement where
-        the backend takes two mutations of a table in one (MutationStrategy.CTE), else
-        two in one transaction, pipelined where the adapter can (psycopg); with an
-        ``execute_sql`` object on such a backend a ConfigError says to complete, then
-        fetch."""
+        """Complete the jobs ``done`` and claim the next, in one round trip and one commit.
+
+        The jobs complete with no output, fenced on the attempts they were fetched in, and
+        the claim is ``fetch``'s: a fetch loop's settle and next claim. Both happen or
+        neither. One statement where the backend takes two mutations of a table in one
+        (MutationStrategy.CTE), else two in one transaction, pipelined where the adapter
+        can (psycopg); with an ``execute_sql`` object on such a backend a ConfigError says
+        to complete, then fetch.
+        """
         return await job_ops.complete_and_fetch(self.context(db), name, done, **options)
 
     def locked_fetch(
         self: BossParts, name: str, *, db: Any = None, **options: Unpack[FetchOptions]
     ) -> AbstractAsyncContextManager[LockedBatch]:
-        """``async with boss.locked_fetch(name, batch_size=...) as batch:`` claims jobs in a
-        transaction held for the block and settles them in it, one write per job
-        instead of two (``fetch``'s options and order). Jobs left unsettled complete on
+        """Claim jobs in a transaction held for a block, and settle them in it.
+
+        ``async with boss.locked_fetch(name, batch_size=...) as batch:`` costs one write per
+        job instead of two (``fetch``'s options and order). Jobs left unsettled complete on
         a normal exit, fail with the exception otherwise; a block that dies with its
-        connection gives them back, no attempt counted. While held they read as queued.
-        Not on singleton/stately queues nor with ``group_concurrency`` (a
-        ValidationError / ConfigError); needs a SKIP LOCKED backend and a pooled
-        adapter (ConfigError). See the guide's "Locked claims"."""
+        connection gives them back, no attempt counted. While held they read as queued. Not
+        on singleton/stately queues nor with ``group_concurrency`` (a ValidationError /
+        ConfigError); needs a SKIP LOCKED backend and a pooled adapter (ConfigError). See
+        the guide's "Locked claims".
+        """
         return job_ops.locked_fetch(self.context(db), name, **options)
 
     @verb()
@@ -387,8 +403,11 @@ class QueueAndJobVerbs:
         limit: int | None = None,
         db: Any = None,
     ) -> list[Job]:
-        """Jobs of a queue by id, singleton key or data containment (``queued``: waiting
-        only; ``states``: in one of them), oldest first, at most ``limit`` (1 to 100,000)."""
+        """Find a queue's jobs by id, singleton key or data containment, oldest first.
+
+        ``queued``: waiting only; ``states``: in one of them; at most ``limit`` (1 to
+        100,000).
+        """
         return await job_ops.find_jobs(
             self.context(db),
             name,
@@ -412,10 +431,13 @@ class QueueAndJobVerbs:
         limit: int = 50,
         db: Any = None,
     ) -> list[Job]:
-        """A page of a queue's jobs, newest first (``states``: only those; ``key``: with
-        that singleton key; ``data``: whose data contains this JSON value); the next page
-        is ``before=(job.created_on, job.id)`` of this page's last job. At most ``limit``
-        (1 to 1,000); a deep page costs what the first does (keyset, not offset)."""
+        """A page of a queue's jobs, newest first.
+
+        ``states``: only those; ``key``: with that singleton key; ``data``: whose data
+        contains this JSON value. The next page is ``before=(job.created_on, job.id)`` of
+        this page's last job. At most ``limit`` (1 to 1,000); a deep page costs what the
+        first does (keyset, not offset).
+        """
         return await job_ops.browse_jobs(
             self.context(db),
             name,

@@ -1,5 +1,7 @@
-"""The supervise pass's verbs of ``Boss``: run one now, the counts it caches and
-their history, the warnings, the index rebuild statements, whether a pass runs.
+"""The supervise pass's verbs of ``Boss``.
+
+Run one now, the counts it caches and their history, the warnings, the index rebuild
+statements, whether a pass runs.
 """
 
 from __future__ import annotations
@@ -29,8 +31,11 @@ __all__ = ["MaintenanceVerbs"]
 
 
 class MaintenanceVerbs:
-    """The verbs of the supervise pass (a part of ``Boss``): run one now, the counts it
-    caches and their history, the index rebuild statements, and whether a pass runs."""
+    """The verbs of the supervise pass (a part of ``Boss``).
+
+    Run one now, the counts it caches and their history, the index rebuild statements,
+    and whether a pass runs.
+    """
 
     def is_maintaining(self: BossParts) -> bool:
         """Whether a supervise pass (background or :meth:`supervise`) is in flight."""
@@ -92,17 +97,21 @@ class MaintenanceVerbs:
         before: tuple[dt.datetime, uuid.UUID | str] | None = None,
         db: Any = None,
     ) -> list[StoredWarning]:
-        """Warnings written with ``persist_warnings``, newest first: at most ``limit`` (1
-        to 1,000); the next page is ``before=(w.created_on, w.id)`` of this page's last."""
+        """Warnings written with ``persist_warnings``, newest first.
+
+        At most ``limit`` (1 to 1,000); the next page is ``before=(w.created_on, w.id)`` of
+        this page's last.
+        """
         return await read_warnings(self.context(db), limit=limit, before=before)
 
     @verb()
     async def supervise(
         self: BossParts, name: str | None = None, *, reindex: bool | Mapping[str, Any] | None = None
     ) -> None:
-        """Run one supervise pass now, over every queue or the queue ``name``: cached
-        counts and backlog warnings, expiry and heartbeat loss, retention, the pruning of
-        warnings and snapshots, and the index bloat check.
+        """Run one supervise pass now, over every queue or the queue ``name``.
+
+        The pass covers cached counts and backlog warnings, expiry and heartbeat loss,
+        retention, the pruning of warnings and snapshots, and the index bloat check.
 
         The monitor and retention steps are not gated by their intervals (unlike the
         background pass and unlike pg-boss): a pass you ask for runs. The index rebuild
@@ -138,12 +147,14 @@ class MaintenanceVerbs:
         min_size_ratio: float | None = None,
         max_index_bytes: int | None = None,
     ) -> list[str]:
-        """The statements that would rebuild the bloated job indexes now, in the order to
-        run them (an invalid stub of an interrupted rebuild dropped first), each to run
-        outside a transaction; empty when nothing is bloated, and on a backend without
+        """The statements that would rebuild the bloated job indexes now, in the order to run them.
+
+        An invalid stub of an interrupted rebuild is dropped first; each statement runs
+        outside a transaction. Empty when nothing is bloated, and on a backend without
         REINDEX. ``force=True`` lists every job index; ``min_pages``,
         ``max_entries_per_page``, ``min_size_ratio`` change the bloat rule, and
-        ``max_index_bytes``, only when given, leaves out larger indexes."""
+        ``max_index_bytes``, only when given, leaves out larger indexes.
+        """
         given = {
             "min_pages": min_pages,
             "max_entries_per_page": max_entries_per_page,

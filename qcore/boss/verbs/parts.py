@@ -1,5 +1,7 @@
-"""What the verb mixins of ``Boss`` need from it, said once: each mixin's methods take
-``self`` as a :class:`BossParts`, and ``Boss`` is one."""
+"""What the verb mixins of ``Boss`` need from it, said once.
+
+Each mixin's methods take ``self`` as a :class:`BossParts`, and ``Boss`` is one.
+"""
 
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ class BossParts(Protocol):
     _running: Running
 
     def context(self, db: Any = None) -> Context:
-        """The operation context; with ``db``, bound to the caller's connection or
-        transaction."""
+        """The operation context of a call.
+
+        With ``db``, it is bound to the caller's connection or transaction.
+        """
         ...

@@ -33,11 +33,14 @@ class ScheduleVerbs:
         db: Any = None,
         **options: Unpack[SendOptions],
     ) -> None:
-        """Send a job of ``data`` to queue ``name`` at every occurrence of ``cron`` (5
-        fields, or 6 with seconds first) in time zone ``tz``; ``key`` tells several
-        schedules of one queue apart. Replaces the schedule (``name``, ``key``) if it
-        exists. ``missed="once"``: after a time no instance ran the timekeeper, send one
-        job for the latest occurrence missed (default ``skip``: none)."""
+        """Send a job of ``data`` to queue ``name`` at every occurrence of ``cron``.
+
+        ``cron`` has 5 fields, or 6 with seconds first, read in time zone ``tz``;
+        ``key`` tells several schedules of one queue apart. Replaces the schedule
+        (``name``, ``key``) if it exists. ``missed="once"``: after a time no instance
+        ran the timekeeper, send one job for the latest occurrence missed (default
+        ``skip``: none).
+        """
         await schedule_ops.schedule(
             self.context(db), name, cron, data, tz=tz, key=key, missed=missed, **options
         )
@@ -57,8 +60,11 @@ class ScheduleVerbs:
         after: tuple[str, str] | schedule_ops.Schedule | None = None,
         db: Any = None,
     ) -> list[schedule_ops.Schedule]:
-        """Schedules in (name, key) order: all, a queue's, or one (``name`` and ``key``);
-        at most ``limit`` (1..100,000) after ``after`` (the previous page's last)."""
+        """Schedules in (name, key) order: all, a queue's, or one.
+
+        One is addressed by ``name`` and ``key``; at most ``limit`` (1..100,000) after
+        ``after`` (the previous page's last).
+        """
         return await schedule_ops.get_schedules(
             self.context(db), name, key, limit=limit, after=after
         )
