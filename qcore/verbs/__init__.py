@@ -1,6 +1,7 @@
-"""The on-demand operations: what a verb of ``Boss`` (or the command line, or the
-dashboard) runs when it is called, one module per subject, each a set of ``f(ctx, ...)``
-functions on a :class:`~qcore.context.Context`.
+"""The on-demand operations, one module per subject.
+
+Each is what a verb of ``Boss`` (or the command line, or the dashboard) runs when it is
+called: a set of ``f(ctx, ...)`` functions on a :class:`~qcore.context.Context`.
 
 A subject has the same module name here and in :mod:`qcore.sql`, which builds its
 statements: ``verbs/queues.py`` runs ``sql/queues.py``, ``verbs/jobs/claim.py`` runs

@@ -1,5 +1,8 @@
-"""The async migrations' state for an operator: a summary per status and the entries a
-page at a time (the worker that runs them is :mod:`qcore.services.bam`)."""
+"""The async migrations' state for an operator.
+
+A summary per status and the entries a page at a time (the worker that runs them is
+:mod:`qcore.services.bam`).
+"""
 
 from __future__ import annotations
 
@@ -71,9 +74,12 @@ async def get_bam_status(ctx: Context) -> list[BamStatus]:
 async def get_bam_entries(
     ctx: Context, *, limit: int = 1000, after: uuid.UUID | str | None = None
 ) -> list[BamEntry]:
-    """Up to ``limit`` entries (1 to 100,000), oldest version first; ``after`` (the last id
-    of the previous page) reads the next page and raises ``ValidationError`` when that
-    entry has been deleted since."""
+    """The async migration entries, oldest version first, a page at a time.
+
+    Up to ``limit`` entries (1 to 100,000); ``after`` (the last id of the previous page)
+    reads the next page and raises ``ValidationError`` when that entry has been deleted
+    since.
+    """
     check_count("limit", limit, MAX_BAM_PAGE)
     if after is not None and not isinstance(after, uuid.UUID):
         try:

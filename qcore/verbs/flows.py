@@ -1,6 +1,8 @@
-"""Flows: a graph of jobs whose children wait for their parents, written as pg-boss 12.38
-writes one (``blocked``, ``blocking``, ``pending_dependencies`` and ``job_dependency``
-edges), so either runtime's resolver releases either's flows.
+"""Flows: a graph of jobs whose children wait for their parents.
+
+They are written as pg-boss 12.38 writes one (``blocked``, ``blocking``,
+``pending_dependencies`` and ``job_dependency`` edges), so either runtime's resolver
+releases either's flows.
 
 ``flow(jobs)`` takes a list of job specs, each a mapping with ``ref`` (unique in the
 flow), ``name`` (its queue), and optionally ``data``, ``options`` (``send`` options)
@@ -231,8 +233,10 @@ async def _edges(
 async def get_dependencies(
     ctx: Context, name: str, id: object, *, limit: int = 1000, after: JobRef | None = None
 ) -> list[JobRef]:
-    """The parents of job ``id`` of queue ``name``: (queue, id) in order, at most ``limit``
-    (1..100,000), after ``after`` (the last of the previous page)."""
+    """The parents of job ``id`` of queue ``name``, as (queue, id) in order.
+
+    At most ``limit`` (1..100,000), after ``after`` (the last of the previous page).
+    """
     return await _edges(ctx, name, id, True, limit, after)
 
 

@@ -1,6 +1,9 @@
-"""The instance registry's verbs: the ``Boss`` and pg-boss objects sharing the database
-(their rows are written by each object's own registry service), and the operator's
-pause, resume and removal of a keyed server (qcore's own ``qcore_instance_key`` table)."""
+"""The instance registry's verbs.
+
+They list the ``Boss`` and pg-boss objects sharing the database (their rows are written by
+each object's own registry service), and carry out the operator's pause, resume and
+removal of a keyed server (qcore's own ``qcore_instance_key`` table).
+"""
 
 from __future__ import annotations
 
@@ -36,8 +39,11 @@ MAX_INSTANCE_KEY_LENGTH = 200
 
 
 def instance_key(value: object) -> str:
-    """An instance key: a non-empty string of at most 200 characters that the database
-    can store (no NUL, no lone surrogate)."""
+    """Check an instance key and return it.
+
+    A key is a non-empty string of at most 200 characters that the database can store
+    (no NUL, no lone surrogate).
+    """
     if not isinstance(value, str) or not value:
         raise ValidationError(f"instance_key must be a non-empty string, got {value!r}")
     if len(value) > MAX_INSTANCE_KEY_LENGTH:
@@ -60,11 +66,13 @@ async def get_instances(
     after: uuid.UUID | str | None = None,
     offset: int | None = None,
 ) -> InstancePage:
-    """The registered instances, oldest start first, at most ``limit`` (1 to 100,000),
-    with ``total`` (the registry's row count); ``after`` (the last id of the previous
-    page) reads the next page, and raises ``ValidationError`` when that instance's row
-    has been deleted since; ``offset`` (0 or more; not with ``after``) skips that many
-    rows, for a numbered page."""
+    """The registered instances, oldest start first, a page at a time.
+
+    At most ``limit`` (1 to 100,000), with ``total`` (the registry's row count);
+    ``after`` (the last id of the previous page) reads the next page, and raises
+    ``ValidationError`` when that instance's row has been deleted since; ``offset`` (0
+    or more; not with ``after``) skips that many rows, for a numbered page.
+    """
     check_count("limit", limit, MAX_INSTANCES_PAGE)
     if offset is not None:
         check_int("offset", offset)
@@ -95,17 +103,23 @@ async def get_instances(
 
 
 async def pause_instance(ctx: Context, key: str) -> None:
-    """Pause the server with ``key``: it keeps heartbeating and claims nothing (from its
-    next heartbeat) until resumed; persisted, so a restart stays paused. A key no server
-    has used yet is paused ahead of it."""
+    """Pause the server with ``key`` until it is resumed.
+
+    It keeps heartbeating and claims nothing (from its next heartbeat); the pause is
+    persisted, so a restart stays paused. A key no server has used yet is paused ahead
+    of it.
+    """
     await retry.run(
         ctx, sql.set_instance_paused(ctx.q, create=True), key=instance_key(key), paused=True
     )
 
 
 async def resume_instance(ctx: Context, key: str) -> None:
-    """Let the server with ``key`` claim again (from its next heartbeat); ``ValidationError``
-    for a key no server has used or paused."""
+    """Let the server with ``key`` claim again.
+
+    It does so from its next heartbeat; ``ValidationError`` for a key no server has used or
+    paused.
+    """
     rows = await retry.run(
         ctx, sql.set_instance_paused(ctx.q, create=False), key=instance_key(key), paused=False
     )
@@ -114,9 +128,11 @@ async def resume_instance(ctx: Context, key: str) -> None:
 
 
 async def remove_instance(ctx: Context, key: str) -> None:
-    """Forget ``key`` (its pause state with it); refused with ``ValidationError`` while a
-    server with it was seen within the last 30 minutes, or for an unknown key. Jobs are
-    never touched."""
+    """Forget ``key``, its pause state with it.
+
+    Refused with ``ValidationError`` while a server with it was seen within the last 30
+    minutes, or for an unknown key. Jobs are never touched.
+    """
     [row] = await retry.run(
         ctx, sql.remove_instance_key(ctx.q), key=instance_key(key), minutes=REMOVE_AFTER_MINUTES
     )

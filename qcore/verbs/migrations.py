@@ -42,8 +42,11 @@ log = logging.getLogger("qcore.schema")
 
 @dataclass(frozen=True)
 class Statements:
-    """A step whose SQL depends on the backend: ``build(backend, schema)`` returns the
-    statements, in order, for the stored (unquoted) schema name."""
+    """A step whose SQL depends on the backend.
+
+    ``build(backend, schema)`` returns the statements, in order, for the stored
+    (unquoted) schema name.
+    """
 
     build: Callable[[Backend, str], Sequence[str]]
 
@@ -122,8 +125,10 @@ def plan(installed: int, target: int, migrations: Sequence[Migration]) -> list[M
 
 
 def script(steps: Sequence[Step], backend: Backend, schema: str) -> list[str]:
-    """The SQL of ``steps`` for ``schema`` (what ``qcore plans`` prints); a callable step,
-    which only runs against a database, has none and is refused."""
+    """The SQL of ``steps`` for ``schema``, as ``qcore plans`` prints it.
+
+    A callable step, which only runs against a database, has none and is refused.
+    """
     quoted = quote(schema)
     texts: list[str] = []
     for step in steps:
@@ -158,8 +163,10 @@ async def _move_version(ctx: Context, from_version: int, to_version: int) -> Non
 
 
 async def apply(ctx: Context, migration: Migration) -> None:
-    """Run one migration's steps on ``ctx.db`` and move the version row from
-    ``migration.version - 1`` to ``migration.version``.
+    """Run one migration's steps and move the version row up one.
+
+    The steps run on ``ctx.db``; the version row moves from ``migration.version - 1`` to
+    ``migration.version``.
 
     ``ctx.db`` is the migration's transaction where DDL is transactional; the caller
     holds the install lock and has checked the installed version.
@@ -176,9 +183,12 @@ async def apply(ctx: Context, migration: Migration) -> None:
 
 
 async def revert(ctx: Context, migration: Migration) -> None:
-    """Run one migration's rollback steps on ``ctx.db`` and move the version row back from
-    ``migration.version`` to ``migration.version - 1`` (the caller holds the install lock,
-    as for :func:`apply`); ``SchemaVersionError`` when it has none."""
+    """Run one migration's rollback steps and move the version row back one.
+
+    The steps run on ``ctx.db``; the version row moves from ``migration.version`` to
+    ``migration.version - 1`` (the caller holds the install lock, as for :func:`apply`);
+    ``SchemaVersionError`` when it has none.
+    """
     if not migration.rollback:
         raise SchemaVersionError(f"qcore cannot roll back schema version {migration.version}")
     await _run(ctx, migration.rollback)

@@ -36,8 +36,11 @@ __all__ = ["event_name", "publish", "subscribe", "unsubscribe"]
 
 
 def event_name(event: object) -> str:
-    """An event's name: any non-empty text the database can store as a key (pg-boss puts
-    no other rule on it)."""
+    """Check an event's name and return it.
+
+    A name is any non-empty text the database can store as a key (pg-boss puts no other
+    rule on it).
+    """
     return check_key("event", event)
 
 
@@ -63,9 +66,11 @@ async def unsubscribe(ctx: Context, event: str, name: str) -> bool:
 async def publish(
     ctx: Context, event: str, data: Any = None, **options: Unpack[SendOptions]
 ) -> dict[str, uuid.UUID | None]:
-    """Send ``data`` with ``options`` to every queue subscribed to ``event``: each
-    queue's job id (None where its policy dropped the job), by queue name; empty when
-    nothing is subscribed. The options are checked before anything is sent."""
+    """Send ``data`` with ``options`` to every queue subscribed to ``event``.
+
+    Returns each queue's job id (None where its policy dropped the job), by queue name;
+    empty when nothing is subscribed. The options are checked before anything is sent.
+    """
     event_name(event)
     if options.get("id") is not None:
         raise ValidationError("publish sends a job to each subscribed queue: it takes no id")

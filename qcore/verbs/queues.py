@@ -142,8 +142,10 @@ async def _read_queue(ctx: Context, name: str) -> Queue | None:
 
 
 async def queue_route(ctx: Context, name: str) -> QueueRoute:
-    """The queue's policy and job table, read once and remembered on the context
-    (QueueNotFoundError)."""
+    """The queue's policy and job table, read once and remembered on the context.
+
+    A missing queue raises QueueNotFoundError.
+    """
     route = ctx.routes.get(name)
     if route is None:
         queue = await _read_queue(ctx, name)
@@ -243,10 +245,13 @@ async def _delete_in_batches(ctx: Context, name: str, which: str) -> int:
 
 
 async def reduce_cached_counts(ctx: Context, name: str, *, retained: int, total: int) -> None:
-    """Take jobs just deleted (or resumed) off a queue's cached counts rather than waiting
-    for the monitor. Skipped inside a caller's transaction (it would hold the queue row
-    until the caller commits) and when nothing counted was removed; a failure is logged,
-    not raised: the jobs are gone, and the next monitor pass corrects the counts."""
+    """Take jobs just deleted (or resumed) off a queue's cached counts.
+
+    This is done now rather than waiting for the monitor. Skipped inside a caller's
+    transaction (it would hold the queue row until the caller commits) and when nothing
+    counted was removed; a failure is logged, not raised: the jobs are gone, and the next
+    monitor pass corrects the counts.
+    """
     if ctx.db.in_transaction or (retained <= 0 and total <= 0):
         return
     statement = sql.reduce_cached_counts(ctx.q)
@@ -274,8 +279,11 @@ async def delete_stored_jobs(ctx: Context, name: str) -> int:
 
 
 async def delete_all_jobs(ctx: Context, name: str | None = None) -> int | None:
-    """Delete every job of a queue (how many), or with no name every job of every queue
-    at once (TRUNCATE; returns None) and zero all cached counts."""
+    """Delete every job of a queue, or of every queue.
+
+    With a name, returns how many; with no name every job of every queue goes at once
+    (TRUNCATE; returns None) and all cached counts are zeroed.
+    """
     if name is not None:
         return await _bulk_delete(ctx, name, "all")
     truncate = sql.truncate_table(ctx.q, quote("job"))
@@ -293,8 +301,10 @@ async def delete_all_jobs(ctx: Context, name: str | None = None) -> int | None:
 
 
 async def get_blocked_keys(ctx: Context, name: str) -> list[str]:
-    """The singleton keys of a key_strict_fifo queue held up by a failed job: no job of
-    such a key runs until the failed one is retried or deleted."""
+    """The singleton keys of a key_strict_fifo queue held up by a failed job.
+
+    No job of such a key runs until the failed one is retried or deleted.
+    """
     queue_name(name)
     statement = sql.select_blocked_keys(ctx.q)
     rows = await retry.run(ctx, statement, name=name)

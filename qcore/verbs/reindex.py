@@ -1,5 +1,7 @@
-"""Bloated job indexes: which ones, the statements that rebuild them, and the
-background rebuild of the supervise pass.
+"""Bloated job indexes, the statements that rebuild them, and the background rebuild.
+
+Which indexes are bloated, the statements that rebuild them, and the background rebuild
+of the supervise pass.
 
 Autovacuum reclaims heap space but never shrinks a btree, so a job index keeps the
 size of the largest backlog its queue ever held. An index counts as bloated when it
@@ -46,10 +48,12 @@ INDEX_BLOAT = "index_bloat"
 
 @dataclass(frozen=True)
 class Reindex:
-    """When a job index counts as bloated (pg-boss's thresholds): at least ``min_pages``
-    pages of 8 kB, fewer than ``max_entries_per_page`` live entries per page, at least
-    ``min_size_ratio`` times the size its entries need; never one over
-    ``max_index_bytes`` (the background rebuild's cap)."""
+    """When a job index counts as bloated (pg-boss's thresholds).
+
+    At least ``min_pages`` pages of 8 kB, fewer than ``max_entries_per_page`` live
+    entries per page, at least ``min_size_ratio`` times the size its entries need; never
+    one over ``max_index_bytes`` (the background rebuild's cap).
+    """
 
     min_pages: int = 128
     max_entries_per_page: float = 5.0
@@ -66,8 +70,10 @@ class Reindex:
 
     @classmethod
     def of(cls, value: object) -> Reindex | None:
-        """The ``reindex`` option: True (the defaults), False (None: no rebuilds), or a
-        mapping of thresholds."""
+        """Read the ``reindex`` option.
+
+        True (the defaults), False (None: no rebuilds), or a mapping of thresholds.
+        """
         if value is True:
             return cls()
         if value is False:
@@ -98,8 +104,11 @@ class BloatedIndex:
 
 
 def thresholds(options: Mapping[str, Any], base: Reindex | None = None) -> tuple[Reindex, bool]:
-    """The thresholds ``options`` set over ``base`` (the defaults without one), and
-    ``force``; a bad one raises ``ValidationError`` (these are a verb's arguments)."""
+    """The thresholds ``options`` set over ``base``, and ``force``.
+
+    Without ``base``, over the defaults; a bad one raises ``ValidationError`` (these are
+    a verb's arguments).
+    """
     given = dict(options)
     force = given.pop("force", False)
     if not isinstance(force, bool):
@@ -115,8 +124,10 @@ def thresholds(options: Mapping[str, Any], base: Reindex | None = None) -> tuple
 async def bloated_indexes(
     ctx: Context, limits: Reindex, *, force: bool = False
 ) -> list[BloatedIndex]:
-    """The job indexes past ``limits`` (every valid one with ``force``), and the invalid
-    stubs of interrupted rebuilds, in table then index order."""
+    """The job indexes past ``limits``, and the invalid stubs of interrupted rebuilds.
+
+    Every valid one with ``force``; in table then index order.
+    """
     if not ctx.backend.capabilities.reindex:
         return []
     rows = await retry.run(ctx, sql.job_indexes(ctx.q), schema=ctx.schema)
@@ -150,9 +161,11 @@ def _statements(ctx: Context, found: list[BloatedIndex]) -> list[str]:
 async def reindex_commands(
     ctx: Context, limits: Reindex, *, force: bool, capped: bool
 ) -> list[str]:
-    """The statements that rebuild the bloated job indexes, stubs dropped first; each
-    must run outside a transaction. ``capped``: leave out indexes over
-    ``max_index_bytes`` (only when the caller gave that threshold)."""
+    """The statements that rebuild the bloated job indexes, stubs dropped first.
+
+    Each must run outside a transaction. ``capped``: leave out indexes over
+    ``max_index_bytes`` (only when the caller gave that threshold).
+    """
     found = await bloated_indexes(ctx, limits, force=force)
     if capped:
         found = [i for i in found if i.stub or i.bytes <= limits.max_index_bytes]
@@ -168,10 +181,12 @@ async def rebuild(
     force: bool,
     events: Events | None,
 ) -> list[str]:
-    """The supervise pass's check: warn ``index_bloat`` for each index past ``limits``,
-    then, when ``rebuilding`` and this instance claims the interval (not needed with
-    ``force`` or ``interval_seconds`` None), rebuild what it owns within the cap. The
-    statements it ran."""
+    """The supervise pass's check and rebuild of bloated indexes; the statements it ran.
+
+    It warns ``index_bloat`` for each index past ``limits``, then, when ``rebuilding``
+    and this instance claims the interval (not needed with ``force`` or
+    ``interval_seconds`` None), rebuilds what it owns within the cap.
+    """
     if not ctx.backend.capabilities.reindex:
         return []
     found = await bloated_indexes(ctx, limits, force=force)

@@ -1,6 +1,7 @@
-"""Cron schedules: ``schedule``, ``unschedule``, ``get_schedules`` on pg-boss's
-``schedule`` table, and the translation of a row's send options between the two
-runtimes.
+"""Cron schedules on pg-boss's ``schedule`` table.
+
+``schedule``, ``unschedule`` and ``get_schedules``, and the translation of a row's send
+options between the two runtimes.
 
 A row holds the send options the way pg-boss stores them (camelCase JSON, with the
 schedule's ``tz``, ``key`` and ``missed`` beside them), so a schedule written by qcore
@@ -132,8 +133,11 @@ def _stored_options(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def send_options_of(stored: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored row's options (either runtime's) as ``send`` options: the known ones,
-    the schedule's own ``tz``, ``key``, ``missed`` (and any other key) left out."""
+    """A stored row's options (either runtime's) as ``send`` options.
+
+    The known ones are kept; the schedule's own ``tz``, ``key``, ``missed`` (and any
+    other key) are left out.
+    """
     names = {json_key: option for option, json_key in SEND_OPTION_KEYS.items()}
     out = {names[k]: v for k, v in stored.items() if k in names and v is not None}
     group = stored.get("group")
@@ -155,9 +159,11 @@ async def schedule(
     missed: str | None = None,
     **options: Unpack[SendOptions],
 ) -> None:
-    """Create or replace the schedule (``name``, ``key``): a job of ``data`` with
-    ``options`` sent to queue ``name`` at each occurrence of ``cron_expression`` in
-    time zone ``tz``."""
+    """Create or replace the schedule (``name``, ``key``).
+
+    It sends a job of ``data`` with ``options`` to queue ``name`` at each occurrence of
+    ``cron_expression`` in time zone ``tz``.
+    """
     queue_name(name)
     schedule_key(key)
     cron.check_expression(cron_expression)
@@ -201,9 +207,12 @@ async def get_schedules(
     limit: int | None = 1000,
     after: tuple[str, str] | Schedule | None = None,
 ) -> list[Schedule]:
-    """Schedules in (name, key) order: every one, a queue's (``name``), or one
-    (``name`` and ``key``); at most ``limit`` (1..100,000; None: all), after the
-    (name, key) of ``after`` (the last of the previous page)."""
+    """Schedules in (name, key) order, a page at a time.
+
+    Every one, a queue's (``name``), or one (``name`` and ``key``); at most ``limit``
+    (1..100,000; None: all), after the (name, key) of ``after`` (the last of the
+    previous page).
+    """
     if name is not None:
         queue_name(name)
     if key is not None:

@@ -153,8 +153,10 @@ async def install_or_migrate(
 
 
 def _atomic(ctx: Context) -> bool:
-    """Whether an install can be one transaction: the engine rolls DDL back and the
-    adapter's transactions are real."""
+    """Whether an install can be one transaction.
+
+    It can when the engine rolls DDL back and the adapter's transactions are real.
+    """
     return ctx.backend.capabilities.transactional_ddl and ctx.db.atomic_transactions
 
 
@@ -195,9 +197,11 @@ async def _check_before_install(
 
 
 async def _ensure_qcore_tables(ctx: Context, create_schema: bool) -> None:
-    """The schema and qcore's own tables (the lock table, before the first lease; see
-    :func:`~qcore.sql.schema.qcore_tables`), idempotent statements, on an install of any
-    age."""
+    """Make the schema and qcore's own tables, on an install of any age.
+
+    The lock table comes before the first lease (see
+    :func:`~qcore.sql.schema.qcore_tables`); the statements are idempotent.
+    """
     if create_schema:
         await _apply(ctx, sql.create_schema_if_missing(ctx.schema))
     for step in sql.qcore_tables(ctx.schema):
@@ -229,9 +233,12 @@ async def _apply(ctx: Context, step: sql.DDL) -> None:
 async def _one_unit(
     ctx: Context, create_schema: bool, migrations: Sequence[Migration], target: int
 ) -> bool:
-    """Under the install lock: install, or migrate — every pending migration where the
-    lock's transaction can hold them all (a chain is then all or nothing, and nobody sees
-    a version in between), else the next one. True when the schema is at ``target``."""
+    """Install or migrate, under the install lock; True when the schema is at ``target``.
+
+    Migrating runs every pending migration where the lock's transaction can hold them
+    all (a chain is then all or nothing, and nobody sees a version in between), else the
+    next one.
+    """
     installed, version = await _state(ctx)
     if version is None:
         if installed and _atomic(ctx):
@@ -268,8 +275,11 @@ async def _install(ctx: Context, create_schema: bool) -> None:
 
 
 async def affinity_tables_present(ctx: Context) -> bool:
-    """Whether the schema has qcore's job pattern table (not on an install pg-boss made
-    that qcore never migrated: claims then ignore affinity)."""
+    """Whether the schema has qcore's job pattern table.
+
+    It has not on an install pg-boss made that qcore never migrated: claims then ignore
+    affinity.
+    """
     [row] = await retry.run(ctx, table_in_schema, schema=ctx.schema, name=JOB_PATTERN_TABLE)
     return bool(row["present"])
 
@@ -277,9 +287,11 @@ async def affinity_tables_present(ctx: Context) -> bool:
 def get_construction_plans(
     backend: Backend | str = "postgres", schema: str = "pgboss", *, today: dt.date | None = None
 ) -> str:
-    """The SQL of a fresh install of ``schema`` on ``backend``, as one script (what
-    ``qcore plans create`` prints; no connection needed). ``today`` is the UTC day of the
-    first ``queue_stats`` partition (now by default)."""
+    """The SQL of a fresh install of ``schema`` on ``backend``, as one script.
+
+    It is what ``qcore plans create`` prints; no connection needed. ``today`` is the UTC
+    day of the first ``queue_stats`` partition (now by default).
+    """
     chosen = backends.get(backend)
     day = today or dt.datetime.now(dt.timezone.utc).date()
     steps = sql.install(chosen, schema_name(schema), today=day)
@@ -296,9 +308,12 @@ def get_migration_plans(
     target: int = SCHEMA_VERSION,
     backend: Backend | str = "postgres",
 ) -> str:
-    """The SQL that takes ``schema`` from ``version`` to ``target`` on ``backend`` (what
-    ``qcore plans migrate`` prints); ``SchemaVersionError`` when qcore has no migration on
-    that path. The background index builds it queues are rows of the ``bam`` table."""
+    """The SQL that takes ``schema`` from ``version`` to ``target`` on ``backend``.
+
+    It is what ``qcore plans migrate`` prints; ``SchemaVersionError`` when qcore has no
+    migration on that path. The background index builds it queues are rows of the ``bam``
+    table.
+    """
     chosen, name = backends.get(backend), schema_name(schema)
     parts = []
     for migration in plan(version, target, MIGRATIONS):
@@ -320,8 +335,11 @@ def _rollback_of(version: int) -> Migration:
 def get_rollback_plans(
     schema: str = "pgboss", version: int = SCHEMA_VERSION, backend: Backend | str = "postgres"
 ) -> str:
-    """The SQL that takes ``schema`` back one step from ``version`` (what ``qcore plans
-    rollback`` prints); ``SchemaVersionError`` when qcore cannot roll that version back."""
+    """The SQL that takes ``schema`` back one step from ``version``.
+
+    It is what ``qcore plans rollback`` prints; ``SchemaVersionError`` when qcore cannot
+    roll that version back.
+    """
     chosen, name = backends.get(backend), schema_name(schema)
     migration = _rollback_of(version)
     parts = script(migration.rollback, chosen, name)
@@ -330,10 +348,12 @@ def get_rollback_plans(
 
 
 async def rollback(ctx: Context) -> int:
-    """Take the installed schema back one step (46 to 45, as pg-boss 12.38's rollback
-    does), in one transaction under the install lock where the engine allows it; the
-    version it is at afterwards. ``NotInstalledError`` without an install,
-    ``SchemaVersionError`` from a version qcore cannot roll back."""
+    """Take the installed schema back one step; the version it is at afterwards.
+
+    From 46 to 45, as pg-boss 12.38's rollback does, in one transaction under the
+    install lock where the engine allows it. ``NotInstalledError`` without an install,
+    ``SchemaVersionError`` from a version qcore cannot roll back.
+    """
     transactional = _atomic(ctx)
     async with locks.locked(ctx, locks.INSTALL, transaction=transactional) as db:
         locked = ctx.with_db(db)

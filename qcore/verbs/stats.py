@@ -1,7 +1,7 @@
-"""The queue stats a verb reads: a queue's cached counts (counted again when they are
-too old) and its persisted snapshots. The supervise pass writes both (its step is
-:mod:`qcore.services.queue_stats`); see :mod:`qcore.sql.stats` for what each column
-means.
+"""The queue stats a verb reads.
+
+A queue's cached counts (counted again when they are too old) and its persisted
+snapshots.
 """
 
 from __future__ import annotations
@@ -38,9 +38,12 @@ async def count_queues(
     sample: bool = True,
     must_count: bool = False,
 ) -> Rows:
-    """The counting statement on the queues ``names`` of ``table``: under pg-boss's
-    ``queue-stats`` try-lock on an advisory backend (no rows: another instance holds
-    it), unless ``must_count``; see :func:`qcore.sql.stats.cache_queue_stats`."""
+    """Run the counting statement on the queues ``names`` of ``table``.
+
+    On an advisory backend it runs under pg-boss's ``queue-stats`` try-lock (no rows:
+    another instance holds it), unless ``must_count``; see
+    :func:`qcore.sql.stats.cache_queue_stats`.
+    """
     try_lock = ctx.backend.lock is LockStrategy.ADVISORY and not must_count
     statement = sql.cache_queue_stats(
         ctx.q, table, throughput=throughput, try_lock=try_lock, sample=sample
@@ -57,10 +60,12 @@ FORCE_TTL_SECONDS = 60.0
 async def cached_stats(
     ctx: Context, name: str, *, max_age_seconds: float, force: bool
 ) -> QueueStats | None:
-    """Queue ``name``'s cached counts (None: no such queue), counted again first when
-    older than ``max_age_seconds`` (``force``: older than :data:`FORCE_TTL_SECONDS`) or
-    never counted. Another instance counting right now (the stats try-lock) is not
-    waited for: the cache is served."""
+    """Queue ``name``'s cached counts, counted again first when too old.
+
+    None: no such queue. They are counted again when older than ``max_age_seconds``
+    (``force``: older than :data:`FORCE_TTL_SECONDS`) or never counted. Another instance
+    counting right now (the stats try-lock) is not waited for: the cache is served.
+    """
     rows = await retry.run(ctx, sql.queue_stats_cache(ctx.q), name=name)
     if not rows:
         return None
@@ -90,9 +95,12 @@ async def read_stats(
     max_data_points: int | None,
     aggregate: str,
 ) -> list[QueueStats]:
-    """Queue ``name``'s persisted snapshots, newest first: raw, or grouped in buckets of
-    ``bucket_seconds`` (or as wide as fits ``max_data_points`` between ``from_`` and
-    ``to``, or the snapshots' own first and last)."""
+    """Queue ``name``'s persisted snapshots, newest first.
+
+    Raw, or grouped in buckets of ``bucket_seconds`` (or as wide as fits
+    ``max_data_points`` between ``from_`` and ``to``, or the snapshots' own first and
+    last).
+    """
     for option, when in (("from_", from_), ("to", to)):
         if when is not None and (not isinstance(when, dt.datetime) or when.tzinfo is None):
             raise ValidationError(f"{option} must be an aware datetime, got {when!r}")
@@ -122,8 +130,10 @@ async def read_stats(
 async def _width(
     ctx: Context, name: str, from_: dt.datetime | None, to: dt.datetime | None, points: int
 ) -> int:
-    """The bucket width that fits the snapshots between ``from_`` and ``to`` (within the
-    data's own extent) in ``points`` buckets."""
+    """The bucket width that fits the snapshots in ``points`` buckets.
+
+    The snapshots are those between ``from_`` and ``to``, within the data's own extent.
+    """
     rows = await retry.run(ctx, sql.queue_stats_extent(ctx.q), name=name)
     lo, hi = rows[0]["lo"], rows[0]["hi"]
     if lo is None:

@@ -1,5 +1,7 @@
-"""The warnings a verb reads: the rows of the ``warning`` table, newest first, which
-the ``Boss`` writes with ``persist_warnings`` (see :mod:`qcore.services.warnings`)."""
+"""The warnings a verb reads: the rows of the ``warning`` table, newest first.
+
+The ``Boss`` writes them with ``persist_warnings`` (see :mod:`qcore.services.warnings`).
+"""
 
 from __future__ import annotations
 
@@ -35,8 +37,11 @@ MAX_WARNINGS = 1_000
 async def read_warnings(
     ctx: Context, *, limit: int = 100, before: tuple[dt.datetime, uuid.UUID | str] | None = None
 ) -> list[StoredWarning]:
-    """Persisted warnings, newest first: at most ``limit`` (1 to 1,000), after ``before``,
-    the ``(created_on, id)`` of the previous page's last one."""
+    """Persisted warnings, newest first.
+
+    At most ``limit`` (1 to 1,000), after ``before``, the ``(created_on, id)`` of the
+    previous page's last one.
+    """
     check_count("limit", limit, MAX_WARNINGS)
     created, anchor = page_keyset(before, "warning")
     statement = sql.recent_warnings(ctx.q, paged=before is not None)

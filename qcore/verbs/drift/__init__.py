@@ -1,7 +1,8 @@
-"""Schema drift detection: what a schema should hold (its v46 install, read from the same
-catalog declarations the install renders, :func:`qcore.sql.drift.expected`) against
-what the catalog says it holds, compared as data, as a typed report whose
-every entry carries the statement that repairs it.
+"""Schema drift detection: what a schema should hold against what the catalog says it holds.
+
+What it should hold is its v46 install, read from the same catalog declarations the
+install renders (:func:`qcore.sql.drift.expected`). The two are compared as data, into a
+typed report whose every entry carries the statement that repairs it.
 
 Catalog-only: no lock, no table scan (the queue table is read for the partitions it
 names). Comparison is normalised, so only a real difference is reported: index keys

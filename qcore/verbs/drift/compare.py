@@ -1,6 +1,7 @@
-"""The comparisons of drift detection: what the install declares
-(:func:`qcore.sql.drift.expected`) against what the catalog reports, as data, each
-yielding the report's entries.
+"""The comparisons of drift detection, each yielding the report's entries.
+
+What the install declares (:func:`qcore.sql.drift.expected`) is compared against what
+the catalog reports, as data.
 
 Comparison is normalised, so only a real difference is reported: index keys keep their
 order but not their casing, casts, parentheses or whitespace; a predicate folds
@@ -165,8 +166,11 @@ def _readable_index(definition: str) -> str:
 def index_drift(
     expected: Expected, live: Sequence[dict[str, Any]], building: set[str], definitions: bool
 ) -> IndexReport:
-    """The expected indexes against the catalog's (``live``, with their parts where the
-    backend renders ``definitions``); ``building``: those an async migration is making."""
+    """The drift of the expected indexes against the catalog's.
+
+    The catalog's are ``live``, with their parts where the backend renders
+    ``definitions``; ``building``: those an async migration is making.
+    """
     by_name = {r["name"]: r for r in live}
     missing: list[IndexDrift] = []
     still_building: list[IndexDrift] = []
@@ -223,8 +227,11 @@ def index_drift(
 def function_drift(
     expected: Expected, live: Sequence[dict[str, Any]], definitions: bool
 ) -> tuple[tuple[FunctionDrift, ...], tuple[FunctionDrift, ...]]:
-    """Missing functions, and (where the backend renders ``definitions``) those whose
-    body is neither qcore's nor pg-boss 12.38's."""
+    """Missing functions, and those whose body was changed.
+
+    A changed body (checked where the backend renders ``definitions``) is neither
+    qcore's nor pg-boss 12.38's.
+    """
     bodies: dict[str, list[str]] = {}
     for row in live:
         bodies.setdefault(row["name"], []).append(str(row["body"] or ""))
@@ -298,8 +305,11 @@ def _definition_drift(
 def column_drift(
     expected: Expected, live: Sequence[dict[str, Any]], definitions: bool
 ) -> tuple[ColumnDrift, ...]:
-    """Each present table's missing and unexpected columns; on the fixed tables, where the
-    backend renders ``definitions``, their defaults, types and nullability too."""
+    """Each present table's missing and unexpected columns.
+
+    On the fixed tables, where the backend renders ``definitions``, their defaults, types
+    and nullability too.
+    """
     by_table: dict[str, dict[str, dict[str, Any]]] = {}
     for row in live:
         by_table.setdefault(row["table"], {})[row["column"]] = row
@@ -347,8 +357,10 @@ def column_drift(
 def constraint_drift(
     expected: Expected, live: Sequence[dict[str, Any]]
 ) -> tuple[ConstraintDrift, ...]:
-    """The fixed tables' declared constraints against the catalog's, compared as sets of
-    normalised clauses."""
+    """The drift of the fixed tables' declared constraints against the catalog's.
+
+    They are compared as sets of normalised clauses.
+    """
     by_table: dict[str, list[dict[str, Any]]] = {}
     for row in live:
         by_table.setdefault(row["table"], []).append(row)

@@ -1,5 +1,7 @@
-"""The drift report: what :func:`~qcore.verbs.drift.detect_schema_drift` found, as typed
-entries that each carry the statement that repairs it."""
+"""The drift report: what :func:`~qcore.verbs.drift.detect_schema_drift` found.
+
+It is made of typed entries that each carry the statement that repairs it.
+"""
 
 from __future__ import annotations
 
@@ -30,10 +32,12 @@ class TableDrift:
 @dataclass(frozen=True)
 class IndexDrift:
     """An expected index that is missing, still being built, invalid or different.
+
     ``definition`` is the statement that makes it as it should be; a mismatched one adds
     what the catalog has and ``differs`` (``keys``, ``include``, ``predicate``,
     ``unique``). ``repair`` is what to run: the definition, after dropping the index
-    where one is there."""
+    where one is there.
+    """
 
     name: str
     table: str
@@ -50,8 +54,10 @@ class IndexDrift:
 
 @dataclass(frozen=True)
 class ExtraIndex:
-    """A standalone index on a managed table that the install does not make (a warning:
-    a stale index, or one you added)."""
+    """A standalone index on a managed table that the install does not make.
+
+    It is a warning only: a stale index, or one you added.
+    """
 
     name: str
     table: str
@@ -59,8 +65,10 @@ class ExtraIndex:
 
 @dataclass(frozen=True)
 class FunctionDrift:
-    """A managed function that is absent or whose body was changed; ``definition``
-    recreates it."""
+    """A managed function that is absent or whose body was changed.
+
+    ``definition`` recreates it.
+    """
 
     name: str
     definition: str
@@ -76,9 +84,11 @@ class ColumnMismatch:
 
 @dataclass(frozen=True)
 class ColumnDrift:
-    """A managed table's column differences and the statements that undo them (an
-    unexpected column's ``DROP COLUMN`` among them: look before you run it, it may be
-    yours)."""
+    """A managed table's column differences and the statements that undo them.
+
+    An unexpected column's ``DROP COLUMN`` is among them: look before you run it, it may
+    be yours.
+    """
 
     table: str
     missing_columns: tuple[str, ...] = ()
@@ -101,8 +111,10 @@ class ConstraintDrift:
 
 @dataclass(frozen=True)
 class EnumDrift:
-    """``job_state`` labels changed (set or order). No statement repairs it safely on a
-    live schema: restore it from a backup."""
+    """``job_state`` labels changed (set or order).
+
+    No statement repairs it safely on a live schema: restore it from a backup.
+    """
 
     name: str
     expected_values: tuple[str, ...]
@@ -111,10 +123,12 @@ class EnumDrift:
 
 @dataclass(frozen=True)
 class DriftReport:
-    """What :func:`detect_schema_drift` found. ``ok`` when nothing differs;
-    ``extra_indexes`` are a warning only, and ``building`` indexes (an async migration
-    still making them) are not drift yet. ``skipped`` names the checks this backend's
-    catalog cannot serve."""
+    """What :func:`detect_schema_drift` found.
+
+    ``ok`` when nothing differs; ``extra_indexes`` are a warning only, and ``building``
+    indexes (an async migration still making them) are not drift yet. ``skipped`` names
+    the checks this backend's catalog cannot serve.
+    """
 
     ok: bool
     missing_tables: tuple[TableDrift, ...] = ()

@@ -1,5 +1,8 @@
-"""Affinity in the verbs: a claim that takes only the jobs this server may run (see
-:mod:`qcore.affinity`), and the patterns an enqueue writes beside its jobs."""
+"""Affinity in the verbs: claims and enqueues that respect a job's preferred servers.
+
+A claim takes only the jobs this server may run (see :mod:`qcore.affinity`), and an
+enqueue writes the patterns beside its jobs.
+"""
 
 from __future__ import annotations
 
@@ -38,9 +41,11 @@ Claim = Callable[[int, bool, bool], Awaitable[tuple[list[Job], bool]]]
 
 
 async def read_patterns(ctx: Context, name: str) -> bool:
-    """Read ``name``'s waiting patterns, every one (a page at a time: a pattern left
-    unread would strand its jobs), and judge them; whether this server's matches
-    changed."""
+    """Read and judge every waiting pattern of ``name``; whether this server's matches changed.
+
+    They are read a page at a time, and every one, since a pattern left unread would
+    strand its jobs.
+    """
     patterns: list[str] = []
     after: str | None = None
     while True:
@@ -56,14 +61,16 @@ async def read_patterns(ctx: Context, name: str) -> bool:
 async def claim_matching(
     ctx: Context, name: str, size: int, claim: Claim, order: Callable[[list[Job]], list[Job]]
 ) -> list[Job]:
-    """Up to ``size`` jobs this server may run. The claim takes the branch the queue's
-    last claim called for: plain, or patterned. A plain claim that finds patterned jobs
-    waiting takes nothing, and the server claims again on the patterned branch (once,
-    when a queue gains its first patterned jobs). A keyed server judges the queue's
-    patterns first when its judgement is stale, and when a patterned claim comes back
-    short, reads them again and, if it now matches more, claims the rest (``order``
-    sorts the two claims' jobs together). A queue without patterned jobs costs one
-    claim, as before affinity."""
+    """Claim up to ``size`` jobs this server may run.
+
+    The claim takes the branch the queue's last claim called for: plain, or patterned. A
+    plain claim that finds patterned jobs waiting takes nothing, and the server claims
+    again on the patterned branch (once, when a queue gains its first patterned jobs). A
+    keyed server judges the queue's patterns first when its judgement is stale, and when
+    a patterned claim comes back short, reads them again and, if it now matches more,
+    claims the rest (``order`` sorts the two claims' jobs together). A queue without
+    patterned jobs costs one claim, as before affinity.
+    """
     affinity = ctx.affinity
     fresh = affinity.installed and affinity.stale(name)
     if fresh:
@@ -101,9 +108,12 @@ def in_claim_order(jobs: list[Job], priority: bool, by_age: bool) -> list[Job]:
 
 
 def take_pattern(ctx: Context, options: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
-    """A job's options without its pattern, and the pattern checked (None when not
-    given). Raises ``ConfigError`` from an anonymous server, or where the schema lacks
-    qcore's affinity tables, and ``ValidationError`` for a pattern that does not compile."""
+    """Split a job's options into the options without its pattern, and the pattern checked.
+
+    The pattern is None when not given. Raises ``ConfigError`` from an anonymous server, or
+    where the schema lacks qcore's affinity tables, and ``ValidationError`` for a pattern
+    that does not compile.
+    """
     rest = dict(options)
     value = rest.pop(PATTERN_OPTION, None)
     if value is None:
@@ -120,9 +130,11 @@ def take_pattern(ctx: Context, options: Mapping[str, Any]) -> tuple[dict[str, An
 async def write_patterns(
     db: Database, ctx: Context, name: str, patterns: list[tuple[uuid.UUID, str]]
 ) -> None:
-    """The patterns of the jobs just added (``(id, pattern)``), in the adding transaction
-    ``db``, and their wake-ups (JSON payloads: a server whose key cannot match skips
-    them)."""
+    """Write the patterns of the jobs just added, with their wake-ups.
+
+    The patterns come as ``(id, pattern)``, written in the adding transaction ``db``; the
+    wake-ups are JSON payloads, which a server whose key cannot match skips.
+    """
     if not patterns:
         return
     statement = sql.insert_patterns(ctx.q)

@@ -21,13 +21,14 @@ from qcore.verbs.jobs.routes import Targets, fence_values, routed
 
 
 async def fetch(ctx: Context, name: str, **options: Unpack[FetchOptions]) -> list[Job]:
-    """Claim up to ``batch_size`` ready jobs (now active), returned in claim order:
-    highest priority first, then oldest (``created_on``), as the fetch index holds
-    them, so a claim costs the same on a long queue as on a short one, at any batch size
-    and however stale the table's statistics (:func:`claim_plan_pins`). Jobs of one
-    insert are claimed in the order they were given; jobs sharing a ``created_on``
-    (a pg-boss batch, sends in one transaction) in the index's order, as pg-boss
-    claims them. A batch comes back sorted by those keys, then by id.
+    """Claim up to ``batch_size`` ready jobs (now active), returned in claim order.
+
+    The order is highest priority first, then oldest (``created_on``), as the fetch
+    index holds them, so a claim costs the same on a long queue as on a short one, at
+    any batch size and however stale the table's statistics (:func:`claim_plan_pins`).
+    Jobs of one insert are claimed in the order they were given; jobs sharing a
+    ``created_on`` (a pg-boss batch, sends in one transaction) in the index's order, as
+    pg-boss claims them. A batch comes back sorted by those keys, then by id.
 
     ``priority=False`` ignores priority (and sorts every ready job: slower on a
     long queue); ``order_by_created_on=False`` takes any jobs of the highest
@@ -55,14 +56,17 @@ async def fetch(ctx: Context, name: str, **options: Unpack[FetchOptions]) -> lis
 async def complete_and_fetch(
     ctx: Context, name: str, done: list[Job], **options: Unpack[FetchOptions]
 ) -> list[Job]:
-    """Complete the jobs ``done`` (no output, fenced on their attempts) and claim the
-    next as :func:`fetch` does: the worker's settle-and-claim, one round trip and one
-    commit per batch instead of two. Both happen or neither (an error claims nothing).
-    Where the backend takes several mutations of a table in one statement
-    (MutationStrategy.CTE) it is one statement; elsewhere the complete and the claim
-    are two statements of one transaction, sent together where the adapter pipelines
-    (psycopg). An adapter whose transactions are not atomic (an ``execute_sql``
-    object) cannot promise both or neither there: a ConfigError."""
+    """Complete the jobs ``done`` and claim the next, in one round trip and one commit.
+
+    The jobs complete with no output, fenced on their attempts, and the claim is
+    :func:`fetch`'s: the worker's settle-and-claim, one round trip and one commit per
+    batch instead of two. Both happen or neither (an error claims nothing). Where the
+    backend takes several mutations of a table in one statement (MutationStrategy.CTE)
+    it is one statement; elsewhere the complete and the claim are two statements of one
+    transaction, sent together where the adapter pipelines (psycopg). An adapter whose
+    transactions are not atomic (an ``execute_sql`` object) cannot promise both or
+    neither there: a ConfigError.
+    """
     if not isinstance(done, list) or not all(isinstance(j, Job) for j in done):
         raise ValidationError("done must be a list of the Job objects fetched")
     if not settles_and_claims(ctx):
@@ -76,18 +80,23 @@ async def complete_and_fetch(
 
 
 def settles_and_claims(ctx: Context) -> bool:
-    """Whether :func:`complete_and_fetch` can settle and claim as one unit here: in one
-    statement (MutationStrategy.CTE), or in one transaction the adapter makes atomic."""
+    """Whether :func:`complete_and_fetch` can settle and claim as one unit here.
+
+    It can in one statement (MutationStrategy.CTE), or in one transaction the adapter
+    makes atomic.
+    """
     return ctx.backend.mutation is MutationStrategy.CTE or ctx.db.atomic_transactions
 
 
 async def claim(
     ctx: Context, name: str, spec: FetchSpec, done: list[Job] | None = None
 ) -> list[Job]:
-    """:func:`fetch` as ``spec`` says (checked when it was built, as ``name`` must be),
-    completing the jobs ``done`` in the same statement when given (as
-    :func:`complete_and_fetch`, where :func:`settles_and_claims`): a worker's claim,
-    which checks nothing again."""
+    """A worker's claim: :func:`fetch` as ``spec`` says, which checks nothing again.
+
+    ``spec`` was checked when it was built, as ``name`` must be. With ``done``, those
+    jobs complete in the same statement (as :func:`complete_and_fetch`, where
+    :func:`settles_and_claims`).
+    """
     settles = ids_and_fences(done) if done else None
     priority = spec.priority
     low, high = spec.min_priority, spec.max_priority
@@ -180,15 +189,17 @@ async def claim(
 def claim_plan_pins(
     ctx: Context, priority: bool, limit: int, *, restore: bool | None = None
 ) -> tuple[Statements, Statements]:
-    """What runs before and after a claim of ``limit`` jobs, in its transaction, so that
-    it reads the fetch index in order however stale the table's statistics
-    (:func:`~qcore.sql.jobs.pin_claim_plan`): nothing where the engine's planner has no
-    such switch, where the claim's order is not the index's (``priority=False``), or
-    for a claim of one (the planner's estimate of a never analyzed queue, a few rows,
-    already favours the index read that stops at the first row; the pin's statement
-    cost a batch-1 worker drain 12-15 % of its jobs/s, measured); after it, with
-    ``restore`` (by default: in the caller's transaction, which goes on), the switch
-    put back."""
+    """What runs around a claim of ``limit`` jobs so that it reads the fetch index in order.
+
+    Both run in the claim's transaction, so the index is read in order however stale the
+    table's statistics (:func:`~qcore.sql.jobs.pin_claim_plan`). Nothing runs where the
+    engine's planner has no such switch, where the claim's order is not the index's
+    (``priority=False``), or for a claim of one (the planner's estimate of a never
+    analyzed queue, a few rows, already favours the index read that stops at the first
+    row; the pin's statement cost a batch-1 worker drain 12-15 % of its jobs/s,
+    measured). After it, with ``restore`` (by default: in the caller's transaction,
+    which goes on), the switch is put back.
+    """
     if not (priority and limit > 1 and ctx.backend.capabilities.planner_settings):
         return [], []
     if ctx.db.in_transaction if restore is None else restore:
@@ -197,8 +208,10 @@ def claim_plan_pins(
 
 
 def claimed_jobs(ctx: Context, name: str, rows: list[dict[str, Any]]) -> list[Job]:
-    """The jobs of a claim's rows (any claim statement: fetch, settle-and-claim, locked),
-    noting the queue's ``notify`` they carry for the workers (``Context.notify_seen``)."""
+    """The jobs of a claim's rows, for any claim statement: fetch, settle-and-claim, locked.
+
+    It notes the queue's ``notify`` they carry for the workers (``Context.notify_seen``).
+    """
     ctx.notify_seen[name] = bool(rows[0]["queue_notify"])
     return Job.from_rows(rows)
 

@@ -1,5 +1,7 @@
-"""Editing queued jobs (``update``, ``upsert``) and moving jobs out of a dead letter
-queue (``redrive``)."""
+"""Editing queued jobs and moving jobs out of a dead letter queue.
+
+The edits are ``update`` and ``upsert``; the move is ``redrive``.
+"""
 
 from __future__ import annotations
 
@@ -89,10 +91,13 @@ async def update(
     match: str | None = None,
     **options: Any,
 ) -> EditResult:
-    """Change a queued (created or retry) job in place: by ``id``, or by
-    ``singleton_key`` (``match``: the newest, the oldest or all jobs with it). Only the
-    fields given change; ``data`` left out is kept. A job a worker has claimed is left
-    alone. A new ``start_after`` moves the job's retention with it."""
+    """Change a queued (created or retry) job in place.
+
+    It is addressed by ``id``, or by ``singleton_key`` (``match``: the newest, the
+    oldest or all jobs with it). Only the fields given change; ``data`` left out is
+    kept. A job a worker has claimed is left alone. A new ``start_after`` moves the
+    job's retention with it.
+    """
     queue_name(name)
     target, by_key, chosen = _target("update", id, singleton_key, match)
     record = _edit_record("update", data, options)
@@ -148,10 +153,12 @@ async def upsert(
     match: str | None = None,
     **options: Any,
 ) -> EditResult:
-    """Update the queued job(s) ``update`` would address, else send a new job with that
-    ``id`` or ``singleton_key``, in one transaction. Concurrent upserts of one key agree
-    on one job: the loser's insert meets the winner's row in pg-boss's upsert index
-    (``job_i13``), skips, and edits that job instead."""
+    """Update the queued job(s) ``update`` would address, else send a new one, in one transaction.
+
+    The new job gets that ``id`` or ``singleton_key``. Concurrent upserts of one key
+    agree on one job: the loser's insert meets the winner's row in pg-boss's upsert
+    index (``job_i13``), skips, and edits that job instead.
+    """
     queue_name(name)
     target, by_key, chosen = _target("upsert", id, singleton_key, match)
     edit = _edit_record("upsert", data, options)
@@ -188,13 +195,15 @@ async def redrive(
     ids: Ids | None = None,
     limit: int = 1000,
 ) -> int:
-    """Move up to ``limit`` queued jobs, oldest first, out of dead letter queue ``name``:
-    each is sent again, fresh (new id, no attempts, the destination queue's settings as
+    """Move up to ``limit`` queued jobs, oldest first, out of dead letter queue ``name``.
+
+    Each is sent again, fresh (new id, no attempts, the destination queue's settings as
     they are now), to the queue it came from or to ``destination``, keeping its data,
     priority, key, group and the root of its dead letter chain. Narrowed by
     ``source_name``, ``data`` (containment, as ``find_jobs``), ``created_before`` and
     ``ids``. A job the destination's policy refuses is failed in place, the reason its
-    output; one with no queue to go to stays. How many were moved."""
+    output; one with no queue to go to stays. Returns how many were moved.
+    """
     queue_name(name)
     values: dict[str, Any] = {"limit": check_count("limit", limit, REDRIVE_LIMIT_MAX)}
     if destination is not None:
@@ -253,8 +262,11 @@ async def _redrive_split(
     into: bool,
     values: dict[str, Any],
 ) -> int:
-    """The redrive as statements in one transaction (engines that refuse an INSERT and a
-    DELETE on one table in one statement): the same jobs move."""
+    """The redrive as statements in one transaction; the same jobs move.
+
+    This is for engines that refuse an INSERT and a DELETE on one table in one
+    statement.
+    """
     pick = sql.redrive_candidates(ctx.q, filters, destination=into, table=table)
     rows = await retrying.run(ctx, pick, queue=name, **values)
     if not rows:

@@ -41,8 +41,10 @@ from qcore.verbs.queues import keyless_strict_fifo
 async def send(
     ctx: Context, name: str, data: Any = None, **options: Unpack[SendOptions]
 ) -> uuid.UUID | None:
-    """Queue one job; its id, or None when the queue's policy (or a throttle slot)
-    already holds a job for it and it was dropped.
+    """Queue one job; its id, or None when it was dropped.
+
+    It is dropped when the queue's policy (or a throttle slot) already holds a job for
+    it.
 
     Options left None are inherited from the queue. ``start_after``: an aware
     datetime, seconds from now (number or timedelta), or an ISO 8601 string
@@ -87,10 +89,12 @@ async def send_throttled(
     next_slot: bool = False,
     **options: Any,
 ) -> uuid.UUID | None:
-    """Queue a job unless one for ``key`` was already sent in the current slot of
-    ``seconds`` (slots are aligned to the epoch); None when it was dropped. With
-    ``next_slot`` (debouncing) a job whose slot is taken goes into the next slot,
-    starting about a second after it begins; None only if that one is taken too."""
+    """Queue a job unless one for ``key`` was already sent in the current slot.
+
+    A slot is ``seconds`` long, aligned to the epoch; None when the job was dropped.
+    With ``next_slot`` (debouncing) a job whose slot is taken goes into the next slot,
+    starting about a second after it begins; None only if that one is taken too.
+    """
     slot = _slot_options(seconds, key, options)
     return await send(ctx, name, data, singleton_next_slot=next_slot, **slot)
 
@@ -104,8 +108,10 @@ async def send_debounced(
     key: str | None = None,
     **options: Any,
 ) -> uuid.UUID | None:
-    """:func:`send_throttled` with ``next_slot``: a job whose slot is taken goes into the
-    next one."""
+    """:func:`send_throttled` with ``next_slot``.
+
+    A job whose slot is taken goes into the next one.
+    """
     return await send_throttled(
         ctx, name, data, seconds=seconds, key=key, next_slot=True, **options
     )
@@ -114,8 +120,10 @@ async def send_debounced(
 async def insert(
     ctx: Context, name: str, jobs: Sequence[Mapping[str, Any]], *, return_id: bool = True
 ) -> list[uuid.UUID] | None:
-    """Queue a batch of jobs in one statement; the ids of those inserted, in input order
-    (a job a policy index refused is left out), or None with ``return_id=False``.
+    """Queue a batch of jobs in one statement.
+
+    Returns the ids of those inserted, in input order (a job a policy index refused is
+    left out), or None with ``return_id=False``.
 
     Each job is a mapping with ``data`` and any of :func:`send`'s options except
     ``singleton_next_slot``. Jobs with a ``preferred_instance_key_pattern`` are written
@@ -151,8 +159,10 @@ async def insert(
 
 
 def _with_pattern(record: JobRecord, pattern: str | None) -> dict[str, str]:
-    """``{id: pattern}`` for a record with a pattern, given an id of its own if it has
-    none (the pattern is written by id); else empty."""
+    """``{id: pattern}`` for a record with a pattern, else empty.
+
+    The pattern is written by id, so a record without an id of its own is given one.
+    """
     if pattern is None:
         return {}
     record.setdefault("id", str(uuid.uuid4()))
@@ -168,8 +178,11 @@ async def _add(
     *,
     next_slot: bool = False,
 ) -> list[uuid.UUID]:
-    """:func:`_insert`, and with ``patterns`` (by record id) the patterns of the jobs it
-    added, in one transaction; only patterned jobs: their own wake-ups, not the queue's."""
+    """:func:`_insert`, with the patterns of the jobs it added, in one transaction.
+
+    ``patterns`` are by record id; only patterned jobs get wake-ups of their own, not the
+    queue's.
+    """
     if not patterns:
         return await _insert(ctx, name, records, text, next_slot=next_slot)
 
@@ -188,9 +201,12 @@ async def _add(
 async def insert_in_slots(
     ctx: Context, name: str, jobs: Sequence[tuple[Any, str, str]]
 ) -> list[uuid.UUID]:
-    """Queue ``(data, singleton_key, slot)`` jobs, each filed in the throttle slot named
-    (``YYYY-MM-DD HH:MM:SS``, UTC) rather than one computed from now: a job whose key
-    already has a job in that slot is dropped. The timekeeper's insert (not a verb)."""
+    """Queue ``(data, singleton_key, slot)`` jobs, each in the throttle slot it names.
+
+    The slot is given (``YYYY-MM-DD HH:MM:SS``, UTC) rather than computed from now: a
+    job whose key already has a job in that slot is dropped. The timekeeper's insert
+    (not a verb).
+    """
     records: list[JobRecord] = [
         {"data": data, "singleton_key": key, "singleton_slot": slot} for data, key, slot in jobs
     ]
@@ -200,9 +216,12 @@ async def insert_in_slots(
 async def insert_record(
     ctx: Context, name: str, record: JobRecord, *, upsert_by_key: bool = False
 ) -> list[uuid.UUID]:
-    """Queue one validated job record (``upsert``'s insert): its id, or none when a
-    policy index dropped it. With ``upsert_by_key`` the job is marked as upserted by
-    its key, which pg-boss's upsert index (one such queued job per key) then holds."""
+    """Queue one validated job record, as ``upsert``'s insert does.
+
+    Returns its id, or none when a policy index dropped it. With ``upsert_by_key`` the
+    job is marked as upserted by its key, which pg-boss's upsert index (one such queued
+    job per key) then holds.
+    """
     text = records_json([record], numbered=False)
     return await _insert(ctx, name, [record], text, upsert_by_key=upsert_by_key)
 
@@ -218,9 +237,11 @@ async def _insert(
     upsert_by_key: bool = False,
     wake: bool = True,
 ) -> list[uuid.UUID]:
-    """Run the insert statement for ``records`` (``text``: their JSON array): one
-    job through send's plain INSERT ... SELECT, a batch through the recordset.
-    With ``payloads`` the records are a batch's ``data`` alone (no options).
+    """Run the insert statement for ``records``.
+
+    ``text`` is their JSON array: one job goes through send's plain INSERT ... SELECT, a
+    batch through the recordset. With ``payloads`` the records are a batch's ``data``
+    alone (no options).
 
     Into a standard queue, without throttling, only a duplicate id can conflict:
     the statement then skips ON CONFLICT (cheaper) and runs again with it if one

@@ -1,5 +1,7 @@
-"""Failing jobs (retry, failed, dead letter) and expiry, the monitor's failing of jobs
-past their time."""
+"""Failing jobs (retry, failed, dead letter) and expiry.
+
+Expiry is the monitor's failing of jobs past their time.
+"""
 
 from __future__ import annotations
 
@@ -95,9 +97,11 @@ async def _fail_split(
     output: Any,
     terminal: bool = False,
 ) -> list[uuid.UUID]:
-    """Fail as separate statements in the caller's (``ctx.db``'s) transaction: delete the
-    jobs, then :func:`_reinsert_split` them. Returns the ids inserted again, in the
-    order they were asked for."""
+    """Fail as separate statements in the caller's (``ctx.db``'s) transaction.
+
+    Delete the jobs, then :func:`_reinsert_split` them. Returns the ids inserted again,
+    in the order they were asked for.
+    """
     remove = sql.fail_remove(ctx.q, fenced=bool(fences))
     rows = await ctx.db.execute(
         remove.sql, remove.bind(queue=name, ids=every, **fence_values(plain, fences))
@@ -113,11 +117,14 @@ async def _fail_split(
 async def _reinsert_split(
     ctx: Context, removed: list[dict[str, Any]], output: Any, terminal: bool = False
 ) -> list[uuid.UUID]:
-    """The split fail after the delete (MutationStrategy.SPLIT), in ``ctx.db``'s
-    transaction: insert the deleted jobs with retries left again as retry (the backoff
-    computed here, as the CTE statement computes it), then the rest, and any a policy
-    index refused as retry, as failed together with their dead letter copies. Returns
-    the ids inserted again. Shared by :func:`fail` and :func:`expire`."""
+    """The split fail after the delete: insert the deleted jobs again as what they become.
+
+    This is MutationStrategy.SPLIT, in ``ctx.db``'s transaction: the jobs with retries
+    left go in again as retry (the backoff computed here, as the CTE statement computes
+    it), then the rest, and any a policy index refused as retry, as failed together with
+    their dead letter copies. Returns the ids inserted again. Shared by :func:`fail` and
+    :func:`expire`.
+    """
     to_retry: list[dict[str, Any]] = []
     to_fail: list[dict[str, Any]] = []
     for row in removed:
@@ -161,8 +168,11 @@ EXPIRY_BATCH_SIZE = 1000
 
 @dataclass(frozen=True)
 class ExpiryBatch:
-    """What one expiry batch did: ``picked`` jobs matched (a full batch means more may be
-    waiting), ``failed`` of them were failed (the rest were settled meanwhile)."""
+    """What one expiry batch did.
+
+    ``picked`` jobs matched (a full batch means more may be waiting), ``failed`` of them
+    were failed (the rest were settled meanwhile).
+    """
 
     picked: int
     failed: int
@@ -176,10 +186,12 @@ async def expire(
     heartbeat: bool = False,
     limit: int = EXPIRY_BATCH_SIZE,
 ) -> ExpiryBatch:
-    """Fail at most ``limit`` active jobs of the queues ``names`` (all kept in the physical
-    job table ``table``) that ran past their expiry or, with ``heartbeat``, lost their
-    heartbeat; retried, failed or dead-lettered exactly as :func:`fail` does, with the
-    output :data:`TIMED_OUT` or :data:`HEARTBEAT_LOST`.
+    """Fail at most ``limit`` active jobs that ran past their expiry or lost their heartbeat.
+
+    The jobs are those of the queues ``names`` (all kept in the physical job table
+    ``table``); heartbeat loss counts with ``heartbeat``. They are retried, failed or
+    dead-lettered exactly as :func:`fail` does, with the output :data:`TIMED_OUT` or
+    :data:`HEARTBEAT_LOST`.
 
     Runs on ``ctx.db`` as it is: inside a transaction (the caller's, holding the
     expiry lock) or, on a CTE backend, as one statement. The split strategy needs a

@@ -64,8 +64,10 @@ def check_locked_claims(ctx: Context) -> None:
 
 
 def locked_spec(options: Mapping[str, Any]) -> FetchSpec:
-    """A locked claim's fetch options, checked: those of fetch, without group limits
-    (which count active jobs)."""
+    """A locked claim's fetch options, checked.
+
+    They are those of fetch, without group limits (which count active jobs).
+    """
     given = FetchSpec.of(options)
     if given.group_concurrency is not None:
         raise ValidationError(
@@ -76,10 +78,12 @@ def locked_spec(options: Mapping[str, Any]) -> FetchSpec:
 
 
 class LockedBatch:
-    """The jobs of a locked claim, settled in the claiming transaction (see
-    :func:`locked_fetch`). ``complete`` and ``fail`` settle some or all of them now;
+    """The jobs of a locked claim, settled in the claiming transaction.
+
+    See :func:`locked_fetch`. ``complete`` and ``fail`` settle some or all of them now;
     whatever is left when the block ends is completed (or failed with the error that
-    ended it)."""
+    ended it).
+    """
 
     def __init__(self, ctx: Context, route: QueueRoute, name: str, jobs: list[Job]) -> None:
         self._ctx = ctx
@@ -104,9 +108,11 @@ class LockedBatch:
     async def fail(
         self, jobs: Iterable[Job] | None = None, data: Any = None, *, terminal: bool = False
     ) -> CommandResult:
-        """Fail ``jobs`` (all unsettled ones by default) as ``fail`` fails running jobs:
-        retry after the delay while retries are left, else failed and dead-lettered;
-        ``terminal`` at once."""
+        """Fail ``jobs`` (all unsettled ones by default) as ``fail`` fails running jobs.
+
+        They go to retry after the delay while retries are left, else to failed and
+        dead-lettered; with ``terminal``, at once.
+        """
         output = normalize_output(data)
         ids = self._take(jobs)
         statement = sql.fail_held(self._ctx.q, terminal=terminal)
@@ -114,8 +120,11 @@ class LockedBatch:
         return command_result(ids, [r["id"] for r in rows if r["id"] is not None])
 
     def _take(self, jobs: Iterable[Job] | None) -> list[uuid.UUID]:
-        """The ids of ``jobs``, which must be this batch's and not yet settled (checked
-        before anything is written); they count as settled from now on."""
+        """The ids of ``jobs``, which count as settled from now on.
+
+        They must be this batch's and not yet settled (checked before anything is
+        written).
+        """
         if jobs is None:  # all of them: nothing to check
             every = list(self._open)
             self._open.clear()
@@ -151,12 +160,14 @@ class LockedBatch:
 async def fail_released(
     ctx: Context, name: str, jobs: Iterable[Job], data: Any = None
 ) -> CommandResult:
-    """Fail, as :meth:`LockedBatch.fail` would have, jobs a locked claim held and gave
-    back: its transaction rolled back because the database refused how they ended (an
+    """Fail jobs a locked claim held and gave back, as :meth:`LockedBatch.fail` would have.
+
+    The claim's transaction rolled back because the database refused how they ended (an
     output it cannot store), which leaves them queued with no attempt counted, ready to
     run again for ever. In a transaction of its own: the jobs still queued and free are
     locked and failed (the attempt counted, retried or dead-lettered as the queue says);
-    one that another claim took meanwhile is left to it."""
+    one that another claim took meanwhile is left to it.
+    """
     queue_name(name)
     output = as_jsonb(normalize_output(data))
     ids = [job.id for job in jobs]
@@ -175,14 +186,16 @@ async def fail_released(
 async def locked_fetch(
     ctx: Context, name: str, **options: Unpack[FetchOptions]
 ) -> AsyncIterator[LockedBatch]:
-    """Claim up to ``batch_size`` ready jobs in a transaction held for the block, with
-    fetch's options and order (no ``group_concurrency``; not on singleton or stately
-    queues, whose rules count active jobs). On a normal exit the jobs not settled are
-    completed; on an exception they are failed with it (then it propagates); either
-    way in the same transaction, then committed. Cancelled, or its connection lost,
-    the transaction rolls back: the jobs are queued again as they were, no attempt
-    counted; so does a database error inside the block (it propagates). An empty
-    batch still opens the block (``batch.jobs == []``)."""
+    """Claim up to ``batch_size`` ready jobs in a transaction held for the block.
+
+    The claim has fetch's options and order (no ``group_concurrency``; not on singleton
+    or stately queues, whose rules count active jobs). On a normal exit the jobs not
+    settled are completed; on an exception they are failed with it (then it propagates);
+    either way in the same transaction, then committed. Cancelled, or its connection
+    lost, the transaction rolls back: the jobs are queued again as they were, no attempt
+    counted; so does a database error inside the block (it propagates). An empty batch
+    still opens the block (``batch.jobs == []``).
+    """
     queue_name(name)
     spec = locked_spec(options)
     async with locked_claim(ctx, name, spec) as batch:
@@ -191,9 +204,11 @@ async def locked_fetch(
 
 @asynccontextmanager
 async def locked_claim(ctx: Context, name: str, spec: FetchSpec) -> AsyncIterator[LockedBatch]:
-    """:func:`locked_fetch` as ``spec`` says (checked when it was built, with
-    :func:`locked_spec`, as ``name`` must be): a worker's locked claim, which checks
-    only that the context can hold one."""
+    """A worker's locked claim: :func:`locked_fetch` as ``spec`` says.
+
+    ``spec`` was checked when it was built, with :func:`locked_spec`, as ``name`` must
+    be; this checks only that the context can hold one.
+    """
     check_locked_claims(ctx)
     failure: Exception | None = None
     async with ctx.db.separate_transaction() as tx:

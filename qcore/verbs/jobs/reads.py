@@ -70,9 +70,12 @@ async def find_jobs(
     states: Sequence[JobState | str] | None = None,
     limit: int | None = None,
 ) -> list[Job]:
-    """A queue's jobs, oldest first, filtered by any of: ``id``, singleton ``key``,
-    ``data`` (jobs whose data contains this JSON value), ``queued`` (only jobs waiting
-    to run) and ``states`` (jobs in one of them); at most ``limit`` (1 to 100,000)."""
+    """A queue's jobs, oldest first, filtered.
+
+    The filters, any of: ``id``, singleton ``key``, ``data`` (jobs whose data contains
+    this JSON value), ``queued`` (only jobs waiting to run) and ``states`` (jobs in one
+    of them); at most ``limit`` (1 to 100,000).
+    """
     queue_name(name)
     wanted = _states(states)
     if limit is not None:
@@ -118,11 +121,13 @@ async def browse_jobs(
     before: tuple[dt.datetime, uuid.UUID | str] | None = None,
     limit: int = 50,
 ) -> list[Job]:
-    """A page of a queue's jobs, newest first (``states``: only those; ``key``: with that
-    singleton key; ``data``: whose data contains this JSON value), after ``before``, the
-    ``(created_on, id)`` of the previous page's last job; at most ``limit`` (1 to 1,000).
-    Each page costs the same however deep it is (a rare ``data`` match reads on until
-    the page is full)."""
+    """A page of a queue's jobs, newest first.
+
+    ``states``: only those; ``key``: with that singleton key; ``data``: whose data
+    contains this JSON value. The page comes after ``before``, the ``(created_on, id)``
+    of the previous page's last job; at most ``limit`` (1 to 1,000). Each page costs the
+    same however deep it is (a rare ``data`` match reads on until the page is full).
+    """
     queue_name(name)
     wanted = _states(states)
     check_count("limit", limit, MAX_PAGE)
@@ -154,10 +159,13 @@ async def browse_jobs(
 async def ready_queues(
     ctx: Context, names: Sequence[str], anytime: Sequence[str] = ()
 ) -> dict[str, bool]:
-    """Whether each queue of ``names`` may have a job to claim (queued, unblocked and due;
-    due or not for those in ``anytime``); a missing queue counts as ready, so its
-    worker's claim reports it. Notes each existing queue's ``notify`` for the workers
-    (``Context.notify_seen``), as claims do. The shared idle poll's one statement."""
+    """Whether each queue of ``names`` may have a job to claim (the shared idle poll).
+
+    A queue may when it has jobs queued, unblocked and due (due or not for those in
+    ``anytime``); a missing queue counts as ready, so its worker's claim reports it. Notes
+    each existing queue's ``notify`` for the workers (``Context.notify_seen``), as claims
+    do. The poll is this one statement.
+    """
     rows = await retrying.run(
         ctx, sql.ready_queues(ctx.q), queues=list(names), anytime=list(anytime)
     )

@@ -1,5 +1,8 @@
-"""What the job verbs share: the ids a command takes (with the attempts they fence),
-the route of a queue to its physical table, and running a command there."""
+"""What the job verbs share: ids, routes, and running a command on a route.
+
+The ids a command takes (with the attempts they fence), the route of a queue to its
+physical table, and running a command there.
+"""
 
 from __future__ import annotations
 
@@ -38,11 +41,14 @@ async def routed(
     *,
     unchanged: T | None = None,
 ) -> T:
-    """Run ``attempt`` with the queue's route (policy and job table, read once per
-    context). None back means no queue row matched that route, and a missing table
-    that the table is gone: the queue was deleted, or recreated elsewhere. The route
-    is read again (QueueNotFoundError if the queue is gone) and the attempt made once
-    more; where that finds the same route, ``unchanged`` is the answer if given."""
+    """Run ``attempt`` with the queue's route, reading the route again if it went stale.
+
+    The route (policy and job table) is read once per context. None back means no queue
+    row matched that route, and a missing table that the table is gone: the queue was
+    deleted, or recreated elsewhere. The route is read again (QueueNotFoundError if the
+    queue is gone) and the attempt made once more; where that finds the same route,
+    ``unchanged`` is the answer if given.
+    """
     route = await queue_route(ctx, name)
     for _ in range(2):
         try:
@@ -90,8 +96,10 @@ async def run_settling(
     every: list[uuid.UUID],
     **values: Any,
 ) -> list[uuid.UUID]:
-    """Run a settling command (its row as ``settling_command``'s) built for the queue's
-    job table; the ids it changed."""
+    """Run a settling command built for the queue's job table; the ids it changed.
+
+    The command's row is as ``settling_command``'s.
+    """
     return await _run_routed(
         ctx, name, build, every, lambda rows: settled_ids(every, rows[0]), values
     )
@@ -105,8 +113,10 @@ async def _run_routed(
     read: Callable[[list[dict[str, Any]]], T],
     values: dict[str, Any],
 ) -> T:
-    """A command on the queue's job table, read from its rows by ``read`` (no row: the
-    route is read again, see :func:`routed`)."""
+    """A command on the queue's job table, read from its rows by ``read``.
+
+    No row: the route is read again, see :func:`routed`.
+    """
 
     async def attempt(route: QueueRoute) -> T | None:
         statement = build(route.table)

@@ -32,8 +32,11 @@ from qcore.verbs.queues import reduce_cached_counts
 async def complete(
     ctx: Context, name: str, ids: Ids, data: Any = None, *, include_queued: bool = False
 ) -> CommandResult:
-    """Mark active jobs completed, storing ``data`` as their output (a dict as it is,
-    anything else as ``{"value": data}``). ``include_queued`` completes queued jobs too."""
+    """Mark active jobs completed, storing ``data`` as their output.
+
+    A dict is stored as it is, anything else as ``{"value": data}``. ``include_queued``
+    completes queued jobs too.
+    """
     queue_name(name)
     targets = target_ids(ids)
     output = normalize_output(data)
@@ -44,8 +47,11 @@ async def complete(
 async def complete_each(
     ctx: Context, name: str, outputs: Sequence[tuple[Job, Any]]
 ) -> CommandResult:
-    """Complete active jobs each with its own output (``(job, output)`` pairs, outputs
-    as ``complete`` takes them), fenced on their attempts, in one statement."""
+    """Complete active jobs each with its own output, in one statement.
+
+    They come as ``(job, output)`` pairs, outputs as ``complete`` takes them, fenced on
+    their attempts.
+    """
     queue_name(name)
     targets = target_ids([job for job, _ in outputs])
     values = [{"id": str(job.id), "output": normalize_output(out)} for job, out in outputs]
@@ -63,10 +69,13 @@ async def complete_each(
 async def complete_together(
     ctx: Context, name: str, calls: list[Targets], *, include_queued: bool = False
 ) -> list[CommandResult]:
-    """The completes (no output) of several calls on queue ``name``, each given as its
-    checked ids (:func:`qcore.options.ids_and_fences`), in one statement for every call
-    whose ids overlap no other's in it (a call sharing a job with one before it waits
-    for the next statement, so each job is completed, and counted, by one call only)."""
+    """The completes (no output) of several calls on queue ``name``, in as few statements as can be.
+
+    Each call is given as its checked ids (:func:`qcore.options.ids_and_fences`); one
+    statement takes every call whose ids overlap no other's in it (a call sharing a job
+    with one before it waits for the next statement, so each job is completed, and
+    counted, by one call only).
+    """
     results: list[CommandResult | None] = [None] * len(calls)
     for members in _disjoint_rounds(calls):
         merged: Targets = (
@@ -86,8 +95,10 @@ async def complete_together(
 
 
 def _disjoint_rounds(calls: list[Targets]) -> list[list[int]]:
-    """The calls (by index) grouped into rounds that share no job id, each call in the
-    first round it fits."""
+    """The calls (by index) grouped into rounds that share no job id.
+
+    Each call goes in the first round it fits.
+    """
     if len(calls) == 1:
         return [[0]]
     rounds: list[tuple[set[uuid.UUID], list[int]]] = []
@@ -122,8 +133,11 @@ async def _complete(
 async def _fenced_command(
     ctx: Context, name: str, ids: Ids, build: Callable[..., Statement]
 ) -> tuple[list[uuid.UUID], list[dict[str, Any]]]:
-    """Run the command ``build(q, fenced=..., table=...)`` makes on jobs ``ids`` (fenced on
-    the attempts of the ``Job`` objects among them): the ids asked for, and the rows."""
+    """Run the command ``build`` makes on jobs ``ids``; the ids asked for, and the rows.
+
+    The command is ``build(q, fenced=..., table=...)``, fenced on the attempts of the
+    ``Job`` objects among the ids.
+    """
     queue_name(name)
     every, plain, fences = target_ids(ids)
     rows = await run_command(
@@ -143,8 +157,11 @@ async def cancel(ctx: Context, name: str, ids: Ids) -> CommandResult:
 
 
 async def restore(ctx: Context, name: str, ids: Ids) -> CommandResult:
-    """Hand active jobs back to the queue unstarted (created; the next claim spends no
-    attempt): what a worker does with jobs it claimed but will not run."""
+    """Hand active jobs back to the queue unstarted.
+
+    They go back to created, so the next claim spends no attempt: what a worker does
+    with jobs it claimed but will not run.
+    """
     every, rows = await _fenced_command(ctx, name, ids, sql.restore_jobs)
     return command_result(every, [r["id"] for r in rows])
 
@@ -160,8 +177,11 @@ async def resume(ctx: Context, name: str, ids: Ids) -> CommandResult:
 
 
 async def retry(ctx: Context, name: str, ids: Ids) -> CommandResult:
-    """Give failed jobs another attempt: back to retry, with one more allowed. On a
-    ``notify`` queue a job that is ready now wakes listening workers."""
+    """Give failed jobs another attempt.
+
+    They go back to retry, with one more allowed. On a ``notify`` queue a job that is
+    ready now wakes listening workers.
+    """
     queue_name(name)
     every, _, _ = target_ids(ids)
     notify = ctx.backend.capabilities.listen_notify
@@ -185,7 +205,10 @@ async def delete_job(ctx: Context, name: str, ids: Ids) -> CommandResult:
 
 
 async def touch(ctx: Context, name: str, ids: Ids) -> CommandResult:
-    """Refresh the heartbeat of active jobs; ``ids`` of the result are those refreshed
-    (a job missing from it is no longer active, or no longer in that attempt)."""
+    """Refresh the heartbeat of active jobs.
+
+    ``ids`` of the result are those refreshed (a job missing from it is no longer
+    active, or no longer in that attempt).
+    """
     every, rows = await _fenced_command(ctx, name, ids, sql.touch_jobs)
     return command_result(every, [r["id"] for r in rows])

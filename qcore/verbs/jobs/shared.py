@@ -1,5 +1,7 @@
-"""Calls of one Boss that arrive together share a statement: concurrent ``complete``
-calls (no output) on a queue, and on unlocked claims concurrent ``fetch`` calls.
+"""Calls of one Boss that arrive together share a statement.
+
+They are concurrent ``complete`` calls (no output) on a queue, and on unlocked claims
+concurrent ``fetch`` calls.
 
 Only calls on the Boss's own pool are shared: one made inside a transaction (``db=``,
 or a transaction the task has open) runs on its own, in that transaction.
@@ -38,9 +40,11 @@ class SharedStatements:
         ] = {}
 
     async def fetch(self, ctx: Context, name: str, size: int, options: dict[str, Any]) -> list[Job]:
-        """``fetch(name, batch_size=size, **options)``, sharing one claim with the calls
-        made meanwhile with the same options (unhashable options are not shared: the
-        fetch says what is wrong with them)."""
+        """``fetch(name, batch_size=size, **options)``, sharing one claim with concurrent calls.
+
+        The claim is shared with the calls made meanwhile with the same options
+        (unhashable options are not shared: the fetch says what is wrong with them).
+        """
         try:
             key = (name, tuple(sorted(options.items())))
             shared = self._fetches.get(key)
