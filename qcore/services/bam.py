@@ -1,6 +1,8 @@
-"""The BAM worker: runs the async migration commands migrations queue in the ``bam``
-table (index builds, ``CONCURRENTLY`` where the backend can), one at a time across
-every qcore and pg-boss instance of the schema.
+"""The BAM worker: it runs the async migration commands, one at a time across the fleet.
+
+The commands are those migrations queue in the ``bam`` table (index builds,
+``CONCURRENTLY`` where the backend can); one runs at a time across every qcore and
+pg-boss instance of the schema.
 
 Every ``bam_interval_seconds`` the instance that takes pg-boss's ``bam_on`` gate claims
 commands under pg-boss's ``bamClaim`` lock (:mod:`qcore.sql.bam`) and runs them back to
@@ -65,9 +67,11 @@ class _Running:
 
 
 async def _run_concurrently(ctx: Context, sql_text: str, running: _Running) -> None:
-    """One ``CONCURRENTLY`` statement, shielded: when ``stop()`` stops waiting for it, the
-    statement is not cancelled with the pass (the server finishes it after the connection
-    closes, as pg-boss leaves it)."""
+    """Run one ``CONCURRENTLY`` statement, shielded from the pass's cancellation.
+
+    When ``stop()`` stops waiting for it, the statement is not cancelled with the pass
+    (the server finishes it after the connection closes, as pg-boss leaves it).
+    """
     running.concurrent = True
     statement = asyncio.ensure_future(ctx.db.execute(sql_text))
     # a detached statement's outcome is the next instance's to find (its index, valid or not)
@@ -142,8 +146,10 @@ async def run_commands(
     stopping: Callable[[], bool] = lambda: False,
     on_running: Callable[[_Running | None], None] = lambda _: None,
 ) -> int:
-    """Claim and run commands back to back until none is left or ``stopping()``; how many
-    were claimed."""
+    """Claim and run commands back to back; how many were claimed.
+
+    It goes on until none is left or ``stopping()``.
+    """
     claimed = 0
     pending_only = False
     while not stopping():
@@ -181,8 +187,10 @@ async def run_commands(
 
 
 class BamWorker(Periodic):
-    """BAM passes every ``interval_seconds`` for the instance that takes the interval's
-    ``bam_on`` gate (only where the instance may migrate)."""
+    """BAM passes every ``interval_seconds``, for the instance that takes the ``bam_on`` gate.
+
+    The gate is the interval's, and only where the instance may migrate.
+    """
 
     name = "bam"
 
@@ -195,9 +203,12 @@ class BamWorker(Periodic):
         enabled: bool = True,
         leave_builds: bool = False,
     ) -> None:
-        """``leave_builds``: at a stop's timeout, leave a concurrent index build running on
+        """Set up the worker; ``leave_builds`` decides what a stop does with a running build.
+
+        ``leave_builds``: at a stop's timeout, leave a concurrent index build running on
         the server instead of cancelling it (where the instance's own pool closes; a
-        connection the application lent stays in use until the build ends)."""
+        connection the application lent stays in use until the build ends).
+        """
         super().__init__(events, interval_seconds, detached=True, enabled=enabled, at_start=True)
         self._context = context
         self._running: _Running | None = None
@@ -229,11 +240,13 @@ class BamWorker(Periodic):
             self._pass_task.cancel()
 
     async def stop_within(self, timeout: float) -> None:
-        """Stop, ending a command still running after ``timeout`` seconds: a concurrent
-        index build or drop on PostgreSQL is left to finish on the server (with
-        ``leave_builds``; its row stays in_progress, and the next instance marks it
-        completed or heals a failed build), any other command is cancelled (its row
-        marked failed, to run again)."""
+        """Stop, ending a command still running after ``timeout`` seconds.
+
+        A concurrent index build or drop on PostgreSQL is left to finish on the server
+        (with ``leave_builds``; its row stays in_progress, and the next instance marks
+        it completed or heals a failed build); any other command is cancelled (its row
+        marked failed, to run again).
+        """
         stopping = asyncio.ensure_future(self.stop())
         done, _ = await asyncio.wait({stopping}, timeout=timeout)
         while not done:  # again each second: a cancel can land between two statements

@@ -1,5 +1,7 @@
-"""The flow resolver: children of completed parents are released, off the completion's
-hot path (as pg-boss 12.38 does it: completing a job does no dependency work).
+"""The flow resolver: children of completed parents are released.
+
+This happens off the completion's hot path (as pg-boss 12.38 does it: completing a job
+does no dependency work).
 
 A pass (:func:`resolve_flows`) walks the queues grouped by physical job table, 100
 names at a time, and resolves batches of completed blocking parents
@@ -78,8 +80,10 @@ async def resolve_flows(
 
 
 class FlowResolver(Periodic):
-    """A resolver pass every ``interval_seconds`` for the instance that takes the
-    interval's ``flow_on`` gate; :meth:`resolve_now` runs one at once, ungated."""
+    """A resolver pass every ``interval_seconds``, for the instance that takes the ``flow_on`` gate.
+
+    The gate is the interval's; :meth:`resolve_now` runs one at once, ungated.
+    """
 
     name = "flows"
 

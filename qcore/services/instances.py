@@ -1,7 +1,9 @@
-"""The instance registry: this ``Boss``'s row in pg-boss's ``instance`` table, written at
-start(), refreshed every ``instance_heartbeat_seconds`` (supervising or not) and marked
-stopped by stop(). Nothing on the job path waits for it: a failed write is an ``error``
-event and the next heartbeat, an upsert, writes the row again.
+"""The instance registry: this ``Boss``'s row in pg-boss's ``instance`` table.
+
+The row is written at start(), refreshed every ``instance_heartbeat_seconds``
+(supervising or not) and marked stopped by stop(). Nothing on the job path waits for it:
+a failed write is an ``error`` event and the next heartbeat, an upsert, writes the row
+again.
 
 Crash restarts are counted at registration from the rows of earlier lives with this
 name on this host; a life that still read live then is judged again on each heartbeat
@@ -36,17 +38,23 @@ __all__ = ["InstanceRegistry", "RegistrySettings", "recorded_config", "worker_en
 
 
 def recorded_config(options: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``config`` of an instance's row: the options given (an allowlist the caller
-    passes: never a connection setting or a credential), under pg-boss's camelCase
-    names so a fleet of both compares, as JSON values; None ones left out."""
+    """The ``config`` of an instance's row, as JSON values.
+
+    The options given (an allowlist the caller passes: never a connection setting or a
+    credential), under pg-boss's camelCase names so a fleet of both compares; None ones
+    left out.
+    """
     return {_camel(k): _jsonable(v) for k, v in options.items() if v is not None}
 
 
 @dataclass(frozen=True)
 class RegistrySettings:
-    """What an instance says of itself: its id and name, its heartbeat, its version, the
-    constructor options its row has columns for, and ``config`` (the recorded options,
-    never a connection setting or a credential)."""
+    """What an instance says of itself in its row.
+
+    Its id and name, its heartbeat, its version, the constructor options its row has
+    columns for, and ``config`` (the recorded options, never a connection setting or a
+    credential).
+    """
 
     id: uuid.UUID
     name: str | None
@@ -66,9 +74,11 @@ def _iso(value: dt.datetime | None) -> str | None:
 
 
 def worker_entries(statuses: Sequence[Any]) -> list[dict[str, Any]]:
-    """One entry per ``work()`` call, as pg-boss writes them (camelCase, times as ISO
-    strings, ``options`` the recorded options that differ from their defaults); never
-    an error message, which can carry job data."""
+    """One entry per ``work()`` call, as pg-boss writes them.
+
+    CamelCase, times as ISO strings, ``options`` the recorded options that differ from
+    their defaults; never an error message, which can carry job data.
+    """
     entries = []
     for status in statuses:
         changed = dict(status.options)
@@ -97,8 +107,11 @@ def _camel(name: str) -> str:
 
 
 def _jsonable(value: Any) -> Any:
-    """A recorded option as JSON: plain values as they are, group limits as the option
-    is written, anything else as its text."""
+    """A recorded option as JSON.
+
+    Plain values as they are, group limits as the option is written, anything else as
+    its text.
+    """
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, GroupLimits):
@@ -111,8 +124,11 @@ def _jsonable(value: Any) -> Any:
 
 
 class InstanceRegistry(Periodic):
-    """Keeps this instance's row: :meth:`start` registers it, each pass is a heartbeat,
-    :meth:`stop` marks it stopped (best effort: a row left unstopped goes quiet)."""
+    """Keeps this instance's row from start to stop.
+
+    :meth:`start` registers it, each pass is a heartbeat, :meth:`stop` marks it stopped
+    (best effort: a row left unstopped goes quiet).
+    """
 
     name = "instances"
 
@@ -168,8 +184,11 @@ class InstanceRegistry(Periodic):
             await self._count_crash_restarts(ctx)
 
     async def _beat_key(self, ctx: Context) -> None:
-        """A keyed server: its key seen now, the jobs it claimed since the last beat added
-        to the key's count, and whether it is paused (told on change)."""
+        """Beat a keyed server's key.
+
+        The key is seen now, the jobs it claimed since the last beat are added to the
+        key's count, and whether it is paused is read (told on change).
+        """
         key = self.settings.instance_key
         if key is None:
             return

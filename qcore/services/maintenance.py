@@ -1,5 +1,7 @@
-"""Maintenance: the settings of the supervise pass, the retention walk, and the pruning
-of warnings and queue-stat snapshots.
+"""Maintenance: the supervise pass's settings, retention, and pruning.
+
+The settings of the supervise pass, the retention walk, and the pruning of warnings and
+queue-stat snapshots.
 
 **Retention** works queue by queue, as pg-boss 12.38 does, so qcore and pg-boss
 instances on one schema share it: the queues of a chunk are claimed through
@@ -60,8 +62,10 @@ DAY_SECONDS = 86_400
 
 @dataclass(frozen=True)
 class Maintenance:
-    """What a supervise pass does besides expiry, as the ``Boss`` options set it (the
-    seed's defaults and ranges; a bad value raises ``ConfigError`` naming it)."""
+    """What a supervise pass does besides expiry, as the ``Boss`` options set it.
+
+    The seed's defaults and ranges apply; a bad value raises ``ConfigError`` naming it.
+    """
 
     maintenance_interval_seconds: float = float(DAY_SECONDS)
     queue_cache_interval_seconds: float = 60.0
@@ -121,9 +125,11 @@ async def retain(
     batch_size: int = sql.RETENTION_BATCH_SIZE,
     duty: float = RETENTION_DUTY,
 ) -> RetentionResult:
-    """Retention for the queues ``names`` of job table ``table``: claim the due ones
-    (all of them when ``interval_seconds`` is None), walk each, hand back the claim of
-    those not walked to the end."""
+    """Retention for the queues ``names`` of job table ``table``.
+
+    Claim the due ones (all of them when ``interval_seconds`` is None), walk each, hand
+    back the claim of those not walked to the end.
+    """
     skip_locked = ctx.backend.fetch is FetchStrategy.SKIP_LOCKED
     claim = sql.claim_maintenance(
         ctx.q, gated=interval_seconds is not None, skip_locked=skip_locked
@@ -158,10 +164,12 @@ async def _walk(
     stopping: Callable[[], bool],
     duty: float,
 ) -> tuple[bool, int]:
-    """Walk queue ``name`` a batch of keys at a time, busy ``duty`` of the time at most
-    (a batch that took t seconds is followed by a pause of t × (1 − duty) / duty);
-    whether it got to the end, and how many jobs it deleted (taken off the cached
-    counts, even when cut short)."""
+    """Walk queue ``name`` a batch of keys at a time, deleting what retention lets go.
+
+    It is busy ``duty`` of the time at most (a batch that took t seconds is followed by
+    a pause of t × (1 − duty) / duty). Returns whether it got to the end, and how many
+    jobs it deleted (taken off the cached counts, even when cut short).
+    """
     after: Any = None
     deleted = retained = 0
     finished = False
@@ -197,9 +205,12 @@ async def _walk(
 
 
 async def prune(ctx: Context, settings: Maintenance, *, stopping: Callable[[], bool]) -> int:
-    """Delete instance rows quiet for the retention (and dead ones past the bound),
-    warnings and queue-stat snapshots past their retention; the number of snapshot rows
-    deleted (a partition dropped counts as none: its rows are not read)."""
+    """Delete what is past its retention; the number of snapshot rows deleted.
+
+    Instance rows quiet for the retention (and dead ones past the bound), warnings and
+    queue-stat snapshots past their retention go. A partition dropped counts as none:
+    its rows are not read.
+    """
     await retry.run(ctx, instance_sql.delete_old_instances(ctx.q))
     skip_locked = ctx.backend.fetch is FetchStrategy.SKIP_LOCKED
     await retry.run(ctx, instance_sql.trim_dead_instances(ctx.q, skip_locked=skip_locked))
@@ -225,10 +236,13 @@ async def prune(ctx: Context, settings: Maintenance, *, stopping: Callable[[], b
 
 
 async def prune_affinity(ctx: Context, *, stopping: Callable[[], bool]) -> None:
-    """Forget the patterns of jobs that can no longer be claimed (all of them, in batches),
-    and walk one step (:data:`PROCESSED_SWEEP_ROWS`) further through the attribution
+    """Forget the affinity rows of jobs that are gone or can no longer be claimed.
+
+    The patterns of jobs that can no longer be claimed go (all of them, in batches), and
+    the walk goes one step (:data:`PROCESSED_SWEEP_ROWS`) further through the attribution
     table, deleting rows whose job is gone: the whole table is checked every few passes
-    (its rows live as long as their jobs), and a pass costs the same however big it is."""
+    (its rows live as long as their jobs), and a pass costs the same however big it is.
+    """
     statement = affinity_sql.prune_patterns(ctx.q)
     while not stopping():
         [row] = await retry.run(ctx, statement, limit=sql.RETENTION_BATCH_SIZE)
@@ -243,7 +257,10 @@ async def prune_affinity(ctx: Context, *, stopping: Callable[[], bool]) -> None:
 
 
 async def ensure_partitions(ctx: Context, settings: Maintenance) -> None:
-    """Today's and tomorrow's ``queue_stats`` partitions, before a pass writes snapshots
-    (the partitioned shape with ``persist_queue_stats`` only)."""
+    """Make today's and tomorrow's ``queue_stats`` partitions.
+
+    They are made before a pass writes snapshots (the partitioned shape with
+    ``persist_queue_stats`` only).
+    """
     if settings.persist_queue_stats and ctx.backend.schema.partitioned:
         await ctx.db.execute_script(sql.ensure_queue_stats_partitions(ctx.q, ctx.schema))

@@ -82,11 +82,14 @@ HEARTBEAT_LOCK = "failJobsByHeartbeat"
 
 @dataclass(frozen=True)
 class MonitorResult:
-    """What one pass did: the queues it claimed for monitoring (and so worked on), and how
-    many jobs it failed for running past their expiry and for losing their heartbeat;
-    besides (not compared: an equality says what the monitor did), the queues whose
-    counts it cached and those retention walked, the jobs retention deleted, and the job
-    tables whose stale statistics it refreshed."""
+    """What one supervise pass did.
+
+    The queues it claimed for monitoring (and so worked on), and how many jobs it failed
+    for running past their expiry and for losing their heartbeat; besides (not compared:
+    an equality says what the monitor did), the queues whose counts it cached and those
+    retention walked, the jobs retention deleted, and the job tables whose stale
+    statistics it refreshed.
+    """
 
     claimed: tuple[str, ...] = ()
     expired: int = 0
@@ -115,8 +118,9 @@ async def supervise(
     events: Events | None = None,
     stopping: Callable[[], bool] = _never,
 ) -> MonitorResult:
-    """One supervise pass now, over every queue or the queue ``name`` (which must exist):
-    first the statistics of job tables that outgrew them
+    """Run one supervise pass now, over every queue or the queue ``name``.
+
+    ``name`` must exist. First come the statistics of job tables that outgrew them
     (:mod:`qcore.services.statistics`), then per chunk of queues the monitor (cached
     counts, backlog warnings, expiry, heartbeat loss) and then retention; after the
     queues, the pruning of warnings and snapshots.
@@ -227,8 +231,10 @@ async def _expire(
     batch_size: int,
     stopping: Callable[[], bool],
 ) -> int:
-    """Expiry (or heartbeat loss) for queues of one table, a batch per transaction until
-    a batch is not full; the number of jobs failed."""
+    """Expiry (or heartbeat loss) for queues of one table; the number of jobs failed.
+
+    It runs a batch per transaction until a batch is not full.
+    """
     suffix = table + (HEARTBEAT_LOCK if heartbeat else TIMEOUT_LOCK)
 
     async def batch(tx: Database) -> jobs.ExpiryBatch:
@@ -247,8 +253,11 @@ async def _expire(
 
 
 class Supervisor(Periodic):
-    """The background monitor pass of one ``Boss`` (every ``interval_seconds``), and the
-    lock that keeps its passes, background or explicit (:meth:`run`), one at a time."""
+    """The background monitor pass of one ``Boss``, and the lock that serialises its passes.
+
+    The pass runs every ``interval_seconds``; the lock keeps its passes, background or
+    explicit (:meth:`run`), one at a time.
+    """
 
     name = "supervisor"
 
@@ -277,8 +286,11 @@ class Supervisor(Periodic):
     async def run(
         self, name: str | None = None, *, reindex: Reindex | bool = True, force: bool = False
     ) -> MonitorResult | None:
-        """One pass now, not gated by the interval (see :func:`supervise`), after the
-        one in flight; None, without running, once :meth:`stop` was called."""
+        """One pass now, not gated by the interval, after the one in flight.
+
+        See :func:`supervise`. Returns None, without running, once :meth:`stop` was
+        called.
+        """
         return await self.exclusive(
             lambda: supervise(
                 self._context(),

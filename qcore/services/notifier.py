@@ -37,8 +37,10 @@ UNAVAILABLE = "listen_notify_unavailable"
 
 
 class Notifier:
-    """One LISTEN on the schema's channel for the lifetime of a started ``Boss`` (a
-    :class:`~qcore.periodic.Service`; the adapter keeps the connection alive)."""
+    """One LISTEN on the schema's channel for the lifetime of a started ``Boss``.
+
+    It is a :class:`~qcore.periodic.Service`; the adapter keeps the connection alive.
+    """
 
     name = "notifier"
     busy = False  # its work is the adapter's: nothing of its own runs

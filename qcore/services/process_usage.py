@@ -1,5 +1,6 @@
-"""What this process uses, against what its container allows: the ``metrics`` of its
-instance row, sampled on each heartbeat.
+"""What this process uses, against what its container allows.
+
+These are the ``metrics`` of its instance row, sampled on each heartbeat.
 
 Limits come from the cgroup the process is charged to (``/proc/self/cgroup``), v2
 (``cpu.max``, ``memory.max``) or v1 (``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``,
@@ -32,8 +33,11 @@ _V1_UNLIMITED = 2**63 - 4096
 
 @dataclass(frozen=True)
 class Cgroup:
-    """The cgroup this process is charged to: its version, and for each controller the
-    directories from the process's own cgroup up to the hierarchy's root."""
+    """The cgroup this process is charged to.
+
+    Its version, and for each controller the directories from the process's own cgroup
+    up to the hierarchy's root.
+    """
 
     version: int
     cpu: tuple[Path, ...]
@@ -56,17 +60,21 @@ def _stat_field(text: str | None, name: str) -> int | None:
 
 
 def _up_to_root(mount: Path, path: str) -> tuple[Path, ...]:
-    """``mount/path`` and each parent directory down to ``mount``, where they exist (a
-    private cgroup namespace shows ``/``; the host's, the full path)."""
+    """``mount/path`` and each parent directory down to ``mount``, where they exist.
+
+    A private cgroup namespace shows ``/``; the host's, the full path.
+    """
     parts = [p for p in path.split("/") if p and p != ".."]
     dirs = [mount.joinpath(*parts[:n]) for n in range(len(parts), -1, -1)]
     return tuple(d for d in dirs if d.is_dir())
 
 
 def find_cgroup(root: Path = Path("/")) -> Cgroup | None:
-    """The cgroup of this process as ``root`` shows it (``/`` in production; a fixture
-    tree in tests): v1 where the cpu or memory controller is on v1, else v2; None when
-    ``/proc/self/cgroup`` cannot be read."""
+    """The cgroup of this process as ``root`` shows it.
+
+    ``root`` is ``/`` in production, a fixture tree in tests. v1 where the cpu or memory
+    controller is on v1, else v2; None when ``/proc/self/cgroup`` cannot be read.
+    """
     text = _read(root / "proc/self/cgroup")
     if text is None:
         return None
@@ -153,8 +161,11 @@ def _allowed_cpus() -> int:
 
 
 class LoopLag:
-    """The event loop's delay: a task that sleeps ``interval`` and records how late it
-    wakes; ``take()`` returns (p99, max) in milliseconds since the last take."""
+    """The event loop's delay, measured by a task that records how late it wakes.
+
+    The task sleeps ``interval``; ``take()`` returns (p99, max) in milliseconds since
+    the last take.
+    """
 
     def __init__(self, interval: float = 0.5) -> None:
         self.interval = interval
@@ -189,8 +200,10 @@ class LoopLag:
 
 
 class ProcessUsage:
-    """Samples of this process's usage (:meth:`sample`), against its container's limits
-    read under ``root``."""
+    """Samples of this process's usage, against its container's limits.
+
+    Samples come from :meth:`sample`; the limits are read under ``root``.
+    """
 
     def __init__(self, root: Path = Path("/"), lag: LoopLag | None = None) -> None:
         self._root = root
@@ -230,8 +243,11 @@ class ProcessUsage:
         }
 
     def _throttled(self, directory: Path) -> float | None:
-        """The share of CPU periods since the last sample in which the cgroup holding the
-        quota was throttled; None on the first sample or when the quota moved."""
+        """The share of CPU periods since the last sample in which the cgroup was throttled.
+
+        The cgroup is the one holding the quota; None on the first sample or when the
+        quota moved.
+        """
         text = _read(directory / "cpu.stat")
         periods, throttled = _stat_field(text, "nr_periods"), _stat_field(text, "nr_throttled")
         if periods is None or throttled is None:

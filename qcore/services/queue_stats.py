@@ -1,5 +1,6 @@
-"""The queue-stats step of the supervise pass (the reads of what it wrote are
-:mod:`qcore.verbs.stats`).
+"""The queue-stats step of the supervise pass.
+
+The reads of what it wrote are :mod:`qcore.verbs.stats`.
 
 For the queues the monitor claimed, one statement counts the job table and writes the
 counts on each queue row (see :mod:`qcore.sql.stats` for what each column
@@ -33,8 +34,10 @@ async def cache_stats(
     pass_seconds: float,
     events: Events | None,
 ) -> list[str]:
-    """Count the queues ``names`` of ``table`` and cache the counts on their rows; the
-    queues written (none when another instance holds the stats lock)."""
+    """Count the queues ``names`` of ``table`` and cache the counts on their rows.
+
+    Returns the queues written (none when another instance holds the stats lock).
+    """
     reset = max(sql.DELTA_RESET_MAX_SECONDS, int(2 * pass_seconds))
     rows = await count_queues(ctx, table, names, throughput=persist, reset_seconds=reset)
     written = sorted(str(r["name"]) for r in rows)

@@ -1,5 +1,6 @@
-"""The statistics step of the supervise pass: a job table whose planner statistics
-describe a much smaller table is analyzed.
+"""The statistics step of the supervise pass.
+
+A job table whose planner statistics describe a much smaller table is analyzed.
 
 A backlog written faster than autovacuum's analyze follows (a burst, a bulk insert, a
 table with autovacuum turned off) leaves the planner with the statistics of the small

@@ -1,5 +1,7 @@
-"""The timekeeper: cron schedules fire, once per occurrence across every instance, and
-the clock-skew check.
+"""The timekeeper: cron schedules and the clock-skew check.
+
+Cron schedules fire, once per occurrence across every instance, and the clock-skew check
+runs.
 
 **The cron pass** (:func:`cron_pass`, every ``cron_monitor_interval_seconds``) is
 pg-boss 12.38's, so a fleet of qcore and pg-boss instances shares it:
@@ -130,8 +132,11 @@ def _occurrences(
     prior: dt.datetime | None,
     due_by: dict[tuple[str, str], dt.datetime | None],
 ) -> list[dt.datetime]:
-    """The occurrences of ``s`` a pass at ``now`` owes a job for (see the module).
-    ``due_by``: the pass's due occurrence per (expression, zone), shared by its rows."""
+    """The occurrences of ``s`` a pass at ``now`` owes a job for.
+
+    See the module. ``due_by``: the pass's due occurrence per (expression, zone), shared
+    by its rows.
+    """
     if (s.cron, s.timezone) not in due_by:
         cron.check_expression(s.cron)
         due_by[(s.cron, s.timezone)] = cron.due_occurrence(s.cron, s.timezone, now)
@@ -155,7 +160,9 @@ async def cron_pass(
     warned: set[tuple[str, str, str, str]] | None = None,
 ) -> CronPass:
     """Claim this interval's pass and, if it is ours, file every due occurrence.
-    ``warned``: the rows already reported as unusable (kept between passes)."""
+
+    ``warned``: the rows already reported as unusable (kept between passes).
+    """
     [claim] = await retry.run(
         ctx, sql.claim_cron_pass(ctx.q), seconds=float(interval_seconds), send_it=SEND_IT
     )
@@ -204,10 +211,12 @@ async def cron_pass(
 
 
 async def forward(ctx: Context, events: Events | None, jobs: list[Job]) -> int:
-    """Send each send-it job's payload to its schedule's queue (concurrently, each its own
-    statement); record the newest job of each schedule on its row. How many were sent.
-    A failed send is reported, not raised: the send-it job is done either way, so the
-    occurrence is never sent twice."""
+    """Send each send-it job's payload to its schedule's queue; how many were sent.
+
+    The sends run concurrently, each its own statement; the newest job of each schedule is
+    recorded on its row. A failed send is reported, not raised: the send-it job is done
+    either way, so the occurrence is never sent twice.
+    """
     bodies = [job.data if isinstance(job.data, dict) else {} for job in jobs]
     results = await asyncio.gather(*(_send(ctx, body) for body in bodies), return_exceptions=True)
     fired: dict[tuple[str, str], tuple[str, str]] = {}
@@ -255,9 +264,12 @@ async def _send(ctx: Context, body: dict[str, Any]) -> uuid.UUID | None:
 
 
 class Timekeeper(Periodic):
-    """The cron pass every ``cron_monitor_interval_seconds`` (the first at start), and
-    the forwarder: a worker of its own (made by ``worker``, ``Boss._worker``), started
-    and stopped with the service, not listed among the instance's workers."""
+    """The cron pass and the forwarder of its send-it jobs.
+
+    The cron pass runs every ``cron_monitor_interval_seconds`` (the first at start); the
+    forwarder is a worker of its own (made by ``worker``, ``Boss._worker``), started and
+    stopped with the service, not listed among the instance's workers.
+    """
 
     name = "timekeeper"
 
@@ -325,7 +337,9 @@ class Timekeeper(Periodic):
 
 class ClockSkew(Periodic):
     """The clock-skew check: at start, then every ``clock_monitor_interval_seconds``.
-    ``clock`` is this process's clock (seconds since the epoch)."""
+
+    ``clock`` is this process's clock (seconds since the epoch).
+    """
 
     name = "clock_skew"
 

@@ -1,5 +1,6 @@
-"""The vacuum checks of the supervise pass (``monitor_vacuum``): is vacuum keeping up
-with the job tables?
+"""The vacuum checks of the supervise pass (``monitor_vacuum``).
+
+Is vacuum keeping up with the job tables?
 
 One measurement, two diagnoses with opposite fixes. A job table is *over budget* when
 its dead rows pass the point PostgreSQL itself would vacuum it (``threshold +

@@ -1,8 +1,9 @@
-"""Warnings a ``Boss`` raises about its database: ``slow_query`` for any statement run
-through the retry policy that took longer than ``warning_slow_query_seconds``, and,
-with ``persist_warnings``, every ``warning`` event written to the ``warning`` table
-(pg-boss's row: type, message, data), which maintenance prunes after
-``warning_retention_days``.
+"""Warnings a ``Boss`` raises about its database, and their persistence.
+
+``slow_query`` for any statement run through the retry policy that took longer than
+``warning_slow_query_seconds``, and, with ``persist_warnings``, every ``warning`` event
+written to the ``warning`` table (pg-boss's row: type, message, data), which maintenance
+prunes after ``warning_retention_days``.
 
 A slow statement's values are never copied into the warning: each is shown as its
 type (``<str>``, ``<int>`` …), since they hold job payloads and keys.
@@ -57,8 +58,10 @@ def slow_query_watch(events: Events, threshold_seconds: float) -> Watch:
 
 
 class WarningRecorder:
-    """A ``warning`` listener that writes each warning to the ``warning`` table; a
-    failed write is logged (it cannot be a warning of its own)."""
+    """A ``warning`` listener that writes each warning to the ``warning`` table.
+
+    A failed write is logged (it cannot be a warning of its own).
+    """
 
     def __init__(self, context: Callable[[], Context]) -> None:
         self._context = context
