@@ -10,9 +10,12 @@ _FETCH, _POLL, _DUE = "fetch", "poll", "due"
 
 
 class Gate:
-    """Where a worker's idle loops wait: one poller (sleeps out the poll interval, then
-    fetches), the rest parked until a wake or until the poller leaves and hands them
-    its role. No I/O here: only who fetches when."""
+    """Where a worker's idle loops wait, and which of them fetches when.
+
+    One poller sleeps out the poll interval, then fetches; the rest are parked until a
+    wake or until the poller leaves and hands them its role. No I/O here: only who
+    fetches when.
+    """
 
     def __init__(self) -> None:
         self._parked: deque[asyncio.Future[str]] = deque()
@@ -22,14 +25,18 @@ class Gate:
 
     @property
     def polling(self) -> bool:
-        """A loop sleeps out the poll interval, or has just seen it run out (and has not
-        fetched since)."""
+        """Whether a loop sleeps out the poll interval.
+
+        Or has just seen it run out (and has not fetched since).
+        """
         poller = self._poller
         return poller is not None and (not poller.done() or poller.result() == _DUE)
 
     async def idle(self, delay: Callable[[], Awaitable[float]]) -> bool:
-        """Return when this loop should fetch (at once after ``close()``): True when the
-        poll interval ran out, False when woken."""
+        """Return when this loop should fetch: True when the poll interval ran out.
+
+        False when woken; after ``close()`` it returns at once.
+        """
         loop = asyncio.get_running_loop()
         while True:
             if self._closed:
@@ -74,8 +81,11 @@ class Gate:
                 return
 
     def wake_one(self, *, remember: bool) -> None:
-        """Have one idle loop fetch now: a parked one, else the poller. With
-        ``remember``, a wake that finds every loop busy makes the next idle loop fetch."""
+        """Have one idle loop fetch now: a parked one, else the poller.
+
+        With ``remember``, a wake that finds every loop busy makes the next idle loop
+        fetch.
+        """
         while self._parked:
             turn = self._parked.popleft()
             if not turn.done():

@@ -1,5 +1,7 @@
-"""``local_group_concurrency``: a limit on the jobs of one group this process runs at
-once, kept in memory (no database cost, no coordination between processes)."""
+"""``local_group_concurrency``: a per-process limit on the jobs of one group run at once.
+
+It is kept in memory: no database cost, no coordination between processes.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +12,11 @@ from qcore.options import GroupLimits
 
 
 class LocalGroups:
-    """The jobs of each group a worker is running, against the group's limit (its jobs'
-    ``group_tier``'s where the tiers name it, else the default)."""
+    """The jobs of each group a worker is running, against the group's limit.
+
+    The limit is that of its jobs' ``group_tier`` where the tiers name it, else the
+    default.
+    """
 
     def __init__(self, limits: GroupLimits) -> None:
         self.limits = limits
@@ -19,9 +24,11 @@ class LocalGroups:
         self._tier: dict[str, str | None] = {}  # the tier each running group's jobs last had
 
     def admit(self, jobs: Sequence[Job]) -> tuple[list[Job], list[Job]]:
-        """Split a claimed batch into the jobs to run (counted as running from now) and
-        the surplus of groups already at their limit (to hand back). Jobs with no group
-        always run."""
+        """Split a claimed batch into the jobs to run and the surplus to hand back.
+
+        The jobs to run are counted as running from now; the surplus is that of groups
+        already at their limit. Jobs with no group always run.
+        """
         admitted: list[Job] = []
         surplus: list[Job] = []
         for job in jobs:
@@ -51,9 +58,11 @@ class LocalGroups:
                 self._running[group] -= 1
 
     def full(self) -> list[str]:
-        """The groups with no room left, for the next fetch to leave alone: at the limit
-        of the tier their jobs last had (a group whose jobs change tier may be fetched,
-        and its surplus handed back, once more)."""
+        """The groups with no room left, for the next fetch to leave alone.
+
+        A group is full at the limit of the tier its jobs last had (a group whose jobs
+        change tier may be fetched, and its surplus handed back, once more).
+        """
         return [
             group
             for group, running in self._running.items()

@@ -1,6 +1,9 @@
-"""How a handler runs: ``async def`` ones as tasks, plain functions on a thread their
-loop owns (so a slow one never waits for a shared pool), and the count of those
-threads a worker gave up on but cannot stop."""
+"""How a handler runs: as a task, or on a thread of its loop's own.
+
+``async def`` ones run as tasks, plain functions on a thread their loop owns (so a slow
+one never waits for a shared pool); and here is the count of those threads a worker gave
+up on but cannot stop.
+"""
 
 from __future__ import annotations
 
@@ -45,15 +48,19 @@ async def inside(coro: Awaitable[Any], loop_task: asyncio.Task[Any] | None) -> A
 
 
 def consume(future: asyncio.Future[Any]) -> None:
-    """Done callback of an abandoned handler: retrieve its outcome so asyncio does not
-    report an exception nobody will read."""
+    """Retrieve an abandoned handler's outcome, as its done callback.
+
+    So asyncio does not report an exception nobody will read.
+    """
     if not future.cancelled():
         future.exception()
 
 
 class Orphans:
-    """The handler threads of one worker that still run a call it gave up on: past the
-    batch's expiry, past the stop deadline, or once every job of the batch was lost.
+    """The handler threads of one worker that still run a call it gave up on.
+
+    It gave up past the batch's expiry, past the stop deadline, or once every job of the
+    batch was lost.
 
     Python cannot stop a thread. A handler that ignores ``job.cancelled`` runs on while
     its job is failed and retried, maybe on a new thread beside it, and again at the
@@ -100,8 +107,11 @@ class Orphans:
 
 
 class _Thread:
-    """What a slot's thread is told besides its calls: once its call outlived the batch,
-    the ``orphans`` it is counted among, to tell when it ends."""
+    """What a slot's thread is told besides its calls.
+
+    Once its call outlived the batch, the ``orphans`` it is counted among, to tell when
+    it ends.
+    """
 
     def __init__(self) -> None:
         self.orphans: Orphans | None = None
@@ -137,8 +147,10 @@ class Slot:
         return future
 
     def abandon(self, orphans: Orphans | None = None) -> None:
-        """The running call outlived its batch: its thread ends after it, alone, counted
-        among ``orphans`` until then."""
+        """Give up on the running call, which outlived its batch.
+
+        Its thread ends after it, alone, counted among ``orphans`` until then.
+        """
         if self._thread is not None and orphans is not None:
             # marked before the thread is told to stop, so it reads the mark when it does
             self._thread.orphans = orphans
@@ -192,8 +204,11 @@ def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
 
 
 def refresh_seconds(jobs: Sequence[Job], option: float | None) -> float | None:
-    """How often to touch the batch's heartbeat jobs: the option, else half the smallest
-    ``heartbeat_seconds``; None when no job has a heartbeat."""
+    """How often to touch the batch's heartbeat jobs.
+
+    The option, else half the smallest ``heartbeat_seconds``; None when no job has a
+    heartbeat.
+    """
     beats = [j.heartbeat_seconds for j in jobs if j.heartbeat_seconds is not None]
     if not beats:
         return None

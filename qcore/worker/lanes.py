@@ -1,5 +1,8 @@
-"""How many statements a worker's loops keep in flight at once (its lanes): completes,
-fetches and settle-and-claims; loops asking meanwhile share the next statement."""
+"""How many statements a worker's loops keep in flight at once (its lanes).
+
+They are completes, fetches and settle-and-claims; loops asking meanwhile share the next
+statement.
+"""
 
 from __future__ import annotations
 
@@ -17,19 +20,23 @@ SPLIT_CHAIN_MAX_BATCH = 10
 
 
 def complete_lanes(local_concurrency: int) -> int:
-    """How many complete statements a worker's loops may have in flight at once: two,
-    one more per four loops past eight (fetches: one). Measured on the drain
+    """How many complete statements a worker's loops may have in flight at once.
+
+    Two, one more per four loops past eight (fetches: one). Measured on the drain
     benchmarks (batch 1 with 8 loops, batch 100 with 4): one fetch in flight and the
     others merged into the next claims the most per second; completes, which never
-    collide, keep the database busy in two lanes while their statements stay full."""
+    collide, keep the database busy in two lanes while their statements stay full.
+    """
     if local_concurrency == 1:
         return 1
     return max(2, local_concurrency // 4)
 
 
 def claim_lanes(ctx: Context, options: WorkOptions) -> tuple[int, int]:
-    """How many claims a worker's loops may have in flight at once, as fetches and as
-    settle-and-claim statements; loops asking meanwhile share the next statement.
+    """How many claims a worker's loops may have in flight at once.
+
+    As fetches and as settle-and-claim statements; loops asking meanwhile share the next
+    statement.
 
     One of each where claims are unlocked (two in flight would race for one set of
     rows). Under SKIP LOCKED, which never collides: fetches one at batch size 1 (the

@@ -168,8 +168,9 @@ class Worker(HandlerRunner):
             self._gate.wake_one(remember=True)
 
     async def stop(self, *, graceful: bool = True, timeout: float | None = 30.0) -> None:
-        """Stop fetching; let handlers finish within ``timeout`` (None: no limit; at once
-        when not graceful); fail the jobs still held.
+        """Stop fetching, let handlers finish, and fail the jobs still held.
+
+        Handlers get ``timeout`` seconds (None: no limit; none when not graceful).
 
         A fetch in flight is let finish: its jobs run if they arrive before the
         deadline, else they are failed without running (an attempt spent), and this
@@ -213,10 +214,13 @@ class Worker(HandlerRunner):
             self._changed()
 
     async def _wait_for_loops(self, loops: list[asyncio.Task[None]]) -> None:
-        """Wait for the loops to end: for ever without a deadline, else until
-        :data:`STOP_SETTLE_SECONDS` past it (the deadline may come closer meanwhile).
-        Loops still settling then wait on a database that does not answer: they are
-        cancelled and not waited for, and their batches counted in :attr:`unsettled`."""
+        """Wait for the loops to end, bounded after the deadline.
+
+        For ever without a deadline, else until :data:`STOP_SETTLE_SECONDS` past it (the
+        deadline may come closer meanwhile). Loops still settling then wait on a
+        database that does not answer: they are cancelled and not waited for, and their
+        batches counted in :attr:`unsettled`.
+        """
         loop = asyncio.get_running_loop()
         running = set(loops)
         while running:
@@ -286,8 +290,11 @@ class Worker(HandlerRunner):
                 burst = False
 
     def _resting(self) -> bool:
-        """Paused by an operator, dormant (a service's worker with nothing to claim), or
-        holding as many orphaned handler threads as it may (until one ends)."""
+        """Whether the worker rests rather than claims.
+
+        It rests when paused by an operator, dormant (a service's worker with nothing to
+        claim), or holding as many orphaned handler threads as it may (until one ends).
+        """
         return (
             (self._paused is not None and self._paused())
             or (self.dormant is not None and self.dormant())
@@ -296,8 +303,11 @@ class Worker(HandlerRunner):
 
     @property
     def polling(self) -> bool:
-        """Idle: a loop sleeps out the polling interval (the shared poll may answer for
-        it), nothing paused or stopping."""
+        """Whether the worker is idle.
+
+        Idle: a loop sleeps out the polling interval (the shared poll may answer for
+        it), nothing paused or stopping.
+        """
         return self._gate.polling and not self._stopping and not self._resting()
 
     @property
@@ -306,9 +316,12 @@ class Worker(HandlerRunner):
         return self._spec.ignore_start_after
 
     async def _poll_finds_work(self) -> bool:
-        """A poll fell due: whether to claim. Not if the shared poll answered for this
-        worker meanwhile (the next poll is a polling interval from that answer), or
-        answers now that its queue has nothing to claim."""
+        """A poll fell due: whether to claim.
+
+        Not if the shared poll answered for this worker meanwhile (the next poll is a
+        polling interval from that answer), or answers now that its queue has nothing to
+        claim.
+        """
         if self._poll is None:
             return True
         if await self._poll_delay() > 0:
@@ -316,10 +329,12 @@ class Worker(HandlerRunner):
         return await self._poll.ready(self._context(), self)
 
     async def _bursting(self) -> bool:
-        """After a full batch, whether to fetch again at once rather than wait out the
-        polling interval: always with ``burst_when_batch_full`` (the default); else
-        while the queue's ready count (its cached stats, read once per polling
-        interval) exceeds ``burst_when_ready_exceeds``."""
+        """After a full batch, whether to fetch again at once.
+
+        The alternative is to wait out the polling interval. It fetches at once always with
+        ``burst_when_batch_full`` (the default); else while the queue's ready count (its cached
+        stats, read once per polling interval) exceeds ``burst_when_ready_exceeds``.
+        """
         if self.options.burst_when_batch_full:
             return True
         threshold = self.options.burst_when_ready_exceeds
@@ -330,8 +345,10 @@ class Worker(HandlerRunner):
 
     async def _fetch_and_process(self, slot: Slot) -> bool:
         """One fetch and its batches; whether the last was full (fetch again at once).
+
         A full batch that completes claims the next in the same statement
-        (settle-and-claim), which this loop runs in turn."""
+        (settle-and-claim), which this loop runs in turn.
+        """
         try:
             ctx = self._context()
             if self.options.locked_fetch:
@@ -360,10 +377,13 @@ class Worker(HandlerRunner):
         return False
 
     async def _process_locked(self, ctx: Context, slot: Slot) -> bool:
-        """One locked claim (``locked_fetch``): the batch claimed, run and settled in one
-        transaction of this loop's own; whether it was full. A database error on the
-        way rolls it back (the jobs come back, no attempt spent) and is reported; one
-        that refused how the batch ended is settled again (:meth:`Settler.fail_refused`)."""
+        """One locked claim (``locked_fetch``); whether it was full.
+
+        The batch is claimed, run and settled in one transaction of this loop's own. A
+        database error on the way rolls it back (the jobs come back, no attempt spent) and
+        is reported; one that refused how the batch ended is settled again
+        (:meth:`Settler.fail_refused`).
+        """
         size = self.options.batch_size
         settling: list[Job] = []
         try:
@@ -382,9 +402,12 @@ class Worker(HandlerRunner):
         return len(settling) >= size
 
     async def _admit(self, ctx: Context, jobs: list[Job]) -> list[Job]:
-        """The jobs ``local_group_concurrency`` lets run now; the surplus (of groups at
-        their limit here) is handed back unstarted, spending no attempt. A hand-back
-        that fails is reported; those jobs stay active until they expire."""
+        """The jobs ``local_group_concurrency`` lets run now; the surplus is handed back.
+
+        The surplus (of groups at their limit here) goes back unstarted, spending no
+        attempt. A hand-back that fails is reported; those jobs stay active until they
+        expire.
+        """
         assert self._groups is not None
         admitted, surplus = self._groups.admit(jobs)
         if surplus:
@@ -395,9 +418,11 @@ class Worker(HandlerRunner):
         return admitted
 
     def _claim_spec(self, callers: int) -> FetchSpec:
-        """The spec of the next claim, for ``callers`` loops (``batch_size`` jobs each):
-        with ``local_group_concurrency``, the groups at their limit here are left to
-        other workers."""
+        """The spec of the next claim, for ``callers`` loops (``batch_size`` jobs each).
+
+        With ``local_group_concurrency``, the groups at their limit here are left to
+        other workers.
+        """
         full = self._groups.full() if self._groups is not None else []
         if full:
             return self._spec.ignoring(full).sized(self.options.batch_size * callers)
@@ -416,8 +441,10 @@ class Worker(HandlerRunner):
     async def _settle_and_claim_for(
         self, callers: list[tuple[Context, list[Job]]]
     ) -> list[list[Job]]:
-        """One statement completing the batches of every loop asking now and claiming
-        ``batch_size`` jobs for each, dealt out in order."""
+        """One statement completing the batches of every loop asking now and claiming their next.
+
+        It claims ``batch_size`` jobs for each, dealt out in order.
+        """
         done = [j for _, batch in callers for j in batch]
         spec = self._claim_spec(len(callers))
         async with self._claiming(callers[0][0]):
@@ -426,18 +453,23 @@ class Worker(HandlerRunner):
         return self._deal(jobs, len(callers))
 
     def _claiming(self, ctx: Context) -> contextlib.AbstractAsyncContextManager[Any]:
-        """This worker's claims (fetches and settle-and-claims) take turns where two at
-        once would collide: unlocked claims (the second waits for the first's rows, then
-        finds them taken, and its loops go idle a polling interval), and
-        group_concurrency's count, exact only for claims that do not overlap."""
+        """A turn for this worker's claims where two at once would collide.
+
+        The claims (fetches and settle-and-claims) take turns for unlocked claims (the
+        second waits for the first's rows, then finds them taken, and its loops go idle
+        a polling interval), and for group_concurrency's count, exact only for claims
+        that do not overlap.
+        """
         unlocked = ctx.backend.fetch is not FetchStrategy.SKIP_LOCKED
         if unlocked or self.options.group_concurrency is not None:
             return self._claim_turns
         return contextlib.nullcontext()
 
     def _deal(self, jobs: list[Job], callers: int) -> list[list[Job]]:
-        """A claim's jobs, ``batch_size`` to each caller. When it came back full, more may
-        be waiting: one more idle loop is brought in."""
+        """A claim's jobs, ``batch_size`` to each caller.
+
+        When it came back full, more may be waiting: one more idle loop is brought in.
+        """
         self._last_fetch = asyncio.get_running_loop().time()
         self._fetched_on = time.time()
         size = self.options.batch_size
@@ -455,8 +487,11 @@ class Worker(HandlerRunner):
         return [None] * len(batches)
 
     async def _poll_delay(self) -> float:
-        """How long the poller sleeps: the (relaxed, while NOTIFY would wake us) polling
-        interval, counted from the last fetch or the shared poll's last answer."""
+        """How long the poller sleeps.
+
+        The polling interval (relaxed, while NOTIFY would wake us), counted from the
+        last fetch or the shared poll's last answer.
+        """
         interval = self.options.polling_interval_seconds
         if await self._relaxed():
             interval = self.options.relaxed_polling_interval_seconds
@@ -466,9 +501,11 @@ class Worker(HandlerRunner):
         return since + interval - asyncio.get_running_loop().time()
 
     async def _relaxed(self) -> bool:
-        """Whether a NOTIFY would wake this worker: the Boss listens and the queue has
-        ``notify`` set (as the last claim read it; before any, looked up once per
-        relaxed interval)."""
+        """Whether a NOTIFY would wake this worker.
+
+        It would when the Boss listens and the queue has ``notify`` set (as the last
+        claim read it; before any, looked up once per relaxed interval).
+        """
         if self._listening is None or not self._listening(self.name):
             return False
         seen = self._context().notify_seen.get(self.name)
@@ -481,8 +518,11 @@ class Worker(HandlerRunner):
         return queue is not None and queue.notify
 
     async def _queue(self, max_age: float) -> Queue | None:
-        """The queue's row (its settings and cached counts), read again once the copy is
-        older than ``max_age`` seconds; the relaxed poll and the burst check share it."""
+        """The queue's row (its settings and cached counts), cached for ``max_age`` seconds.
+
+        It is read again once the copy is older than ``max_age`` seconds; the relaxed
+        poll and the burst check share it.
+        """
         now = asyncio.get_running_loop().time()
         read = self._queue_row
         if read is None or now - read[0] >= max_age:
@@ -493,10 +533,13 @@ class Worker(HandlerRunner):
     async def _process(
         self, ctx: Context, jobs: list[Job], slot: Slot, *, claim_next: bool = False
     ) -> list[Job] | None:
-        """Run the handler on a batch and settle it; with ``claim_next``, a batch that
-        completes (no output) claims the next batch in the same statement where the
-        backend can: those jobs, else None (settled alone). A settle-and-claim that
-        fails claims nothing, and the batch is settled alone as always."""
+        """Run the handler on a batch and settle it.
+
+        With ``claim_next``, a batch that completes (no output) claims the next batch in
+        the same statement where the backend can: returns those jobs, else None (settled
+        alone). A settle-and-claim that fails claims nothing, and the batch is settled
+        alone as always.
+        """
         with self._holding(jobs):
             settlement = await self._run_handler(ctx, jobs, slot)
             if claim_next and self._chains(ctx, settlement):
@@ -524,10 +567,13 @@ class Worker(HandlerRunner):
             self._changed()
 
     def _chains(self, ctx: Context, settlement: Settlement) -> bool:
-        """Whether a batch ending so settles and claims the next in one round trip: it
-        completed with no output, the worker is not stopping, and the backend and adapter
-        make the two one unit (:func:`~qcore.verbs.jobs.claim.settles_and_claims`); where that
-        unit is two statements (MutationStrategy.SPLIT), only for small batches."""
+        """Whether a batch ending so settles and claims the next in one round trip.
+
+        It does when it completed with no output, the worker is not stopping, and the backend
+        and adapter make the two one unit
+        (:func:`~qcore.verbs.jobs.claim.settles_and_claims`); where that unit is two
+        statements (MutationStrategy.SPLIT), only for small batches.
+        """
         return (
             settlement.verb == "complete"
             and settlement.data is None
@@ -546,17 +592,23 @@ class Worker(HandlerRunner):
 
     @property
     def unsettled(self) -> list[Job]:
-        """The jobs a stop left held: neither their handler's outcome nor the stop's
-        failure could be stored (the database did not answer). They stay active until
-        their expiry, then retry as the queue says."""
+        """The jobs a stop left held.
+
+        Neither their handler's outcome nor the stop's failure could be stored (the
+        database did not answer). They stay active until their expiry, then retry as the
+        queue says.
+        """
         return list(self._settler.unsettled.values())
 
     # -- reporting ---------------------------------------------------------------------
 
     def _poll_failed(self, exc: BaseException) -> None:
-        """A poll (a claim, or the question before it) failed: reported, and counted as
-        the poll, so the next one is a polling interval away, not at once (a Boss not
-        started, or a statement failing fast, would otherwise spin the loop)."""
+        """Report a failed poll and count it as the poll.
+
+        A poll is a claim, or the question before it; counting it puts the next one a
+        polling interval away, not at once (a Boss not started, or a statement failing
+        fast, would otherwise spin the loop).
+        """
         self._last_fetch = asyncio.get_running_loop().time()
         self._report(exc)
 

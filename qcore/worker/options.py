@@ -80,8 +80,11 @@ class WorkOptions:
             check_int("burst_when_ready_exceeds", self.burst_when_ready_exceeds)
 
     def _check_local_groups(self) -> None:
-        """``local_group_concurrency``: exclusive with ``group_concurrency``, and no limit
-        above ``local_concurrency`` (the handlers this worker can run at once)."""
+        """Check ``local_group_concurrency``.
+
+        It is exclusive with ``group_concurrency``, and no limit may be above
+        ``local_concurrency`` (the handlers this worker can run at once).
+        """
         if self.group_concurrency is not None:
             raise ValidationError(
                 "group_concurrency (enforced in the database) and local_group_concurrency"
@@ -96,8 +99,11 @@ class WorkOptions:
             )
 
     def _check_locked(self) -> None:
-        """``locked_fetch``: the group limits count active jobs (a locked claim's stay
-        queued) or hand jobs back (nothing to hand back: the transaction holds them)."""
+        """Check ``locked_fetch`` against the group limits, which it cannot honour.
+
+        The group limits count active jobs (a locked claim's stay queued) or hand jobs
+        back (nothing to hand back: the transaction holds them).
+        """
         for name in ("group_concurrency", "local_group_concurrency"):
             if getattr(self, name) is not None:
                 raise ValidationError(
@@ -112,8 +118,10 @@ class WorkOptions:
 
     @property
     def relaxed_polling_interval_seconds(self) -> float:
-        """The poll interval while a NOTIFY would wake the worker (pg-boss's default:
-        at least 30 s, and never shorter than the polling interval)."""
+        """The poll interval while a NOTIFY would wake the worker.
+
+        pg-boss's default: at least 30 s, and never shorter than the polling interval.
+        """
         if self.notify_polling_interval_seconds is not None:
             return float(self.notify_polling_interval_seconds)
         return max(DEFAULT_NOTIFY_POLLING_INTERVAL_SECONDS, float(self.polling_interval_seconds))

@@ -1,5 +1,7 @@
-"""Idle workers share one poll: one statement tells every idle worker of a Boss whether
-its queue has a job to claim, and only those claim.
+"""Idle workers share one poll, and only those with a job claim.
+
+One statement tells every idle worker of a Boss whether its queue has a job to claim, and
+only those claim.
 
 Without it each idle worker claims once a polling interval, an UPDATE that finds
 nothing: ten idle queues, ten statements every two seconds. With it, the first worker
@@ -50,8 +52,11 @@ class SharedPoll:
         self._asking: tuple[frozenset[str], asyncio.Future[dict[str, bool]]] | None = None
 
     def answered_at(self, worker: Poller) -> float:
-        """When a shared poll last found nothing for ``worker`` (loop time; -inf: never);
-        the worker's next poll is due a polling interval after it."""
+        """When a shared poll last found nothing for ``worker``.
+
+        In loop time; -inf: never. The worker's next poll is due a polling interval after
+        it.
+        """
         return self._answered.get(worker.id, -math.inf)
 
     def forget(self, worker: Poller) -> None:
@@ -59,10 +64,13 @@ class SharedPoll:
         self._answered.pop(worker.id, None)
 
     async def ready(self, ctx: Context, worker: Poller) -> bool:
-        """``worker``'s poll is due: whether it should claim. Alone it should (its claim
-        is the poll); else one statement answers for it and for every other idle worker,
-        waking those with a job. After a failed statement every one of them claims (and
-        reports what is wrong), as each would have without the shared poll."""
+        """``worker``'s poll is due: whether it should claim.
+
+        Alone it should (its claim is the poll); else one statement answers for it and
+        for every other idle worker, waking those with a job. After a failed statement
+        every one of them claims (and reports what is wrong), as each would have without
+        the shared poll.
+        """
         asking = self._asking
         if asking is not None and worker.id in asking[0]:
             answers = await asyncio.shield(asking[1])

@@ -1,6 +1,9 @@
-"""How a worker runs its handler on a batch: started (a task, or the loop's thread),
-watched until it ends, its batch expires or the stop's deadline passes, and its
-heartbeat jobs touched meanwhile; what it returns decides how the batch ends."""
+"""How a worker runs its handler on a batch, and how the batch ends.
+
+The handler is started (a task, or the loop's thread), watched until it ends, its batch
+expires or the stop's deadline passes, and its heartbeat jobs touched meanwhile; what it
+returns decides how the batch ends.
+"""
 
 from __future__ import annotations
 
@@ -23,8 +26,10 @@ SHUTDOWN_MESSAGE = "qcore shut down while active"
 
 
 class HandlerRunner:
-    """The part of :class:`~qcore.worker.loops.Worker` that runs handlers (a base of it):
-    the worker's state it reads is declared here, its reporting is the worker's."""
+    """The part of :class:`~qcore.worker.loops.Worker` that runs handlers (a base of it).
+
+    The worker's state it reads is declared here, its reporting is the worker's.
+    """
 
     id: str
     name: str
@@ -58,9 +63,11 @@ class HandlerRunner:
     async def _run_handler(
         self, ctx: Context, jobs: list[Job], slot: Slot, *, touching: bool = True
     ) -> Settlement:
-        """Run the handler, bounded by the batch's expiry and the stop deadline, touching
-        heartbeats on the way (unless not ``touching``); how the batch ends. A batch
-        claimed as the worker stopped, too late to start, fails without running."""
+        """Run the handler, bounded by the batch's expiry and the stop deadline; how the batch ends.
+
+        Heartbeats are touched on the way (unless not ``touching``). A batch claimed as
+        the worker stopped, too late to start, fails without running.
+        """
         if asyncio.get_running_loop().time() >= self._deadline:
             return Settlement("fail", SHUTDOWN_MESSAGE)
         running = self._start_handler(jobs, slot)
@@ -126,8 +133,11 @@ class HandlerRunner:
                 )
 
     async def _touch(self, ctx: Context, beating: list[Job]) -> list[Job]:
-        """Refresh the heartbeats; the jobs still ours (a lost one has ``cancelled`` set).
-        A failed touch keeps them all: the next one tries again."""
+        """Refresh the heartbeats; the jobs still ours.
+
+        A lost one has ``cancelled`` set. A failed touch keeps them all: the next one
+        tries again.
+        """
         if not beating:
             return beating
         try:

@@ -46,10 +46,12 @@ def by_output(
 
 
 def refused_next(verb: str | None, data: Any, exc: BaseException) -> Any:
-    """The failure output to store after the database refused ``verb`` with ``data``
-    for good (``exc``): an output that cannot be stored fails the batch with why; a
+    """The failure output to store after the database refused ``verb`` with ``data`` for good.
+
+    ``exc`` is the refusal. An output that cannot be stored fails the batch with why; a
     failure output that cannot be stored becomes a plain message; None when nothing is
-    left to try."""
+    left to try.
+    """
     if verb == "each" or (verb == "complete" and data is not None):
         return exc
     if verb == "fail" and data is not UNSTORABLE:
@@ -58,10 +60,12 @@ def refused_next(verb: str | None, data: Any, exc: BaseException) -> Any:
 
 
 class Settler:
-    """Settles one worker's batches and counts how they ended (``completed`` and
-    ``failed``: batches). ``complete`` runs a plain complete (the worker's shared
-    statement); ``report`` emits an error; ``stopping`` says whether the worker stops;
-    a fetched batch a stop could not settle is kept in ``unsettled``."""
+    """Settles one worker's batches and counts how they ended.
+
+    ``completed`` and ``failed`` count batches. ``complete`` runs a plain complete (the
+    worker's shared statement); ``report`` emits an error; ``stopping`` says whether the
+    worker stops; a fetched batch a stop could not settle is kept in ``unsettled``.
+    """
 
     def __init__(
         self,
@@ -86,13 +90,15 @@ class Settler:
     # -- fetched batches -----------------------------------------------------------------
 
     async def settle(self, ctx: Context, jobs: list[Job], settlement: Settlement) -> None:
-        """Complete or fail a fetched batch. A transient database error (connection
-        lost, serialization) is reported and the call tried again with backoff — it is
-        fenced, so idempotent — until it lands, the batch's expiry has passed again
-        (the monitor fails it by then), or, when stopping, after a few tries (the
-        batch is then counted in :attr:`unsettled`). An output the database refuses
-        fails the batch with why; a failure output it refuses is replaced by a plain
-        message."""
+        """Complete or fail a fetched batch, trying again through transient errors.
+
+        A transient database error (connection lost, serialization) is reported and the
+        call tried again with backoff — it is fenced, so idempotent — until it lands,
+        the batch's expiry has passed again (the monitor fails it by then), or, when
+        stopping, after a few tries (the batch is then counted in :attr:`unsettled`). An
+        output the database refuses fails the batch with why; a failure output it
+        refuses is replaced by a plain message.
+        """
         loop = asyncio.get_running_loop()
         give_up = loop.time() + max(j.expire_in_seconds for j in jobs)
         delay = SETTLE_RETRY_SECONDS
@@ -142,10 +148,13 @@ class Settler:
             self.failed += 1
 
     async def _settle_each(self, ctx: Context, outcomes: Outcomes) -> None:
-        """Settle a per-job results batch: the completed jobs in one statement (two when
-        some have an output), the failed ones in one statement per distinct output
-        (jobs the handler left out share one). Every call is fenced on the attempts, so
-        trying the whole again after an error settles only what is left."""
+        """Settle a per-job results batch in as few statements as its outcomes allow.
+
+        The completed jobs go in one statement (two when some have an output), the
+        failed ones in one statement per distinct output (jobs the handler left out
+        share one). Every call is fenced on the attempts, so trying the whole again
+        after an error settles only what is left.
+        """
         completed = [(job, out) for job, status, out in outcomes if status == "completed"]
         plain = [job for job, out in completed if out is None]
         if plain:
@@ -166,8 +175,10 @@ class Settler:
     # -- locked batches ------------------------------------------------------------------
 
     async def settle_locked(self, batch: LockedBatch, settlement: Settlement) -> None:
-        """Settle a locked batch in its transaction as :meth:`settle` settles a fetched
-        one; an output that cannot be stored fails the batch with why."""
+        """Settle a locked batch in its transaction, as :meth:`settle` settles a fetched one.
+
+        An output that cannot be stored fails the batch with why.
+        """
         verb, data = settlement.verb, settlement.data
         try:
             if verb == "complete":
@@ -191,11 +202,14 @@ class Settler:
                 await batch.fail(jobs, stored, terminal=status == "dead_letter")
 
     async def fail_refused(self, ctx: Context, jobs: list[Job], exc: DatabaseError) -> None:
-        """The database refused how a locked batch ended (an output it cannot store), and
-        the rollback gave the jobs back uncounted: left so, they would run again and be
+        """Fail a locked batch whose ending the database refused, so it does not run for ever.
+
+        The database refused how the batch ended (an output it cannot store), and the
+        rollback gave the jobs back uncounted: left so, they would run again and be
         refused again for ever, holding up the queue. Fail them now as :meth:`settle`
         fails a fetched batch whose output is refused: with why, else a plain message;
-        the attempt counts, so they retry, fail and dead-letter as the queue says."""
+        the attempt counts, so they retry, fail and dead-letter as the queue says.
+        """
         self._report(exc)
         data: Any = exc
         while True:

@@ -17,8 +17,11 @@ from qcore.job import JOB_RESULT_STATUSES, Job, JobResult
 
 @dataclass(frozen=True)
 class Settlement:
-    """How a batch ends: ``complete`` or ``fail`` with ``data``, or ``each`` with
-    ``(job, status, output)`` for every job; ``None`` verb: left alone."""
+    """How a batch ends.
+
+    ``complete`` or ``fail`` with ``data``, or ``each`` with ``(job, status, output)``
+    for every job; ``None`` verb: left alone.
+    """
 
     verb: str | None
     data: Any = None
@@ -27,9 +30,12 @@ class Settlement:
 def outcome_of(
     handler: asyncio.Future[Any], jobs: Sequence[Job], per_job: bool = False
 ) -> Settlement:
-    """A finished handler's settlement: its return value completes the batch (stored as
-    output when the batch is one job, as pg-boss does), or with ``per_job`` settles
-    each job as the value says (:func:`_each`); an exception fails the batch."""
+    """A finished handler's settlement.
+
+    Its return value completes the batch (stored as output when the batch is one job, as
+    pg-boss does), or with ``per_job`` settles each job as the value says
+    (:func:`_each`); an exception fails the batch.
+    """
     if handler.cancelled():
         return Settlement("fail", asyncio.CancelledError("the handler was cancelled"))
     error = handler.exception()
@@ -45,11 +51,13 @@ MISSING_RESULT = {"name": "MissingResult", "message": "the handler returned no r
 
 
 def _each(returned: Any, jobs: Sequence[Job]) -> Settlement:
-    """A per-job results handler's value as the settlement ``each``: ``(job, status,
-    output)`` for every job of the batch, in order. Each item is a :class:`JobResult`
-    or a mapping with ``id``, ``status`` and optionally ``output``; the last for an id
-    wins; a job with no item, or with an item of an unknown status, is failed with why.
-    Anything but a list or tuple fails the whole batch."""
+    """A per-job results handler's value as the settlement ``each``.
+
+    That is ``(job, status, output)`` for every job of the batch, in order. Each item is
+    a :class:`JobResult` or a mapping with ``id``, ``status`` and optionally ``output``;
+    the last for an id wins; a job with no item, or with an item of an unknown status,
+    is failed with why. Anything but a list or tuple fails the whole batch.
+    """
     if not isinstance(returned, (list, tuple)):
         return Settlement(
             "fail",

@@ -41,8 +41,10 @@ class WorkerStatus:
     options: dict[str, Any] = field(default_factory=dict)
 
     def registry_entry(self) -> dict[str, Any]:
-        """The worker as pg-boss's instance registry lists it (``instance.workers``):
-        camelCase keys, ISO times, options left at their default left out, no error text."""
+        """The worker as pg-boss's instance registry lists it (``instance.workers``).
+
+        CamelCase keys, ISO times, options left at their default left out, no error text.
+        """
 
         def iso(value: dt.datetime | None) -> str | None:
             return None if value is None else value.isoformat()
@@ -70,8 +72,9 @@ class WorkerStatus:
 
 
 class WipReporter:
-    """Emits ``wip`` (the status of every worker of a Boss) when a worker changes, at
-    most once per ``interval`` seconds: the first change at once, later ones together
+    """Emits ``wip`` (the status of every worker of a Boss) when a worker changes.
+
+    At most once per ``interval`` seconds: the first change at once, later ones together
     at the end of the interval, so the last state is always reported.
 
     A :class:`~qcore.periodic.Service` driven by changes, not by a clock: ``stop()``
@@ -113,8 +116,11 @@ class WipReporter:
             self._timer = loop.call_later(wait, self._emit)
 
     def flush(self, statuses: list[WorkerStatus] | None = None) -> None:
-        """Report now (at stop): ``statuses`` if given (workers no longer listed, in their
-        final state), else the current ones; a report waiting for its interval is dropped."""
+        """Report now, at stop.
+
+        ``statuses`` if given (workers no longer listed, in their final state), else the
+        current ones; a report waiting for its interval is dropped.
+        """
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
