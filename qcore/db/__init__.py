@@ -91,9 +91,12 @@ def adapt(obj: Any) -> Database:
 
 
 class ConnectionOptions(TypedDict, total=False):
-    """Keyword options of a pool qcore opens (``connect()``, ``Boss(...)``); each one given
-    wins over the connection string's setting. Unset: ``max`` 10 connections,
-    ``application_name`` "qcore", ``connection_timeout`` 10 s (0: wait for ever)."""
+    """Keyword options of a pool qcore opens (``connect()``, ``Boss(...)``).
+
+    Each one given wins over the connection string's setting. Unset: ``max`` 10
+    connections, ``application_name`` "qcore", ``connection_timeout`` 10 s (0: wait for
+    ever).
+    """
 
     host: str | None
     port: int | None

@@ -65,8 +65,10 @@ class Database(abc.ABC):
         )
 
     def pool_counts(self) -> dict[str, int] | None:
-        """The pool's ``max``, ``total``, ``idle`` and ``waiting`` connections now, where
-        the adapter has a pool of its own (None otherwise)."""
+        """The pool's ``max``, ``total``, ``idle`` and ``waiting`` connections now.
+
+        Only where the adapter has a pool of its own (None otherwise).
+        """
         return None
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> Rows:
@@ -101,8 +103,10 @@ class Database(abc.ABC):
                 self._active.reset(token)
 
     async def execute_together(self, statements: Statements) -> list[Rows]:
-        """Several statements in one transaction, in order, all or none: an error in one
-        undoes those before it and runs none after. Their rows, statement by statement.
+        """Run several statements in one transaction, in order, all or none; their rows.
+
+        An error in one undoes those before it and runs none after. The rows come
+        statement by statement.
 
         Inside a transaction of this task they join it. An adapter that can send them in
         one exchange does (psycopg: pipeline mode, one round trip for all of them and
@@ -117,17 +121,22 @@ class Database(abc.ABC):
             return [await tx.execute(sql, params) for sql, params in statements]
 
     def separate_transaction(self) -> AbstractAsyncContextManager[Database]:
-        """A transaction on a connection of its own, which this task's other statements
-        do not join (those of :meth:`transaction` do): what a locked claim holds while
-        its jobs run, so the code running them uses the pool as always."""
+        """A transaction on a connection of its own, which this task's other statements do not join.
+
+        Those of :meth:`transaction` do join theirs. It is what a locked claim holds
+        while its jobs run, so the code running them uses the pool as always.
+        """
         tx: AbstractAsyncContextManager[Database] = self._transaction()
         return tx
 
     @property
     def in_transaction(self) -> bool:
-        """Whether statements run inside a transaction someone else ends: one opened with
-        ``transaction()`` in this task, or the caller's own on a connection they own.
-        Nothing run inside one is retried by qcore: an error aborts it for its owner."""
+        """Whether statements run inside a transaction someone else ends.
+
+        That is one opened with ``transaction()`` in this task, or the caller's own on a
+        connection they own. Nothing run inside one is retried by qcore: an error aborts
+        it for its owner.
+        """
         return self._active.get() is not None or self.joins_caller_transaction
 
     #: statements join a transaction the caller owns (their connection or session)
@@ -167,8 +176,10 @@ class Database(abc.ABC):
 
 
 class Bound(Database):
-    """An adapter bound to one connection inside a transaction: nested
-    ``transaction()`` calls yield itself."""
+    """An adapter bound to one connection inside a transaction.
+
+    Nested ``transaction()`` calls yield itself.
+    """
 
     def __init__(self) -> None:  # no context variable: a bound adapter is its own transaction
         pass

@@ -1,5 +1,7 @@
-"""What a failed connection attempt means: the server refused the settings (a
-configuration error, not worth retrying) or could not be reached (worth retrying).
+"""What a failed connection attempt means, and whether to retry it.
+
+The server refused the settings (a configuration error, not worth retrying) or could not
+be reached (worth retrying).
 
 libpq reports both as text, without a SQLSTATE, so the server's own words decide.
 Messages name the DSN without its password.

@@ -30,11 +30,14 @@ class ListenSession(Protocol):
 
 
 class HeartbeatSession:
-    """A session of one dedicated connection that, when no notification came for
-    ``heartbeat_seconds`` (pg-boss's notifyHeartbeatIntervalMs, 10 s), checks within
-    ``heartbeat_timeout_seconds`` (notifyHeartbeatTimeoutMs, 5 s) that it still listens
-    on the channel, and ends (to be reopened) if not. A driver supplies
-    :meth:`still_listening`, running :func:`still_listening_sql` its own way."""
+    """A listening session of one dedicated connection that checks it still listens.
+
+    When no notification came for ``heartbeat_seconds`` (pg-boss's
+    notifyHeartbeatIntervalMs, 10 s), it checks within ``heartbeat_timeout_seconds``
+    (notifyHeartbeatTimeoutMs, 5 s) that it still listens on the channel, and ends (to
+    be reopened) if not. A driver supplies :meth:`still_listening`, running
+    :func:`still_listening_sql` its own way.
+    """
 
     heartbeat_seconds = 10.0
     heartbeat_timeout_seconds = 5.0

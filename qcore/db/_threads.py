@@ -13,8 +13,11 @@ T = TypeVar("T")
 
 
 async def blocking(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` in a worker thread. Cancelled, it still waits for the thread before
-    re-raising: a sync connection is never used by two threads at once."""
+    """``fn(*args)`` in a worker thread.
+
+    Cancelled, it still waits for the thread before re-raising: a sync connection is
+    never used by two threads at once.
+    """
     task = asyncio.ensure_future(asyncio.to_thread(fn, *args))
     try:
         return await asyncio.shield(task)

@@ -25,8 +25,10 @@ JSON_OIDS = frozenset({114, 3802})  # json, jsonb
 
 @dataclass(frozen=True, slots=True)
 class Json:
-    """A parameter to send as jsonb, whatever its Python type; ``text``, when the
-    caller has encoded ``value`` already, is sent as it is."""
+    """A parameter to send as jsonb, whatever its Python type.
+
+    ``text``, when the caller has encoded ``value`` already, is sent as it is.
+    """
 
     value: Any
     text: str | None = None
@@ -57,9 +59,11 @@ def verbatim(text: str) -> str:
 def normalize_rows(
     rows: Iterable[dict[str, Any]], json_columns: Sequence[str] = ()
 ) -> list[dict[str, Any]]:
-    """Turn driver values into plain ones: JSON text of ``json_columns`` decoded (text
-    that is not JSON left as it is), UUID subclasses made ``uuid.UUID``, in place,
-    recursing into arrays."""
+    """Turn driver values into plain ones, in place.
+
+    JSON text of ``json_columns`` is decoded (text that is not JSON left as it is), UUID
+    subclasses made ``uuid.UUID``, recursing into arrays.
+    """
     out = rows if isinstance(rows, list) else list(rows)
     for row in out:
         for key, value in row.items():

@@ -75,8 +75,10 @@ def connect_options(conninfo: str) -> dict[str, Any]:
 
 
 def _session_settings(options: str) -> dict[str, str]:
-    """libpq's ``options`` (``-c key=value`` or ``--key=value``, backslash escapes a
-    space) as asyncpg's ``server_settings``."""
+    """libpq's ``options`` as asyncpg's ``server_settings``.
+
+    The options are ``-c key=value`` or ``--key=value``; a backslash escapes a space.
+    """
     words = [w.replace("\\ ", " ") for w in re.split(r"(?<!\\)\s+", options.strip()) if w]
     settings: dict[str, str] = {}
     pending = False
@@ -225,8 +227,11 @@ class AsyncpgDatabase(Database):
     async def listen(
         self, channel: str, on_message: OnMessage, on_reconnect: OnReconnect | None = None
     ) -> Listener:
-        """LISTEN on a dedicated connection: a new one from the DSN qcore was given, or
-        one held out of the caller's pool for as long as the listener runs."""
+        """LISTEN on a dedicated connection.
+
+        It is a new one from the DSN qcore was given, or one held out of the caller's
+        pool for as long as the listener runs.
+        """
         if self._connect_options is None and self._pool is None:
             return await super().listen(channel, on_message, on_reconnect)
         options, pool = self._connect_options, self._pool

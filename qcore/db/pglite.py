@@ -164,8 +164,10 @@ class PGliteDatabase(Database):
     async def listen(
         self, channel: str, on_message: OnMessage, on_reconnect: OnReconnect | None = None
     ) -> Listener:
-        """Call ``on_message(channel, payload)`` for each NOTIFY on ``channel`` sent
-        through this adapter (in order, from a task of its own)."""
+        """Call ``on_message(channel, payload)`` for each NOTIFY on ``channel``.
+
+        Only those sent through this adapter, in order, from a task of its own.
+        """
         statement = f"LISTEN {quote(channel)}"
         listener = _InProcessListener(self, channel, on_message, on_reconnect)
         async with self._lock:
@@ -211,8 +213,11 @@ class PGliteDatabase(Database):
 
 
 class _InProcessListener(Listener):
-    """Notifications of one channel, queued by the connection's notify handler and
-    handed to the callback by a task of its own, so a callback may use the adapter."""
+    """Notifications of one channel, handed to the callback by a task of their own.
+
+    They are queued by the connection's notify handler, and the task lets a callback use
+    the adapter.
+    """
 
     def __init__(
         self,

@@ -1,5 +1,8 @@
-"""psycopg 3, the default driver: a pool qcore owns, or a pool or connection the caller
-owns; a caller's blocking ``Connection`` (Django 4.2+'s) through :mod:`qcore.db._blocking`."""
+"""psycopg 3, the default driver.
+
+A pool qcore owns, or a pool or connection the caller owns; a caller's blocking ``Connection``
+(Django 4.2+'s) through :mod:`qcore.db._blocking`.
+"""
 
 from __future__ import annotations
 
@@ -69,8 +72,10 @@ def map_error(exc: BaseException, sql: str | None = None) -> QcoreError:
 
 
 def values(params: Sequence[Any]) -> list[Any] | None:
-    """Parameters as psycopg dumps them (jsonb wrapped, arrays of ids as array text);
-    None when there are none."""
+    """Parameters as psycopg dumps them; None when there are none.
+
+    jsonb is wrapped, arrays of ids sent as array text.
+    """
     if not params:
         return None
     return [_value(v) for v in params]
@@ -107,11 +112,14 @@ async def run(conn: Conn, sql: str, params: Sequence[Any]) -> Rows:
 
 
 async def run_together(conn: Conn, statements: Statements) -> list[Rows]:
-    """Several statements on a connection in autocommit mode, sent in pipeline mode with
-    one Sync after the last: the server runs everything before a Sync as one implicit
-    transaction, so they commit together, and the first that fails aborts the rest and
-    undoes those before it. One round trip, no BEGIN or COMMIT to send. (Its error names
-    no statement: the server reports it at the Sync.)"""
+    """Run several statements on an autocommit connection as one implicit transaction.
+
+    They are sent in pipeline mode with one Sync after the last: the server runs
+    everything before a Sync as one implicit transaction, so they commit together, and
+    the first that fails aborts the rest and undoes those before it. One round trip, no
+    BEGIN or COMMIT to send. (Its error names no statement: the server reports it at the
+    Sync.)
+    """
     try:
         async with conn.pipeline():
             cursors = []
@@ -134,8 +142,11 @@ async def run_script(conn: Conn, sql: str) -> None:
 
 
 class PsycopgSyncDatabase(BlockingDatabase):
-    """A caller's blocking psycopg 3 ``Connection``; every call runs in a worker thread,
-    one at a time, inside the caller's transaction unless it is in autocommit mode."""
+    """A caller's blocking psycopg 3 ``Connection``.
+
+    Every call runs in a worker thread, one at a time, inside the caller's transaction
+    unless it is in autocommit mode.
+    """
 
     driver = "psycopg"
 
@@ -219,10 +230,13 @@ class PsycopgDatabase(Database):
         timeout: float = 10.0,
         **kwargs: Any,
     ) -> PsycopgDatabase:
-        """Open a pool qcore owns (closed by :meth:`close`). One connection is opened
-        first, so a server that refuses the settings fails here at once, with its own
-        message (:class:`~qcore.errors.ConnectionSettingsError`), and one that does not
-        answer with a retryable :class:`~qcore.errors.ConnectionLostError`."""
+        """Open a pool qcore owns (closed by :meth:`close`).
+
+        One connection is opened first, so a server that refuses the settings fails here
+        at once, with its own message (:class:`~qcore.errors.ConnectionSettingsError`),
+        and one that does not answer with a retryable
+        :class:`~qcore.errors.ConnectionLostError`.
+        """
         try:
             probe = await psycopg.AsyncConnection.connect(
                 conninfo, autocommit=True, connect_timeout=max(1, round(timeout)), **kwargs
@@ -262,8 +276,11 @@ class PsycopgDatabase(Database):
         return await self._pooled(lambda conn: run_together(conn, statements), None)
 
     async def _pooled(self, work: Callable[[Conn], Awaitable[R]], sql: str | None) -> R:
-        """``work`` on a connection checked out of the pool; after a lost connection the
-        pool drops its dead idle ones, and a failed checkout is reported as ``sql``'s."""
+        """Run ``work`` on a connection checked out of the pool.
+
+        After a lost connection the pool drops its dead idle ones, and a failed checkout
+        is reported as ``sql``'s.
+        """
         assert self._pool is not None
         try:
             async with self._pool.connection() as conn:
@@ -303,8 +320,10 @@ class PsycopgDatabase(Database):
             raise map_error(exc, "COMMIT") from exc
 
     async def _drop_broken(self) -> None:
-        """After a lost connection, discard every idle connection that is also dead,
-        so the next statement gets a working one."""
+        """After a lost connection, discard every idle connection that is also dead.
+
+        So the next statement gets a working one.
+        """
         if self._pool is not None:
             try:
                 await self._pool.check()

@@ -1,5 +1,7 @@
-"""psycopg2: a caller's blocking connection, driven from a worker thread (see
-:mod:`qcore.db._blocking`: it joins the caller's transaction, inside a savepoint)."""
+"""psycopg2: a caller's blocking connection, driven from a worker thread.
+
+See :mod:`qcore.db._blocking`: it joins the caller's transaction, inside a savepoint.
+"""
 
 from __future__ import annotations
 

@@ -238,8 +238,10 @@ class SQLAlchemyDatabase(Database):
 
     @asynccontextmanager
     async def _use(self, *, savepoint: bool) -> AsyncIterator[Database]:
-        """``_open()``, with the errors of BEGIN, SAVEPOINT, COMMIT or RELEASE (not
-        those of the block) mapped."""
+        """``_open()``, with the errors of BEGIN, SAVEPOINT, COMMIT or RELEASE mapped.
+
+        Those of the block are not mapped here.
+        """
         raised: BaseException | None = None
         try:
             async with self._open(savepoint) as tx:
@@ -255,8 +257,11 @@ class SQLAlchemyDatabase(Database):
 
     @asynccontextmanager
     async def _open(self, savepoint: bool) -> AsyncIterator[Database]:
-        """A bound adapter: a fresh engine connection in ``begin()``, or the caller's
-        connection in the caller's transaction (inside a SAVEPOINT when ``savepoint``)."""
+        """A bound adapter on a fresh engine connection or the caller's.
+
+        A fresh engine connection in ``begin()``, or the caller's connection in the
+        caller's transaction (inside a SAVEPOINT when ``savepoint``).
+        """
         src, style = self._source, self._style
         if isinstance(src, AsyncEngine):
             async with src.begin() as conn:
