@@ -1,5 +1,7 @@
-"""Job affinity: a job may name, as a regular expression, the instance keys of the servers
-allowed to run it (``preferred_instance_key_pattern``).
+"""Job affinity: a job may name the servers allowed to run it.
+
+It names them as a regular expression over their instance keys
+(``preferred_instance_key_pattern``).
 
 The pattern is compiled when the job is added and matched here, in Python (``re.search``:
 unanchored, case-sensitive), never in SQL: a claim passes the patterns this server's key
@@ -40,8 +42,11 @@ VERDICTS_KEPT = 100_000
 
 
 def affinity_pattern(value: object, key: str | None) -> str:
-    """A job's ``preferred_instance_key_pattern``, checked: a string of 1 to 1,000
-    characters that compiles as a Python regular expression, added by a keyed server."""
+    """A job's ``preferred_instance_key_pattern``, checked.
+
+    It must be a string of 1 to 1,000 characters that compiles as a Python regular
+    expression, added by a keyed server.
+    """
     if key is None:
         raise ConfigError(
             "preferred_instance_key_pattern needs an instance key on this Boss (instance_key="
@@ -66,14 +71,19 @@ def affinity_pattern(value: object, key: str | None) -> str:
 
 
 def notify_payload(queue: str, pattern: str) -> str:
-    """The NOTIFY payload of a job with a pattern: JSON, so it never reads as a queue name
-    (pg-boss listeners, which wake on a queue name, ignore it)."""
+    """The NOTIFY payload of a job with a pattern.
+
+    It is JSON, so it never reads as a queue name (pg-boss listeners, which wake on a
+    queue name, ignore it).
+    """
     return json.dumps({"queue": queue, "pattern": pattern}, separators=(",", ":"))
 
 
 def parse_notify_payload(payload: str) -> tuple[str, str | None]:
-    """A NOTIFY payload as ``(queue, pattern)``: a plain queue name (pg-boss's payload) has
-    no pattern."""
+    """A NOTIFY payload as ``(queue, pattern)``.
+
+    A plain queue name (pg-boss's payload) has no pattern.
+    """
     if not payload.startswith("{"):
         return payload, None
     try:
@@ -93,8 +103,11 @@ class _Judged:
 
 @dataclass
 class Affinity:
-    """One server's side of affinity: its key, what it has judged of each queue's
-    patterns, and the jobs it has claimed since its registry last reported them."""
+    """One server's side of affinity.
+
+    Its key, what it has judged of each queue's patterns, and the jobs it has claimed
+    since its registry last reported them.
+    """
 
     #: this server's instance key (None: anonymous, matches no pattern)
     key: str | None = None
@@ -131,9 +144,11 @@ class Affinity:
         return list(judged.matching) if judged else []
 
     def stale(self, queue: str) -> bool:
-        """Whether to read ``queue``'s patterns before claiming there: keyed, and never
-        read, or read more than :data:`PATTERNS_MAX_AGE` ago while the queue had patterned
-        jobs (a queue without any costs no reading)."""
+        """Whether to read ``queue``'s patterns before claiming there.
+
+        Yes when keyed, and never read, or read more than :data:`PATTERNS_MAX_AGE` ago
+        while the queue had patterned jobs (a queue without any costs no reading).
+        """
         if self.key is None:
             return False
         judged = self._queues.get(queue)
@@ -142,8 +157,10 @@ class Affinity:
         return self.patterned(queue) and time.monotonic() - judged.read_at > PATTERNS_MAX_AGE
 
     def patterned(self, queue: str) -> bool:
-        """Whether ``queue`` had patterned jobs at this server's last claim there (the
-        claim's branch; a queue never claimed from is taken to have none)."""
+        """Whether ``queue`` had patterned jobs at this server's last claim there.
+
+        This is the claim's branch; a queue never claimed from is taken to have none.
+        """
         return self._patterned.get(queue, False)
 
     def claimed_on(self, queue: str, *, patterned: bool, jobs: int) -> None:
@@ -152,8 +169,11 @@ class Affinity:
         self._patterned[queue] = patterned
 
     def judge(self, queue: str, patterns: list[str]) -> bool:
-        """Take ``queue``'s waiting patterns as just read; whether the ones this server
-        matches changed (a claim then has jobs it could not take before)."""
+        """Take ``queue``'s waiting patterns as just read; whether this server's matches changed.
+
+        When the ones it matches changed, a claim then has jobs it could not take
+        before.
+        """
         matching = tuple(sorted(p for p in patterns if self.matches(p)))
         judged = self._queues.setdefault(queue, _Judged())
         changed = matching != judged.matching

@@ -1,6 +1,7 @@
-"""A verb refuses an argument it does not take the way it refuses a bad value: with a
-:class:`~qcore.errors.ValidationError` naming the argument and what the verb takes,
-never Python's ``TypeError``.
+"""A verb refuses an argument it does not take the way it refuses a bad value.
+
+It raises a :class:`~qcore.errors.ValidationError` naming the argument and what the verb
+takes, never Python's ``TypeError``.
 
 The rule of the whole API: a bad argument value or an unknown option of a verb is a
 ``ValidationError`` (a ``ValueError``); a bad constructor option or environment is a
@@ -29,11 +30,13 @@ def _option_keys(options: tuple[Any, ...]) -> frozenset[str]:
 
 
 def verb(*options: Any) -> Callable[[F], F]:
-    """Wrap a verb of ``Boss`` (an ``async def``, or a plain method): unknown keyword
-    arguments (beyond its named parameters and the keys of the ``options`` TypedDicts
-    its ``**options`` takes) raise ``ValidationError``. Costs nothing on a good call of
-    an ``async def``: Python binds the arguments when the coroutine is created, so only
-    that step is watched."""
+    """Wrap a verb of ``Boss`` so that unknown keyword arguments raise ``ValidationError``.
+
+    The verb is an ``async def``, or a plain method; unknown arguments are those beyond
+    its named parameters and the keys of the ``options`` TypedDicts its ``**options``
+    takes. Costs nothing on a good call of an ``async def``: Python binds the arguments
+    when the coroutine is created, so only that step is watched.
+    """
 
     def decorate(method: F) -> F:
         parameters = list(inspect.signature(method).parameters.values())[1:]
@@ -78,9 +81,12 @@ Init = TypeVar("Init", bound=Callable[..., None])
 
 
 def constructor(*options: Any) -> Callable[[Init], Init]:
-    """Wrap an ``__init__``: arguments it does not take (beyond its named parameters and
-    the keys of the ``options`` TypedDicts its ``**options`` takes) raise ``ConfigError``
-    (a bad constructor option), naming what it takes, not ``TypeError``."""
+    """Wrap an ``__init__`` so that arguments it does not take raise ``ConfigError``.
+
+    Those are arguments beyond its named parameters and the keys of the ``options``
+    TypedDicts its ``**options`` takes: a bad constructor option, named with what it
+    takes, not ``TypeError``.
+    """
 
     def decorate(init: Init) -> Init:
         signature = inspect.signature(init)

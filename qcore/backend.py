@@ -84,8 +84,10 @@ class Capabilities:
 
 
 class Server(Protocol):
-    """Something that runs an engine and gives its address: a container, a local
-    cluster, an embedded PGlite. Used as a context manager."""
+    """Something that runs an engine and gives its address.
+
+    A container, a local cluster, an embedded PGlite. Used as a context manager.
+    """
 
     @property
     def url(self) -> str: ...
@@ -164,11 +166,13 @@ class Backend:
         return identity.engine == self.name
 
     def with_capabilities(self, **flags: bool) -> Backend:
-        """A copy with some features switched (e.g. ``listen_notify=False``): any name
-        of :meth:`features`; a strategy-derived one picks the strategy without it
-        (``advisory_locks=False``: the lease lock; ``skip_locked=False``: the atomic
+        """A copy with some features switched (e.g. ``listen_notify=False``).
+
+        Any name of :meth:`features`; a strategy-derived one picks the strategy without
+        it (``advisory_locks=False``: the lease lock; ``skip_locked=False``: the atomic
         update claim; ``multi_mutation_cte=False``: split statements; ``partitioning``,
-        ``deferrable_foreign_keys``, ``covering_indexes``: the schema shape)."""
+        ``deferrable_foreign_keys``, ``covering_indexes``: the schema shape).
+        """
         known = {f.name for f in dataclasses.fields(Capabilities)}
         unknown = sorted(set(flags) - known - set(_DERIVED))
         if unknown:

@@ -82,10 +82,13 @@ def get(name: str | Backend) -> Backend:
 
 
 def for_engine(identity: EngineIdentity) -> Backend:
-    """The installed backend whose engine the server of ``identity`` is: a backend with
-    its own ``detect`` that recognises it first (a vendor's engine may speak like one
-    of the built-ins), else the backend named as the engine (or as the engine an
-    emulation stands in for). ``ConfigError`` when none or several claim it."""
+    """The installed backend whose engine the server of ``identity`` is.
+
+    A backend with its own ``detect`` that recognises it comes first (a vendor's engine
+    may speak like one of the built-ins), else the backend named as the engine (or as
+    the engine an emulation stands in for). ``ConfigError`` when none or several claim
+    it.
+    """
     detected = []
     for name in names():
         try:

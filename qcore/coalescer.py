@@ -1,5 +1,8 @@
-"""Calls that arrive together share one statement: the coalescer behind shared fetches
-and completes (a worker's loops, and ``Boss.fetch`` on unlocked claims)."""
+"""Calls that arrive together share one statement.
+
+This is the coalescer behind shared fetches and completes (a worker's loops, and
+``Boss.fetch`` on unlocked claims).
+"""
 
 from __future__ import annotations
 
@@ -39,11 +42,13 @@ class _Request(Generic[T, R]):
 
 
 class Coalescer(Generic[T, R]):
-    """At most ``lanes`` statements at a time for many callers: a call made while every
-    lane is busy waits, and the calls that waited run together as one statement when a
-    lane frees (the first of them runs it: no task of its own). A call that finds a lane
-    free runs at once, so coalescing never adds latency; it merges only what would have
-    queued anyway. ``lanes`` may be changed between calls."""
+    """At most ``lanes`` statements at a time for many callers.
+
+    A call made while every lane is busy waits, and the calls that waited run together
+    as one statement when a lane frees (the first of them runs it: no task of its own).
+    A call that finds a lane free runs at once, so coalescing never adds latency; it
+    merges only what would have queued anyway. ``lanes`` may be changed between calls.
+    """
 
     def __init__(self, run: Callable[[list[T]], Awaitable[list[R]]], lanes: int = 1) -> None:
         self._run = run

@@ -22,9 +22,11 @@ Watch = Callable[[float, str, Sequence[Any]], None]
 
 
 class QueueRoute(NamedTuple):
-    """What the hot statements need to know of a queue: its policy and its physical
-    job table (``job_common``, its own partition, or ``job`` in the single-table
-    shape). Neither changes while the queue exists."""
+    """What the hot statements need to know of a queue: its policy and its physical job table.
+
+    The table is ``job_common``, its own partition, or ``job`` in the single-table
+    shape. Neither changes while the queue exists.
+    """
 
     policy: str
     table: str
@@ -65,6 +67,9 @@ class Context:
         return f"{self.q}.{quote(name)}"
 
     def with_db(self, db: Database) -> Context:
-        """The same context on another adapter (a caller's transaction, a bound connection):
-        every other field carried over, the route cache shared."""
+        """The same context on another adapter.
+
+        The adapter is a caller's transaction or a bound connection; every other field is
+        carried over, the route cache shared.
+        """
         return replace(self, db=db)

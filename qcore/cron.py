@@ -75,8 +75,10 @@ def _checked(expression: str) -> str:
 
 
 def check_timezone(tz: object) -> zoneinfo.ZoneInfo:
-    """The IANA time zone named ``tz`` (``"UTC"``, ``"Europe/Paris"``); ``ValidationError``
-    for a name the system's time zone database does not know."""
+    """The IANA time zone named ``tz`` (``"UTC"``, ``"Europe/Paris"``).
+
+    ``ValidationError`` for a name the system's time zone database does not know.
+    """
     if not isinstance(tz, str) or not tz:
         raise ValidationError(f"tz must be an IANA time zone name such as 'UTC', got {tz!r}")
     return _zone(tz)
@@ -105,15 +107,20 @@ def _repeats_every_hour(expression: str) -> bool:
 
 
 def _backwards(expression: str, zone: zoneinfo.ZoneInfo, before: dt.datetime) -> croniter:
-    """A croniter walking back from a second after ``before`` (croniter drops the
-    fraction of a second: ``before`` itself must be reachable; later ones are skipped)."""
+    """A croniter walking back from a second after ``before``.
+
+    croniter drops the fraction of a second: ``before`` itself must be reachable; later
+    ones are skipped.
+    """
     start = (before + dt.timedelta(seconds=1)).astimezone(zone)
     return _walk(expression, start)
 
 
 def _first_happening(expression: str, occurrence: dt.datetime, zone: zoneinfo.ZoneInfo) -> bool:
-    """False for the second happening of a repeated wall time (see the module). Judged
-    from the zone itself: croniter's ``fold`` is not reliable."""
+    """False for the second happening of a repeated wall time (see the module).
+
+    Judged from the zone itself: croniter's ``fold`` is not reliable.
+    """
     if _repeats_every_hour(expression):
         return True
     wall = occurrence.astimezone(zone).replace(tzinfo=None)
@@ -160,15 +167,19 @@ def next_occurrences(expression: str, tz: str, after: dt.datetime, count: int) -
 
 
 def occurrence_key(name: str, key: str) -> str:
-    """The singleton key an occurrence of schedule (name, key) is filed under: the name's
-    underscores escaped, then ``__`` and the key (pg-boss's form, so a pg-boss instance
-    filing the same occurrence collides with it)."""
+    """The singleton key an occurrence of schedule (name, key) is filed under.
+
+    The name's underscores escaped, then ``__`` and the key (pg-boss's form, so a pg-boss
+    instance filing the same occurrence collides with it).
+    """
     return f"{name.replace('_', chr(92) + '_')}__{key}"
 
 
 def throttle_slot(instant: dt.datetime) -> str:
-    """The slot an instant falls in: the start of its minute, as UTC wall time text
-    (``YYYY-MM-DD HH:MM:SS``, the ``singleton_on`` a job of the occurrence gets)."""
+    """The slot an instant falls in: the start of its minute, as UTC wall time text.
+
+    ``YYYY-MM-DD HH:MM:SS``, the ``singleton_on`` a job of the occurrence gets.
+    """
     utc = instant.astimezone(dt.timezone.utc)
     start = int(utc.timestamp()) // WINDOW_SECONDS * WINDOW_SECONDS
     return dt.datetime.fromtimestamp(start, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")

@@ -25,8 +25,10 @@ _PGLITE = re.compile(r"emscripten|wasm32|pglite", re.IGNORECASE)
 
 
 def classify(version: str, markers: Mapping[str, str] | None = None) -> str:
-    """The engine name for a ``version()`` text and the catalog markers: postgres,
-    cockroachdb, yugabytedb, citus, pglite, or unknown for anything else."""
+    """The engine name for a ``version()`` text and the catalog markers.
+
+    postgres, cockroachdb, yugabytedb, citus, pglite, or unknown for anything else.
+    """
     markers = markers or {}
     if "cockroachdb" in version.lower():
         return "cockroachdb"
@@ -42,8 +44,10 @@ def classify(version: str, markers: Mapping[str, str] | None = None) -> str:
 
 
 def has_markers(version: str) -> bool:
-    """Whether an engine of this ``version()`` text has the catalog the markers are read
-    from (everything but CockroachDB)."""
+    """Whether an engine of this ``version()`` text has the catalog the markers are read from.
+
+    Everything but CockroachDB has.
+    """
     return classify(version) != "cockroachdb"
 
 

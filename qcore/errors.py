@@ -40,8 +40,11 @@ class ConfigError(QcoreError):
 
 
 class ValidationError(ConfigError, ValueError):
-    """An argument of a verb is invalid: a bad value (a name, a payload, a number) or
-    an option the verb does not take. Raised before anything is written."""
+    """An argument of a verb is invalid.
+
+    A bad value (a name, a payload, a number) or an option the verb does not take.
+    Raised before anything is written.
+    """
 
 
 class NotStartedError(QcoreError):
@@ -53,9 +56,12 @@ class QueueNotFoundError(ValidationError):
 
 
 class PublishError(QcoreError):
-    """``publish`` could not send to every subscribed queue. The others got their job all
-    the same: ``sent`` maps each of those queues to its job id (None where the queue's
-    policy dropped it), ``failed`` each queue that did not to its exception."""
+    """``publish`` could not send to every subscribed queue.
+
+    The others got their job all the same: ``sent`` maps each of those queues to its job
+    id (None where the queue's policy dropped it), ``failed`` each queue that did not to
+    its exception.
+    """
 
     def __init__(self, event: str, sent: dict[str, Any], failed: dict[str, BaseException]) -> None:
         what = "; ".join(f"{name}: {exc}" for name, exc in failed.items())
@@ -69,9 +75,12 @@ class PublishError(QcoreError):
 
 
 class OrphanedThreadsError(QcoreError):
-    """A worker's plain-function handlers that ran on past the batches it gave up on
-    (they do not return when ``job.cancelled`` is set) hold as many threads as it
-    allows: it claims nothing until one of them ends. Emitted as an ``error`` event."""
+    """A worker holds as many orphaned handler threads as it allows, and claims nothing.
+
+    Its plain-function handlers ran on past the batches it gave up on (they do not
+    return when ``job.cancelled`` is set); it claims nothing until one of them ends.
+    Emitted as an ``error`` event.
+    """
 
 
 class NotInstalledError(QcoreError):
@@ -119,9 +128,12 @@ class ConnectionLostError(DatabaseError):
 
 
 class ConnectionSettingsError(DatabaseError, ConfigError):
-    """The server refused the connection's settings: a database or role that does not
-    exist, a wrong password, a refused host entry, an invalid option. Trying again
-    changes nothing (not retryable); the message is the server's own."""
+    """The server refused the connection's settings.
+
+    A database or role that does not exist, a wrong password, a refused host entry, an
+    invalid option. Trying again changes nothing (not retryable); the message is the
+    server's own.
+    """
 
 
 class SerializationError(DatabaseError):

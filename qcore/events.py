@@ -59,8 +59,10 @@ class Events:
         return lambda: self._callbacks[event].remove(callback)
 
     def emit(self, event: str, payload: Any = None) -> None:
-        """Deliver ``payload`` to every callback; async ones run as tasks. Also logs
-        errors and warnings on the ``qcore`` logger."""
+        """Deliver ``payload`` to every callback; async ones run as tasks.
+
+        It also logs errors and warnings on the ``qcore`` logger.
+        """
         if event == "error":
             log.error(
                 "%s", payload, exc_info=payload if isinstance(payload, BaseException) else None

@@ -72,8 +72,10 @@ def schema_name(spec: str) -> str:
 
 
 def _utf8(name: str, what: str) -> bytes:
-    """``name`` in UTF-8, as the server receives it; a lone surrogate (no Unicode
-    character) is a ValidationError."""
+    """``name`` in UTF-8, as the server receives it.
+
+    A lone surrogate (no Unicode character) is a ValidationError.
+    """
     try:
         return name.encode("utf-8")
     except UnicodeEncodeError:

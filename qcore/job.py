@@ -162,10 +162,13 @@ class Job:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
-        """A job from a row of the job table (any subset of its columns, named as there,
-        with at least those of the required fields). A claim's ``data_text`` (the
-        payload as JSON text) is decoded when ``data`` is first read: a handler that
-        never reads it costs no decoding."""
+        """A job from a row of the job table.
+
+        The row holds any subset of its columns, named as there, with at least those of
+        the required fields. A claim's ``data_text`` (the payload as JSON text) is
+        decoded when ``data`` is first read: a handler that never reads it costs no
+        decoding.
+        """
         names = _FIELD_NAMES.get(tuple(row))
         if names is None:
             names = _field_names(tuple(row))
@@ -186,10 +189,12 @@ class Job:
 
     @classmethod
     def from_rows(cls, rows: Sequence[Mapping[str, Any]]) -> list[Job]:
-        """Jobs from the rows of one statement (the same columns in each), as
-        :meth:`from_row` makes them, skipping a row whose ``id`` is NULL (a claim's row
-        when it found nothing). The hot path of every claim: the columns are looked at
-        once per batch, not once per row."""
+        """Jobs from the rows of one statement (the same columns in each).
+
+        They are made as :meth:`from_row` makes them, skipping a row whose ``id`` is
+        NULL (a claim's row when it found nothing). The hot path of every claim: the
+        columns are looked at once per batch, not once per row.
+        """
         kept = [r for r in rows if r["id"] is not None]
         if not kept:
             return []
@@ -285,11 +290,13 @@ _QUEUE_FIELDS = frozenset(Queue.__dataclass_fields__)
 
 @dataclass(frozen=True, slots=True)
 class Instance:
-    """A row of the instance registry: one ``Boss`` (or pg-boss) object sharing the
-    database, as it last reported itself. ``node_version`` holds the runtime's version
-    (``Python 3.11.7`` for qcore, Node's for pg-boss); ``workers``, ``metrics`` and
-    ``config`` are pg-boss's JSON shapes (camelCase keys). ``live``: not stopped, and
-    heard from within three heartbeats."""
+    """A row of the instance registry, as the object last reported itself.
+
+    One ``Boss`` (or pg-boss) object sharing the database. ``node_version`` holds the
+    runtime's version (``Python 3.11.7`` for qcore, Node's for pg-boss); ``workers``,
+    ``metrics`` and ``config`` are pg-boss's JSON shapes (camelCase keys). ``live``: not
+    stopped, and heard from within three heartbeats.
+    """
 
     id: uuid.UUID
     name: str | None
@@ -339,8 +346,10 @@ _INSTANCE_FIELDS = tuple(Instance.__dataclass_fields__)
 
 
 class InstancePage(list[Instance]):
-    """A page of :meth:`~qcore.Boss.get_instances`: the rows, and ``total``, how many
-    rows the registry holds (every page, live or not)."""
+    """A page of :meth:`~qcore.Boss.get_instances`, with the registry's row count.
+
+    The rows, and ``total``, how many rows the registry holds (every page, live or not).
+    """
 
     total: int
 
@@ -382,8 +391,11 @@ class CommandResult:
 
 @dataclass(frozen=True, slots=True)
 class EditResult:
-    """What ``update`` or ``upsert`` did: ``ids`` of the jobs edited or inserted,
-    ``updated`` and ``inserted`` how many of each (an upsert does one or the other)."""
+    """What ``update`` or ``upsert`` did.
+
+    ``ids`` of the jobs edited or inserted, ``updated`` and ``inserted`` how many of
+    each (an upsert does one or the other).
+    """
 
     ids: list[uuid.UUID]
     updated: int

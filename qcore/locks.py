@@ -65,9 +65,10 @@ notify_channel = sql.notify_channel
 async def advisory_lock(
     ctx: Context, tx: Database, suffix: str = INSTALL, *, timeout: float | None = None
 ) -> bool:
-    """Inside transaction ``tx``, wait for pg-boss's advisory lock ``suffix`` (released at
-    commit or rollback). Only on advisory-lock backends; elsewhere it does nothing and
-    returns False (use :func:`lease` or :func:`locked` there).
+    """Inside transaction ``tx``, wait for pg-boss's advisory lock ``suffix``.
+
+    It is released at commit or rollback. Only on advisory-lock backends; elsewhere it
+    does nothing and returns False (use :func:`lease` or :func:`locked` there).
 
     With ``timeout``, the wait (and every other lock wait of the transaction) is bounded;
     running out raises ``DatabaseError`` with SQLSTATE 55P03.
@@ -82,8 +83,11 @@ async def advisory_lock(
 
 
 async def _detached(coro: Coroutine[Any, Any, T]) -> T:
-    """Await ``coro`` in a task that belongs to no transaction of the caller's, so a lease
-    row is written and seen at once even when the caller is inside a transaction."""
+    """Await ``coro`` in a task that belongs to no transaction of the caller's.
+
+    So a lease row is written and seen at once even when the caller is inside a
+    transaction.
+    """
     task: asyncio.Future[T] = contextvars.Context().run(asyncio.ensure_future, coro)
     return await task
 
@@ -113,8 +117,10 @@ class Lease:
         self._renewal = _Renewal(self, events)
 
     async def _run(self, statement: Statement, **values: Any) -> list[dict[str, Any]]:
-        """A lease statement on this lease (its ``name`` and ``holder``, which a statement
-        takes if it needs them), outside the caller's transaction."""
+        """A lease statement on this lease, outside the caller's transaction.
+
+        The statement takes the lease's ``name`` and ``holder`` if it needs them.
+        """
         return await _detached(
             retry.run(self.ctx, statement, name=self.name, holder=self.holder, **values)
         )
@@ -125,8 +131,10 @@ class Lease:
         return bool(rows)
 
     async def acquire(self, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
-        """Wait until the lease is ours, polling with short jittered sleeps; raises
-        ``DatabaseError`` (SQLSTATE 55P03) after ``timeout`` seconds."""
+        """Wait until the lease is ours, polling with short jittered sleeps.
+
+        It raises ``DatabaseError`` (SQLSTATE 55P03) after ``timeout`` seconds.
+        """
         deadline = time.monotonic() + timeout
         delay = 0.02
         while not await self.try_acquire():
@@ -159,10 +167,12 @@ class Lease:
 
 
 class _Renewal(Periodic):
-    """Pushes a held lease's expiry out every ``renew_every`` seconds, detached from
-    any transaction of the holder's; a failed renewal is reported (``error``, or the
-    log without events) and tried at the next tick, as the lease has slack; a lease
-    found lost ends the renewal."""
+    """Pushes a held lease's expiry out every ``renew_every`` seconds.
+
+    It runs detached from any transaction of the holder's; a failed renewal is reported
+    (``error``, or the log without events) and tried at the next tick, as the lease has
+    slack; a lease found lost ends the renewal.
+    """
 
     name = "lease renewal"
 
@@ -217,8 +227,9 @@ async def locked(
     transaction: bool = True,
     timeout: float = DEFAULT_TIMEOUT_SECONDS,
 ) -> AsyncIterator[Database]:
-    """Run the block under lock ``suffix``, whatever the backend's strategy; yields the
-    adapter to run the work on.
+    """Run the block under lock ``suffix``, whatever the backend's strategy.
+
+    It yields the adapter to run the work on.
 
     Advisory backends: a transaction (the caller's, if one is open) that takes
     pg-boss's advisory lock first; the block's work commits with it. Lease backends:
@@ -248,8 +259,11 @@ async def run_locked(
     transaction: bool = True,
     timeout: float = DEFAULT_TIMEOUT_SECONDS,
 ) -> T:
-    """``work(db)`` under lock ``suffix`` (see :func:`locked`), run again from the start
-    if it fails retryably (a serialization failure on a distributed engine)."""
+    """``work(db)`` under lock ``suffix``, run again from the start if it fails retryably.
+
+    See :func:`locked`; a retryable failure is a serialization failure on a distributed
+    engine.
+    """
     if ctx.backend.lock is LockStrategy.ADVISORY:
 
         async def in_transaction(tx: Database) -> T:

@@ -50,8 +50,9 @@ class Service(Protocol):
 
 
 class Periodic:
-    """One pass every ``interval_seconds``, the first one interval after ``start()`` (or at
-    once, ``at_start``).
+    """One pass every ``interval_seconds``.
+
+    The first one comes an interval after ``start()`` (or at once, ``at_start``).
 
     ``events`` receives a pass's error as ``error`` (without it, the error is logged).
     ``detached`` runs the loop in a context of its own, so it never joins a
@@ -93,9 +94,11 @@ class Periodic:
         return self._stopping
 
     def next_delay(self) -> float:
-        """Seconds until the next background pass (``interval_seconds``, none before the
-        first with ``at_start``; a service whose passes are gated across instances may
-        aim at the moment the gate opens)."""
+        """Seconds until the next background pass.
+
+        ``interval_seconds``, none before the first with ``at_start``; a service whose
+        passes are gated across instances may aim at the moment the gate opens.
+        """
         if self._at_start:
             self._at_start = False
             return 0.0
@@ -114,8 +117,10 @@ class Periodic:
                 self._task = asyncio.ensure_future(self._loop())
 
     async def exclusive(self, work: Callable[[], Awaitable[T]]) -> T | None:
-        """Run ``work()`` now, after the pass in flight and never beside another; None,
-        without running it, once :meth:`stop` was called."""
+        """Run ``work()`` now, after the pass in flight and never beside another.
+
+        None, without running it, once :meth:`stop` was called.
+        """
         async with self._lock:
             if self._stopping:
                 return None
@@ -149,8 +154,10 @@ class Periodic:
                 self.last_pass_seconds = time.monotonic() - started
 
     async def stop(self) -> None:
-        """Cancel the loop, then wait for the pass in flight (background or explicit);
-        later :meth:`exclusive` calls return without running."""
+        """Cancel the loop, then wait for the pass in flight (background or explicit).
+
+        Later :meth:`exclusive` calls return without running.
+        """
         self._stopping = True
         task, self._task = self._task, None
         if task is not None:

@@ -61,8 +61,10 @@ async def execute(
 async def execute_together(
     ctx: Context, statements: Statements, *, attempts: int = ATTEMPTS
 ) -> list[Rows]:
-    """Statements in one transaction (:meth:`Database.execute_together`: one round trip
-    where the adapter pipelines), all run again if it fails retryably."""
+    """Statements in one transaction, all run again if it fails retryably.
+
+    See :meth:`Database.execute_together`: one round trip where the adapter pipelines.
+    """
     return await _watched(
         ctx,
         lambda: ("; ".join(sql for sql, _ in statements), ()),
@@ -77,8 +79,10 @@ async def _watched(
     once: Callable[[], Awaitable[T]],
     attempts: int,
 ) -> T:
-    """``once()`` with retries, its time reported to ``ctx.watch`` with what
-    ``watched()`` says was run (built only for a watcher), when one is set."""
+    """``once()`` with retries, its time reported to ``ctx.watch`` when one is set.
+
+    The report carries what ``watched()`` says was run (built only for a watcher).
+    """
     if ctx.watch is None:
         return await _retrying(ctx, once, attempts)
     started = time.monotonic()

@@ -1,5 +1,7 @@
-"""Install, migrate and roll back the schema, under its documented old path: the module
-is :mod:`qcore.verbs.schema` now, and this one re-exports it."""
+"""Install, migrate and roll back the schema, under its documented old path.
+
+The module is :mod:`qcore.verbs.schema` now, and this one re-exports it.
+"""
 
 from qcore.verbs.schema import (
     SCHEMA_VERSION,

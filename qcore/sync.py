@@ -64,10 +64,13 @@ async def _in_callers_transaction(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> R:
-    """Run one verb; a caller's connection given as ``db=`` is wrapped in a SAVEPOINT of
-    the caller's transaction (a BEGIN/COMMIT of its own on an autocommit connection), so
-    qcore treats it as the caller's transaction: nothing is retried or committed there,
-    and a failure undoes only qcore's statements."""
+    """Run one verb, inside the caller's transaction when ``db=`` gives a connection.
+
+    A caller's connection given as ``db=`` is wrapped in a SAVEPOINT of the caller's
+    transaction (a BEGIN/COMMIT of its own on an autocommit connection), so qcore treats
+    it as the caller's transaction: nothing is retried or committed there, and a failure
+    undoes only qcore's statements.
+    """
     db = kwargs.get("db")
     if db is None or isinstance(db, Database):
         return await method(boss, *args, **kwargs)
@@ -170,9 +173,11 @@ class SyncBoss:
 
     @verb()
     def start(self, *, attempts: int = 1) -> SyncBoss:
-        """Open the connection, install or migrate the schema, start the background loops
-        and the workers (see ``Boss.start``); ``stop()`` from another thread ends the
-        waits between ``attempts``."""
+        """Open the connection, ready the schema, start the loops and the workers.
+
+        See ``Boss.start``: the schema is installed or migrated; ``stop()`` from another thread
+        ends the waits between ``attempts``.
+        """
         self._call(self._boss.start(attempts=attempts))
         return self
 
@@ -180,8 +185,11 @@ class SyncBoss:
     add_service = _blocking(Boss.add_service)
 
     def close(self, *, graceful: bool = True, timeout: float = 30.0) -> None:
-        """``stop()`` (closing what qcore opened), then end the loop thread; afterwards
-        every method raises ``NotStartedError``. Calling it again does nothing."""
+        """``stop()`` (closing what qcore opened), then end the loop thread.
+
+        Afterwards every method raises ``NotStartedError``. Calling it again does
+        nothing.
+        """
         if self._closed:
             return
         self._refuse_loop_thread()  # before the finally: the thread cannot join itself
@@ -216,8 +224,10 @@ class SyncBoss:
     # -- the verbs of Boss, blocking -------------------------------------------------------
 
     def on(self, event: str, callback: Callable[..., Any]) -> Callable[[], None]:
-        """Subscribe to ``error``, ``warning``, ``wip`` or ``stopped``; returns an
-        unsubscribe. Callbacks run on the loop thread (see the class)."""
+        """Subscribe to ``error``, ``warning``, ``wip`` or ``stopped``; returns an unsubscribe.
+
+        Callbacks run on the loop thread (see the class).
+        """
         return self._boss.on(event, callback)
 
     @functools.wraps(Boss.handler)
@@ -254,10 +264,13 @@ class SyncBoss:
 
     @contextmanager
     def locked_fetch(self, name: str, **options: Any) -> Iterator[SyncLockedBatch]:
-        """``with boss.locked_fetch(name, batch_size=...) as batch:`` — the blocking twin
-        of :meth:`Boss.locked_fetch`: the jobs are ``batch.jobs``, ``batch.complete()``
-        and ``batch.fail()`` block; leaving the block completes what is left (fails it
-        with the exception that ends the block) and commits."""
+        """The blocking twin of :meth:`Boss.locked_fetch`.
+
+        ``with boss.locked_fetch(name, batch_size=...) as batch:``: the jobs are
+        ``batch.jobs``, ``batch.complete()`` and ``batch.fail()`` block; leaving the
+        block completes what is left (fails it with the exception that ends the block)
+        and commits.
+        """
         held = self._boss.locked_fetch(name, **options)
         batch = self._call(held.__aenter__())
         try:
@@ -409,8 +422,11 @@ class SyncLockedBatch:
 
 
 def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
-    """The body of the loop thread: run until ``close()``, then cancel what is left, wait
-    for the worker threads, and close the loop."""
+    """The body of the loop thread.
+
+    Run until ``close()``, then cancel what is left, wait for the worker threads, and
+    close the loop.
+    """
     asyncio.set_event_loop(loop)
     try:
         loop.run_forever()

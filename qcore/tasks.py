@@ -19,8 +19,11 @@ RECANCEL_SECONDS = 1.0
 
 
 async def cancel_and_wait(tasks: asyncio.Future[Any] | Iterable[asyncio.Future[Any]]) -> None:
-    """Cancel ``tasks`` (one or several) and return once every one has ended; what they
-    raised is retrieved, not re-raised. A cancellation of the caller still propagates."""
+    """Cancel ``tasks`` (one or several) and return once every one has ended.
+
+    What they raised is retrieved, not re-raised. A cancellation of the caller still
+    propagates.
+    """
     pending = {tasks} if isinstance(tasks, asyncio.Future) else set(tasks)
     while pending:
         for task in pending:

@@ -58,9 +58,11 @@ class JobSpy:
         id: uuid.UUID | str | None = None,
         timeout: float = 30.0,
     ) -> Job:
-        """The first job (oldest first) whose ``data`` satisfies ``predicate`` (and with
-        ``id``, that job) once it has reached ``state``; at once if one already has.
-        ``TimeoutError`` after ``timeout`` seconds, saying what was seen."""
+        """The first job (oldest first) whose ``data`` satisfies ``predicate``, once in ``state``.
+
+        With ``id``, that job; at once if one already has reached ``state``.
+        ``TimeoutError`` after ``timeout`` seconds, saying what was seen.
+        """
         try:
             wanted = JobState(state)
         except ValueError:
