@@ -1,5 +1,7 @@
-"""Schema drift detection, under its documented old path: the module is
-:mod:`qcore.verbs.drift` now, and this one re-exports it."""
+"""Schema drift detection, under its documented old path.
+
+The module is :mod:`qcore.verbs.drift` now, and this one re-exports it.
+"""
 
 from qcore.verbs.drift import (
     ColumnDrift,

@@ -1,5 +1,7 @@
-"""A fetch's and a worker's options (``fetch``, ``work``): batch size, priority bounds,
-group limits, with their defaults."""
+"""A fetch's and a worker's options (``fetch``, ``work``), with their defaults.
+
+Batch size, priority bounds, group limits.
+"""
 
 from __future__ import annotations
 
@@ -29,8 +31,11 @@ __all__ = [
 
 
 class GroupConcurrency(TypedDict, total=False):
-    """A per-group limit with tiers: ``default`` for every group, ``tiers`` for the
-    groups whose jobs carry that ``group_tier`` (pg-boss's ``{default, tiers}``)."""
+    """A per-group limit with tiers (pg-boss's ``{default, tiers}``).
+
+    ``default`` for every group, ``tiers`` for the groups whose jobs carry that
+    ``group_tier``.
+    """
 
     default: int
     tiers: Mapping[str, int]
@@ -93,8 +98,10 @@ FETCH_DEFAULTS: Final[Mapping[str, Any]] = {
 
 
 def fetch_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """A fetch's options, validated, with the defaults of those left out (one set of
-    checks for ``fetch`` and ``work``)."""
+    """A fetch's options, validated, with the defaults of those left out.
+
+    One set of checks serves ``fetch`` and ``work``.
+    """
     known_only("fetch", options, FETCH_OPTIONS)
     merged = {**FETCH_DEFAULTS, **options}
     check_batch_size(merged["batch_size"])
@@ -135,8 +142,11 @@ class GroupLimits:
 
 
 def group_limits(name: str, value: object) -> GroupLimits:
-    """``group_concurrency`` (or ``local_group_concurrency``): an integer >= 1, or
-    ``{"default": n, "tiers": {tier: n}}`` with every limit an integer >= 1."""
+    """Check ``group_concurrency`` (or ``local_group_concurrency``).
+
+    An integer >= 1, or ``{"default": n, "tiers": {tier: n}}`` with every limit an
+    integer >= 1.
+    """
     if isinstance(value, GroupLimits):
         return value
     if not isinstance(value, Mapping):

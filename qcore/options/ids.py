@@ -1,5 +1,7 @@
-"""Job ids as the verbs take them: a UUID, its string, a :class:`qcore.job.Job`, or a
-list of them; and the keyset of a paged read."""
+"""Job ids as the verbs take them, and the keyset of a paged read.
+
+An id is a UUID, its string, a :class:`qcore.job.Job`, or a list of them.
+"""
 
 from __future__ import annotations
 
@@ -26,8 +28,11 @@ def job_id(value: object) -> uuid.UUID:
 
 
 def page_keyset(before: object, what: str) -> tuple[dt.datetime, uuid.UUID] | tuple[None, None]:
-    """A page's ``before``: the ``(created_on, id)`` of the previous page's last
-    ``what`` (an aware datetime and a UUID), or (None, None) for the first page."""
+    """A page's ``before``, checked.
+
+    The ``(created_on, id)`` of the previous page's last ``what`` (an aware datetime and
+    a UUID), or (None, None) for the first page.
+    """
     if before is None:
         return None, None
     if (

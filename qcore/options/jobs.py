@@ -1,5 +1,8 @@
-"""A job's options (``send``, ``insert``, ``update``): each job validated as one record
-of the JSON array a send or insert expands server-side."""
+"""A job's options (``send``, ``insert``, ``update``).
+
+Each job is validated as one record of the JSON array a send or insert expands
+server-side.
+"""
 
 from __future__ import annotations
 
@@ -61,8 +64,10 @@ class SendOptions(ScheduledSendOptions, total=False):
 
 
 class EditOptions(TypedDict, total=False):
-    """Options of ``update`` and ``upsert``: what an edit may change (not what says
-    which job it is, nor how it was throttled)."""
+    """Options of ``update`` and ``upsert``: what an edit may change.
+
+    Not what says which job it is, nor how it was throttled.
+    """
 
     priority: int
     start_after: dt.datetime | dt.timedelta | float | str
@@ -126,8 +131,9 @@ def _start_after(value: object) -> dict[str, Any]:
 
 
 def job_record(data: Any = None, **options: Any) -> JobRecord:
-    """One job of a send or insert, validated but for ``data`` (see :func:`records_json`),
-    as a record of the insert's JSON array.
+    """One job of a send or insert, as a record of the insert's JSON array.
+
+    It is validated but for ``data`` (see :func:`records_json`).
 
     Keys are the insert statement's recordset columns; options left None are
     omitted so the statement inherits them from the queue (and an id left out is

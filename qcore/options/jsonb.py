@@ -24,8 +24,11 @@ MAX_JSON_DEPTH: Final = 100
 
 
 def check_json(name: str, value: Any) -> Any:
-    """``value`` if it can be stored as jsonb (string keys; no NaN or Infinity, NUL or
-    lone surrogate; nested at most :data:`MAX_JSON_DEPTH` levels); else ValidationError."""
+    """``value`` if it can be stored as jsonb; else ValidationError.
+
+    Storable: string keys; no NaN or Infinity, NUL or lone surrogate; nested at most
+    :data:`MAX_JSON_DEPTH` levels.
+    """
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -42,23 +45,31 @@ def check_json(name: str, value: Any) -> Any:
 
 
 def records_json(records: list[JobRecord], *, numbered: bool) -> str:
-    """The job records as one JSON array, encoded once; ValidationError (naming the job
-    when ``numbered``) if a job's ``data`` cannot be stored as jsonb."""
+    """The job records as one JSON array, encoded once.
+
+    ValidationError (naming the job when ``numbered``) if a job's ``data`` cannot be
+    stored as jsonb.
+    """
     return _jsonb_array(records, lambda record: record["data"], numbered=numbered, wrappers=2)
 
 
 def payloads_json(payloads: list[Any]) -> str:
-    """Jobs given by their ``data`` alone as one JSON array of those payloads, checked
-    as :func:`records_json` checks ``data``."""
+    """Jobs given by their ``data`` alone, as one JSON array of those payloads.
+
+    They are checked as :func:`records_json` checks ``data``.
+    """
     return _jsonb_array(payloads, lambda data: data, numbered=True, wrappers=1)
 
 
 def _jsonb_array(
     items: list[Any], data_of: Callable[[Any], Any], *, numbered: bool, wrappers: int
 ) -> str:
-    """The array encoded once; the checks of :func:`check_json` made on the encoded text
-    where they can be (one C-speed search each), each job looked at alone only when one
-    may fail. ``wrappers``: the levels the array puts around each job's data."""
+    """The array encoded once, checked on the encoded text where it can be.
+
+    The checks of :func:`check_json` are made on the text where they can be (one C-speed
+    search each), each job looked at alone only when one may fail. ``wrappers``: the
+    levels the array puts around each job's data.
+    """
     try:
         text = json.dumps(items, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError):
@@ -89,15 +100,19 @@ _TOO_DEEP = f"nests lists and objects deeper than {MAX_JSON_DEPTH} levels, the l
 
 
 def _may_nest_deeper(text: str, items: list[Any], limit: int) -> bool:
-    """Whether ``items`` (encoded as ``text``) nest more than ``limit`` levels deep: at
-    once when the text has no more opening brackets than that (a single send), else
-    walked (measured: about half the encoding's time for 1,000 small jobs)."""
+    """Whether ``items`` (encoded as ``text``) nest more than ``limit`` levels deep.
+
+    Answered at once when the text has no more opening brackets than that (a single
+    send), else walked (measured: about half the encoding's time for 1,000 small jobs).
+    """
     return text.count("[") + text.count("{") > limit and _deeper_than(items, limit)
 
 
 def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether lists and objects nest in ``value`` more than ``limit`` levels deep, found
-    level by level without recursion (``value`` encoded as JSON: no cycles)."""
+    """Whether lists and objects nest in ``value`` more than ``limit`` levels deep.
+
+    Found level by level without recursion (``value`` encoded as JSON: no cycles).
+    """
     level = [value] if isinstance(value, (dict, list, tuple)) else []
     depth = 0
     while level:
@@ -114,9 +129,11 @@ def _deeper_than(value: Any, limit: int) -> bool:
 
 
 def _json_problem(value: Any) -> str | None:
-    """Why jsonb cannot store ``value`` (encodable as JSON), or None: too deep, or a
-    string or key the database refuses (:func:`text_problem`); walked without
-    recursion."""
+    """Why jsonb cannot store ``value`` (encodable as JSON), or None.
+
+    Too deep, or a string or key the database refuses (:func:`text_problem`); walked
+    without recursion.
+    """
     if _deeper_than(value, MAX_JSON_DEPTH):
         return _TOO_DEEP
     stack = [value]
@@ -135,11 +152,13 @@ def _json_problem(value: Any) -> str | None:
 
 
 def normalize_output(value: Any) -> Any:
-    """What ``complete``/``fail`` store as ``output``: None stays None, a dict is kept, an
-    exception becomes ``{"name", "message", "stack"}``, anything else ``{"value": x}``.
-    An exception is always storable: what the database would refuse in its text (a NUL,
-    a lone surrogate) is written as a backslash escape; any other value is checked
-    (:func:`check_json`)."""
+    """What ``complete``/``fail`` store as ``output``.
+
+    None stays None, a dict is kept, an exception becomes ``{"name", "message",
+    "stack"}``, anything else ``{"value": x}``. An exception is always storable: what the
+    database would refuse in its text (a NUL, a lone surrogate) is written as a backslash
+    escape; any other value is checked (:func:`check_json`).
+    """
     if value is None:
         return None
     if isinstance(value, BaseException):

@@ -1,6 +1,8 @@
-"""A queue's options (``create_queue``, ``update_queue``): validated, then written as
-the camelCase JSON object pg-boss's ``create_queue(text, jsonb)`` reads. The retry and
-lifetime checks serve a job's options too."""
+"""A queue's options (``create_queue``, ``update_queue``), validated for pg-boss.
+
+They are written as the camelCase JSON object pg-boss's ``create_queue(text, jsonb)``
+reads. The retry and lifetime checks serve a job's options too.
+"""
 
 from __future__ import annotations
 
@@ -29,9 +31,12 @@ MIN_HEARTBEAT_SECONDS: Final = 10
 
 
 class QueueOptions(TypedDict, total=False):
-    """Options of ``create_queue`` and ``update_queue`` (seconds). Left out: the default
-    on create, unchanged on update; None on create means the default, on update it
-    clears ``retry_delay_max``, ``dead_letter`` or ``heartbeat_seconds``."""
+    """Options of ``create_queue`` and ``update_queue`` (seconds).
+
+    Left out: the default on create, unchanged on update; None on create means the
+    default, on update it clears ``retry_delay_max``, ``dead_letter`` or
+    ``heartbeat_seconds``.
+    """
 
     policy: str | Policy
     partition: bool

@@ -47,8 +47,10 @@ def check_flag(name: str, value: object) -> bool:
 
 
 def check_seconds(name: str, value: object, minimum: float, *, inclusive: bool = True) -> float:
-    """A duration option: a finite number of seconds >= ``minimum`` (> with
-    ``inclusive=False``)."""
+    """Check a duration option: a finite number of seconds >= ``minimum``.
+
+    With ``inclusive=False``, > ``minimum``.
+    """
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if ok and (value >= minimum if inclusive else value > minimum):  # type: ignore[operator]
         return float(value)  # type: ignore[arg-type]

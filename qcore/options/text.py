@@ -52,9 +52,12 @@ def queue_name(name: object, what: str = "queue name") -> str:
 
 
 def check_key(name: str, value: object) -> str:
-    """A non-empty string the database can store and index: valid Unicode (no NUL, no
-    lone surrogate) and at most :data:`MAX_KEY_BYTES` in UTF-8 (singleton keys, group
-    ids and tiers are index keys, and PostgreSQL refuses an index row past ~2.7 kB)."""
+    """Check a key: a non-empty string the database can store and index.
+
+    Valid Unicode (no NUL, no lone surrogate) and at most :data:`MAX_KEY_BYTES` in UTF-8
+    (singleton keys, group ids and tiers are index keys, and PostgreSQL refuses an index
+    row past ~2.7 kB).
+    """
     if not isinstance(value, str) or not value:
         raise ValidationError(f"{name} must be a non-empty string, got {value!r:.80}")
     problem = text_problem(value)
@@ -80,9 +83,12 @@ def check_text(name: str, value: object) -> str:
 
 
 def text_problem(text: str) -> str | None:
-    """Why the database cannot store ``text``, or None: a NUL character (text and jsonb
-    refuse it) or a lone surrogate (not Unicode: what ``os.fsdecode`` makes of a file
-    name that is not UTF-8; the driver cannot encode it)."""
+    """Why the database cannot store ``text``, or None.
+
+    A NUL character (text and jsonb refuse it) or a lone surrogate (not Unicode: what
+    ``os.fsdecode`` makes of a file name that is not UTF-8; the driver cannot encode
+    it).
+    """
     if "\x00" in text:
         return "contains a NUL character, which the database cannot store"
     try:
@@ -96,8 +102,11 @@ def text_problem(text: str) -> str | None:
 
 
 def storable_text(text: str) -> str:
-    """``text`` with what the database refuses in it (NUL, lone surrogates) written as
-    backslash escapes, for messages that must be stored whatever they hold."""
+    """``text`` with what the database refuses in it written as backslash escapes.
+
+    That is NUL and lone surrogates; this is for messages that must be stored whatever
+    they hold.
+    """
     if text_problem(text) is None:
         return text
     return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
