@@ -123,9 +123,11 @@ class Dashboard:
         return self.render(request, "error.html", status=status, message=str(exc))
 
     async def form(self, request: Request, *, changes_data: bool = True) -> dict[str, str]:
-        """A POST's fields, once the request is allowed: same origin (when the browser
-        says), carrying this browser's token, and, if it ``changes_data``, not on a
-        read-only board."""
+        """A POST's fields, once the request is allowed.
+
+        Allowed: same origin (when the browser says), carrying this browser's token,
+        and, if it ``changes_data``, not on a read-only board.
+        """
         if changes_data and self.read_only:
             raise _Refused("this dashboard is read-only")
         origin = request.headers.get("origin")  # the host only: a proxy may end TLS
@@ -141,10 +143,13 @@ class Dashboard:
         return fields
 
     def handle(self, handler: Handler) -> Handler:
-        """``handler`` with qcore's errors shown as pages (bad input 400, missing 404,
-        refused 403, no history store a page that says how to get one) instead of
-        tracebacks. A read that lost its connection (a server restart leaves the pool's
-        connections dead; the pool drops them on the first failure) is run once more."""
+        """``handler`` with qcore's errors shown as pages instead of tracebacks.
+
+        Bad input is 400, missing 404, refused 403, no history store a page that says
+        how to get one. A read that lost its connection (a server restart leaves the
+        pool's connections dead; the pool drops them on the first failure) is run once
+        more.
+        """
 
         async def run(request: Request) -> Response:
             try:
@@ -177,8 +182,11 @@ class Dashboard:
         return run
 
     def back(self, request: Request, to: str, done: str, **params: str) -> Response:
-        """A redirect after an action to ``to``, which shows ``done`` as its notice (sealed
-        under this board's secret: a link made elsewhere cannot put words on the board)."""
+        """A redirect after an action to ``to``, which shows ``done`` as its notice.
+
+        The notice is sealed under this board's secret: a link made elsewhere cannot put
+        words on the board.
+        """
         seal = self.csrf.token(_NOTICE + done)
         query = urllib.parse.urlencode({**params, "done": done, "seal": seal})
         return RedirectResponse(f"{board_root(request.scope)}{to}?{query}", status_code=303)
@@ -293,8 +301,11 @@ class Dashboard:
         return response
 
     async def logout(self, request: Request) -> Response:
-        """Sign out: the session cookie dropped (a POST carrying this browser's CSRF
-        token, allowed on a read-only board too)."""
+        """Sign out: the session cookie dropped.
+
+        It takes a POST carrying this browser's CSRF token, allowed on a read-only board
+        too.
+        """
         await self.form(request, changes_data=False)
         response = RedirectResponse(f"{board_root(request.scope)}/login", status_code=303)
         set_session_cookie(request, response, "", 0)
@@ -401,8 +412,10 @@ def _one_of(query: Mapping[str, str], name: str, allowed: tuple[str, ...], defau
 
 
 def _check_query(request: Request) -> None:
-    """Refuse a query parameter no database can hold (a NUL character) whatever the page
-    does with it, so it reads as the bad input it is."""
+    """Refuse a query parameter no database can hold (a NUL character).
+
+    This is done whatever the page does with it, so it reads as the bad input it is.
+    """
     for name, value in request.query_params.multi_items():
         if "\x00" in name or "\x00" in value:
             raise ValidationError(
@@ -411,8 +424,11 @@ def _check_query(request: Request) -> None:
 
 
 class _NoHistory(Exception):
-    """The board has no metrics history (``configured`` False), or its store cannot be
-    used yet (``message`` says why: not set up, a read-only board may not create it)."""
+    """The board has no metrics history, or its store cannot be used yet.
+
+    No history: ``configured`` False; a store not usable yet: ``message`` says why (not
+    set up, a read-only board may not create it).
+    """
 
     def __init__(self, *, configured: bool, message: str | None = None) -> None:
         super().__init__(message)
@@ -425,8 +441,11 @@ T = TypeVar("T")
 
 @contextlib.contextmanager
 def _store_state() -> Iterator[None]:
-    """Inside: the metrics store refusing its configuration (not set up, and a
-    read-only board may not create it) becomes :class:`_NoHistory`."""
+    """Turn the metrics store's refusal of its configuration into :class:`_NoHistory`.
+
+    Inside, the store refuses when it is not set up and a read-only board may not create
+    it.
+    """
     try:
         yield
     except ValidationError:
@@ -438,8 +457,11 @@ def _store_state() -> Iterator[None]:
 
 
 async def _from_store(read: Awaitable[T | None]) -> T:
-    """What a read of the metrics history gave; :class:`_NoHistory` when the board has
-    none (the read gave None) or its store cannot be used yet."""
+    """What a read of the metrics history gave.
+
+    :class:`_NoHistory` when the board has none (the read gave None) or its store cannot
+    be used yet.
+    """
     with _store_state():
         value = await read
     if value is None:
@@ -458,15 +480,17 @@ def create_app(
     allowed_hosts: Iterable[str] = (),
     title: str = "qcore",
 ) -> Starlette:
-    """The dashboard as an ASGI app, for ``boss``'s job schema (its verbs only; the
-    boss need not run workers), with the metrics-history views when ``history`` (and
-    the storage panel when ``admin``) is given. ``token`` or ``basic_auth``
-    (``user:password``) guard every page; ``read_only`` hides and refuses every action.
-    ``allowed_hosts``: the DNS names browsers reach the board by (``ops.example.com``,
-    or ``.example.com`` for every name under it); ``localhost`` and addresses written
-    as digits always pass, any other name is refused (see
-    :class:`~qcore.web.security.AllowedHosts`). Mount it in a Starlette or FastAPI app,
-    or serve it with ``qcore dashboard``."""
+    """The dashboard as an ASGI app, for ``boss``'s job schema.
+
+    It uses the boss's verbs only (the boss need not run workers), with the
+    metrics-history views when ``history`` (and the storage panel when ``admin``) is
+    given. ``token`` or ``basic_auth`` (``user:password``) guard every page;
+    ``read_only`` hides and refuses every action. ``allowed_hosts``: the DNS names
+    browsers reach the board by (``ops.example.com``, or ``.example.com`` for every name
+    under it); ``localhost`` and addresses written as digits always pass, any other name
+    is refused (see :class:`~qcore.web.security.AllowedHosts`). Mount it in a Starlette
+    or FastAPI app, or serve it with ``qcore dashboard``.
+    """
     access = Access.of(token, basic_auth)
     hosts = AllowedHosts(allowed_hosts)
     board = Board(boss, history=history, admin=admin)
@@ -506,11 +530,14 @@ _DATABASE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def combine(boards: Mapping[str, Starlette]) -> Starlette:
-    """One board for several databases: each of ``boards`` (apps from :func:`create_app`,
-    by a name of letters, digits, ``-`` and ``_``) under ``/db/<name>/``, ``/`` leading to
-    the first, and every board's sidebar switching between them. Each keeps its own
-    credentials, read-only setting, allowed hosts and CSRF secret; what lies outside
-    every board answers only to a name one of them does, with the same headers."""
+    """One board for several databases, switching between them.
+
+    Each of ``boards`` (apps from :func:`create_app`, by a name of letters, digits, ``-``
+    and ``_``) is served under ``/db/<name>/``, ``/`` leading to the first, and every
+    board's sidebar switching between them. Each keeps its own credentials, read-only
+    setting, allowed hosts and CSRF secret; what lies outside every board answers only to
+    a name one of them does, with the same headers.
+    """
     if not boards:
         raise ConfigError("combine() needs at least one board")
     names = list(boards)

@@ -1,6 +1,7 @@
-"""What the dashboard shows, read through the public verbs of a ``Boss`` and the metrics
-history's provider and admin: one method per page, each returning plain values for the
-templates. Nothing here renders HTML or knows about HTTP; no SQL text is written here.
+"""What the dashboard shows, one method per page, as plain values for the templates.
+
+It is read through the public verbs of a ``Boss`` and the metrics history's provider and
+admin. Nothing here renders HTML or knows about HTTP; no SQL text is written here.
 
 A board needs a ``Boss`` on the job schema (started or not: only its verbs are used)
 and, for the history views, a :class:`~qcore.metrics.MetricsHistoryProvider` and
@@ -76,8 +77,11 @@ class Overview:
 
 @dataclass(frozen=True)
 class JobFilter:
-    """Which of a queue's jobs a page lists: a state, a singleton key, and a JSON value
-    the data contains (as typed, checked when read)."""
+    """Which of a queue's jobs a page lists.
+
+    A state, a singleton key, and a JSON value the data contains (as typed, checked when
+    read).
+    """
 
     state: str | None = None
     key: str | None = None
@@ -106,8 +110,10 @@ class QueuePage:
 
 
 def cursor(created_on: dt.datetime | None, id: uuid.UUID) -> str:
-    """The keyset of the page after a row (a job, a warning): its created_on and id, as
-    one URL value."""
+    """The keyset of the page after a row (a job, a warning), as one URL value.
+
+    It holds the row's created_on and id.
+    """
     assert created_on is not None
     return f"{created_on.isoformat()}_{id}"
 
@@ -144,8 +150,10 @@ def problems_of(queues: list[Queue]) -> list[Problem]:
 
 
 class Board:
-    """The dashboard's reads and actions on one job schema (and, optionally, its
-    metrics history)."""
+    """The dashboard's reads and actions on one job schema.
+
+    And, optionally, on its metrics history.
+    """
 
     def __init__(
         self,

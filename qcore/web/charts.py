@@ -1,5 +1,7 @@
-"""Inline SVG charts for the dashboard: latency lines, throughput columns, the per-queue
-completed/failed split bar and table-cell sparklines.
+"""Inline SVG charts for the dashboard.
+
+Latency lines, throughput columns, the per-queue completed/failed split bar and table-cell
+sparklines.
 
 Every function is pure and returns an ``<svg>`` string that the page embeds as is (the
 caller marks it safe for Jinja2), so all text placed in it is escaped here.
@@ -79,8 +81,11 @@ def line_chart(
     width: int = 720,
     height: int = 240,
 ) -> str:
-    """Lines over time, one per series; a ``None`` value (or, on a log axis, a value ≤ 0)
-    is a gap. The y axis is linear from 0 to a nice max, or logarithmic over decades."""
+    """Lines over time, one per series.
+
+    A ``None`` value (or, on a log axis, a value ≤ 0) is a gap. The y axis is linear from
+    0 to a nice max, or logarithmic over decades.
+    """
 
     def usable(v: float | None) -> bool:
         return v is not None and math.isfinite(v) and (v > 0 or not log_scale)
@@ -165,8 +170,11 @@ def throughput_chart(
     width: int = 720,
     height: int = 240,
 ) -> str:
-    """Stacked columns per bucket of (start, completed, failed, filling): completed at the
-    bottom, failed on top; a still-filling bucket is drawn half-transparent and dashed."""
+    """Stacked columns per bucket of (start, completed, failed, filling).
+
+    Completed at the bottom, failed on top; a still-filling bucket is drawn
+    half-transparent and dashed.
+    """
     if not points:
         return _empty("throughput-chart", title, width, height)
     rows = sorted(
@@ -241,8 +249,11 @@ def split_widths(completed: int, failed: int, busiest: int) -> tuple[float, floa
 def split_bar(
     completed: int, failed: int, busiest: int, *, width: int = 240, height: int = 12
 ) -> str:
-    """A horizontal track with a completed segment then a failed one, as long as this
-    queue's runs relative to the busiest queue's (see :func:`split_widths`)."""
+    """A horizontal track with a completed segment then a failed one.
+
+    It is as long as this queue's runs relative to the busiest queue's (see
+    :func:`split_widths`).
+    """
     total = max(completed, 0) + max(failed, 0)
     share = 100 * max(failed, 0) / total if total else 0.0
     parts = _open(
@@ -271,8 +282,11 @@ def split_bar(
 def sparkline(
     values: list[float | None], *, width: int = 120, height: int = 24, css: str = "s1"
 ) -> str:
-    """A tiny line for a table cell: no axes, no labels, ``None`` values are gaps; the
-    y range runs from min(0, lowest) to the highest value."""
+    """A tiny line for a table cell.
+
+    No axes, no labels, ``None`` values are gaps; the y range runs from min(0, lowest)
+    to the highest value.
+    """
     usable = [v for v in values if v is not None and math.isfinite(v)]
     if not usable:
         return "".join([*_open("sparkline", "no data", width, height), "</svg>"])

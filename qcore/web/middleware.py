@@ -54,11 +54,14 @@ def text_response(status: int, text: str, headers: Mapping[str, str] | None = No
 
 
 class Shield:
-    """ASGI middleware, outermost: a request addressed to a name the board does not
-    answer to is refused (400) before anything else looks at it, and every answer
-    carries the security headers, whichever part of the stack made it (a page, a 404 of
-    the router, a refusal, the 500 of a crash). A crash is answered here, then raised
-    on, so the server (or the application the board is mounted in) logs it."""
+    """ASGI middleware, outermost: host check first, security headers on every answer.
+
+    A request addressed to a name the board does not answer to is refused (400) before
+    anything else looks at it, and every answer carries the security headers, whichever
+    part of the stack made it (a page, a 404 of the router, a refusal, the 500 of a
+    crash). A crash is answered here, then raised on, so the server (or the application
+    the board is mounted in) logs it.
+    """
 
     def __init__(self, app: ASGIApp, hosts: AllowedHosts) -> None:
         self.app = app
@@ -128,10 +131,13 @@ class Guard:
         await self.app(scope, receive, with_cookie)
 
     def _check(self, request: Request) -> Response | None:
-        """None when the request may pass, else its refusal. Credentials sent in the
-        ``Authorization`` header are a sign-in: one from a client that failed too often
-        lately is not even looked at, and a wrong one counts as a failure (a signed-in
-        browser's cookie is not a guess: it is neither limited nor counted)."""
+        """None when the request may pass, else its refusal.
+
+        Credentials sent in the ``Authorization`` header are a sign-in: one from a
+        client that failed too often lately is not even looked at, and a wrong one
+        counts as a failure (a signed-in browser's cookie is not a guess: it is neither
+        limited nor counted).
+        """
         authorization = request.headers.get("authorization")
         client = request.client.host if request.client else None
         if authorization is not None:

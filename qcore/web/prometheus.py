@@ -1,5 +1,6 @@
-"""``/metrics``: the board's numbers in the Prometheus text format, so an existing
-Grafana sees qcore.
+"""``/metrics``: the board's numbers in the Prometheus text format.
+
+So an existing Grafana sees qcore.
 
 Every scrape reads the queues' cached counts (one statement: the counts the supervise
 pass keeps on each queue row, never a count over the job table) and the registry; with
@@ -50,8 +51,10 @@ WINDOW = "90d"
 
 
 class _Gathered:
-    """A collector over metric families read beforehand (collectors are synchronous;
-    the reads are not)."""
+    """A collector over metric families read beforehand.
+
+    Collectors are synchronous; the reads are not.
+    """
 
     def __init__(self, families: Iterable[Metric]) -> None:
         self._families = list(families)
@@ -61,8 +64,10 @@ class _Gathered:
 
 
 def _buckets(counts: list[int]) -> tuple[list[tuple[str, float]], float]:
-    """Cumulative Prometheus buckets (seconds) of a histogram in ``BOUNDS_MS`` slots, and
-    an estimated sum (each slot's samples at its middle; the open slot at its bound)."""
+    """Cumulative Prometheus buckets (seconds) of a histogram in ``BOUNDS_MS`` slots, and a sum.
+
+    The sum is estimated: each slot's samples at its middle; the open slot at its bound.
+    """
     cumulative, running, total = [], 0, 0.0
     low = 0.0
     for bound, n in zip(BOUNDS_MS, counts, strict=False):
@@ -111,8 +116,10 @@ async def exposition(board: Board) -> bytes:
 
 
 async def _history(history: MetricsHistoryProvider, names: list[str]) -> list[Metric]:
-    """The finished-job counters and latency histograms per queue; none while the store
-    does not exist (a read-only board never creates it)."""
+    """The finished-job counters and latency histograms per queue.
+
+    None while the store does not exist (a read-only board never creates it).
+    """
     finished = CounterMetricFamily(
         "qcore_jobs_finished",
         f"Jobs finished over the metrics history ({WINDOW})",

@@ -1,6 +1,8 @@
-"""How the dashboard's pages look: the Jinja2 environment with its filters, and the
-SVG charts of a queue's depth and of the metrics history (drawn by
-:mod:`qcore.web.charts`)."""
+"""How the dashboard's pages look.
+
+The Jinja2 environment with its filters, and the SVG charts of a queue's depth and of
+the metrics history (drawn by :mod:`qcore.web.charts`).
+"""
 
 from __future__ import annotations
 

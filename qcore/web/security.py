@@ -1,9 +1,10 @@
-"""What keeps a board that can change production data safe: who may see it
-(:class:`Access`: a bearer token, or HTTP basic credentials, compared in constant
-time), how fast a stranger may guess (:class:`SignInLimit`: a few failed sign-ins a
-minute per address), where it may listen (:func:`check_bind`: loopback only without
-credentials), which names it answers to (:class:`AllowedHosts`: a page of a rebound
-DNS name is not the board's), forged requests (:class:`Csrf`: a signed token per
+"""What keeps a board that can change production data safe.
+
+Who may see it (:class:`Access`: a bearer token, or HTTP basic credentials, compared in
+constant time), how fast a stranger may guess (:class:`SignInLimit`: a few failed
+sign-ins a minute per address), where it may listen (:func:`check_bind`: loopback only
+without credentials), which names it answers to (:class:`AllowedHosts`: a page of a
+rebound DNS name is not the board's), forged requests (:class:`Csrf`: a signed token per
 browser, checked on every POST, and the ``Origin`` header when a browser sends one) and
 the headers every answer carries (a Content-Security-Policy with no inline script or
 style, framing denied).
@@ -85,11 +86,12 @@ def _is_address(name: str) -> bool:
 
 
 class AllowedHosts:
-    """The names a board answers to, against DNS rebinding: a page served from a name
-    its owner points at this machine is, to the browser, of the same origin as the board
-    it then reaches, so it could read the board and post to it with its own CSRF token.
-    Its requests carry that name in ``Host``; the board refuses any name it was not
-    given.
+    """The names a board answers to, against DNS rebinding.
+
+    A page served from a name its owner points at this machine is, to the browser, of
+    the same origin as the board it then reaches, so it could read the board and post to
+    it with its own CSRF token. Its requests carry that name in ``Host``; the board
+    refuses any name it was not given.
 
     An address written as digits (``127.0.0.1``, ``[::1]``, ``10.0.0.5``) and
     ``localhost`` always pass, on any port: no DNS answer stands behind them, so no one
@@ -144,8 +146,10 @@ class AllowedHosts:
 
 
 def _host_name(header: str) -> str | None:
-    """The name or address in a ``Host`` header, lower case, without its port or a final
-    dot (brackets taken off an IPv6 address); None when the header is not one."""
+    """The name or address in a ``Host`` header, normalised; None when the header is not one.
+
+    Lower case, without its port or a final dot (brackets taken off an IPv6 address).
+    """
     header = header.strip().lower()
     if header.startswith("["):
         name, bracket, port = header[1:].partition("]")
@@ -165,11 +169,13 @@ def _host_name(header: str) -> str | None:
 
 
 class SignInLimit:
-    """At most ``attempts`` failed sign-ins in any ``seconds`` from one client (an IPv4
-    address, or an IPv6 /64: one machine's usual share), so a password cannot be
-    guessed at the speed of the network; the next is told how long to wait. A client
-    that stopped failing is forgotten once its window has passed. ``clock``: seconds,
-    moving forward (tests move it by hand)."""
+    """At most ``attempts`` failed sign-ins in any ``seconds`` from one client.
+
+    A client is an IPv4 address, or an IPv6 /64 (one machine's usual share), so a
+    password cannot be guessed at the speed of the network; the next is told how long to
+    wait. A client that stopped failing is forgotten once its window has passed.
+    ``clock``: seconds, moving forward (tests move it by hand).
+    """
 
     #: clients tracked at most; past it, those whose window has passed are dropped
     TRACKED = 10_000
@@ -234,10 +240,12 @@ def _client_key(client: str | None) -> str:
 
 @dataclass(frozen=True)
 class Access:
-    """Who may use the board: anyone who reaches it (neither set), the holder of
-    ``token`` (``Authorization: Bearer``, or the sign-in form, whose cookie lasts
-    ``session_seconds``), or ``user`` with ``password`` (HTTP basic). ``clock``: the
-    time in seconds (tests move it)."""
+    """Who may use the board.
+
+    Anyone who reaches it (neither set), the holder of ``token`` (``Authorization:
+    Bearer``, or the sign-in form, whose cookie lasts ``session_seconds``), or ``user``
+    with ``password`` (HTTP basic). ``clock``: the time in seconds (tests move it).
+    """
 
     token: str | None = None
     user: str | None = None
@@ -268,8 +276,10 @@ class Access:
         return self.token is not None or self.user is not None
 
     def allows(self, authorization: str | None, cookie: str | None) -> bool:
-        """Whether a request with this ``Authorization`` header and session cookie may
-        pass. Every comparison takes the same time whatever the input."""
+        """Whether a request with this ``Authorization`` header and session cookie may pass.
+
+        Every comparison takes the same time whatever the input.
+        """
         if not self.required:
             return True
         scheme, _, value = (authorization or "").partition(" ")
@@ -289,8 +299,11 @@ class Access:
         return ok
 
     def session_value(self) -> str:
-        """A sign-in cookie's value, issued now: the time, and a MAC of it under the token
-        (never the token itself). It is good for ``session_seconds``."""
+        """A sign-in cookie's value, issued now.
+
+        The time, and a MAC of it under the token (never the token itself). It is good for
+        ``session_seconds``.
+        """
         issued = str(int(self.clock()))
         return f"{issued}.{self._session_mac(issued)}"
 
@@ -314,9 +327,11 @@ def _same(given: str, expected: str) -> bool:
 
 
 class Csrf:
-    """Double-submit tokens: each browser gets a random id in a cookie; its forms carry
-    the id's signature under this board's secret, which a forger on another origin can
-    neither read nor compute."""
+    """Double-submit tokens against forged requests.
+
+    Each browser gets a random id in a cookie; its forms carry the id's signature under
+    this board's secret, which a forger on another origin can neither read nor compute.
+    """
 
     COOKIE = "qcore_csrf"
     FIELD = "csrf"
