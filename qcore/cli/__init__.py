@@ -1,7 +1,9 @@
-"""The ``qcore`` command line: one module per command or family (``demo``, ``work``,
-``instances``, ``jobs`` for the queue and job commands, ``schema`` for version, create,
-migrate and plans, ``doctor``, ``metrics``, ``dashboard``), each giving its
-arguments (``add_parser``) and its run (``run(args) -> exit status``).
+"""The ``qcore`` command line, one module per command or family.
+
+The modules are ``demo``, ``work``, ``instances``, ``jobs`` for the queue and job
+commands, ``schema`` for version, create, migrate and plans, ``doctor``, ``metrics``,
+``dashboard``; each gives its arguments (``add_parser``) and its run (``run(args) ->
+exit status``).
 
 Exit status as argparse gives it for the command line itself: 0 after ``--help`` or
 ``--version``, 2 for a usage error (no command given: the help, on stderr).

@@ -1,7 +1,9 @@
-"""Where an operator's command connects: the database, schema and backend, from the
-command line first, then the environment (``QCORE_DATABASE_URL``, ``DATABASE_URL``, the
-``PG*`` variables libpq reads), then a ``[tool.qcore]`` table in the ``pyproject.toml``
-of the current directory or a parent (``url``, ``schema``, ``backend``).
+"""Where an operator's command connects: the database, schema and backend.
+
+They come from the command line first, then the environment (``QCORE_DATABASE_URL``,
+``DATABASE_URL``, the ``PG*`` variables libpq reads), then a ``[tool.qcore]`` table in
+the ``pyproject.toml`` of the current directory or a parent (``url``, ``schema``,
+``backend``).
 
 :func:`open_context` gives a :class:`~qcore.context.Context` on one connection without
 starting a ``Boss``: nothing installed, migrated or registered, so it works on a schema
@@ -84,8 +86,10 @@ def _pyproject(start: Path) -> dict[str, Any]:
 
 
 def resolve(args: argparse.Namespace, *, cwd: Path | None = None) -> Target:
-    """The connection ``args`` ask for, filled in from the environment and pyproject.toml
-    in that order; ``ConfigError`` when no database is named anywhere."""
+    """The connection ``args`` ask for, filled in from the environment and pyproject.toml.
+
+    They are read in that order; ``ConfigError`` when no database is named anywhere.
+    """
     config = _pyproject(cwd or Path.cwd())
     for key in ("url", "schema", "backend"):
         if key in config and not isinstance(config[key], str):
@@ -112,8 +116,11 @@ def resolve(args: argparse.Namespace, *, cwd: Path | None = None) -> Target:
 def run_command(
     args: argparse.Namespace, work: Callable[[Target], Coroutine[Any, Any, int]]
 ) -> int:
-    """Run a command's ``work`` on the target ``args`` name: its exit status; 2 when no
-    database is given, 1 when qcore refuses (the message on stderr, no traceback)."""
+    """Run a command's ``work`` on the target ``args`` name; its exit status.
+
+    2 when no database is given, 1 when qcore refuses (the message on stderr, no
+    traceback).
+    """
     try:
         target = resolve(args)
     except ConfigError as exc:
@@ -127,8 +134,11 @@ def run_command(
 
 
 def observer(target: Target, *, connections: int = 1) -> Boss:
-    """A ``Boss`` on ``target`` for one command: ``connections`` connections, nothing
-    installed, migrated, supervised, scheduled or registered."""
+    """A ``Boss`` on ``target`` for one command, with no duty of its own.
+
+    It has ``connections`` connections, and nothing is installed, migrated, supervised,
+    scheduled or registered.
+    """
     return Boss(
         target.url,
         schema=target.schema,

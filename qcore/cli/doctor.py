@@ -1,5 +1,7 @@
-"""``qcore doctor``: the schema drift report (see ``Boss.detect_schema_drift``), readable,
-with the statement that repairs each entry beneath it, or as JSON with ``--json``.
+"""``qcore doctor``: the schema drift report (see ``Boss.detect_schema_drift``).
+
+Readable, with the statement that repairs each entry beneath it, or as JSON with
+``--json``.
 
 It reads the catalog and changes nothing. Exit status 0 when nothing drifted (extra
 indexes are a warning only), 1 on drift or when the database cannot be read, 2 for a

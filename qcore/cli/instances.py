@@ -1,6 +1,8 @@
-"""``qcore instances``: the instances registered in a database, as a table; and
-``qcore pause-instance KEY``, ``qcore resume-instance KEY``, ``qcore remove-instance
---instance-key KEY`` for the servers with an instance key.
+"""``qcore instances`` and the commands that pause, resume and remove a keyed server.
+
+``qcore instances`` shows the instances registered in a database, as a table; ``qcore
+pause-instance KEY``, ``qcore resume-instance KEY``, ``qcore remove-instance
+--instance-key KEY`` act on the servers with an instance key.
 
 The table has one line per row of the registry, oldest start first: whether it is
 live, its name, instance key and whether it is paused, host and pid, the CPU cores it
