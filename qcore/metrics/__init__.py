@@ -1,6 +1,7 @@
-"""Metrics history: its store, recorder, sources, provider and admin. It sits above the
-core and uses it only through public verbs and ``qcore.sql`` builders; nothing in the
-core imports it (an import-linter contract says so).
+"""Metrics history: its store, recorder, sources, provider and admin.
+
+It sits above the core and uses it only through public verbs and ``qcore.sql`` builders;
+nothing in the core imports it (an import-linter contract says so).
 
 >>> store = PostgresMetricsStore(dsn)                       # tables in schema pgboss
 >>> recorder = MetricsRecorder(store, PgBossQueues(ctx))    # counts finished jobs

@@ -1,5 +1,7 @@
-"""Inspecting and clearing history: :class:`MetricsHistoryAdmin`, the store's footprint
-by tier and queue, and purges by queue and date that keep the rollup true.
+"""Inspecting and clearing history: :class:`MetricsHistoryAdmin`.
+
+It gives the store's footprint by tier and queue, and purges by queue and date that keep the
+rollup true.
 
 ``stats()`` counts buckets (rows) and bytes by key and tier as the store measures them:
 a PostgreSQL store reads its table's real size on disk (``pg_total_relation_size``:
@@ -36,10 +38,12 @@ class TierUsage:
 
 @dataclass(frozen=True)
 class Usage:
-    """The footprint of a queue (``queue``) or of the whole namespace (``queue`` None):
-    rows, bytes, minute rows, the oldest and newest day recorded, and the same by tier;
+    """The footprint of a queue (``queue``) or of the whole namespace (``queue`` None).
+
+    Rows, bytes, minute rows, the oldest and newest day recorded, and the same by tier;
     ``queues`` (on the whole only) each queue's, largest first, the rollup as
-    ``__global__``."""
+    ``__global__``.
+    """
 
     queue: str | None
     rows: int
@@ -77,8 +81,10 @@ def _usage(queue: str | None, rows: list[KeyUsage]) -> Usage:
 
 
 class MetricsHistoryAdmin:
-    """The maintenance surface of ``store`` for keys under ``namespace`` (default: the
-    queues of the store's own schema; ``""``: every key)."""
+    """The maintenance surface of ``store`` for keys under ``namespace``.
+
+    The namespace defaults to the queues of the store's own schema; ``""``: every key.
+    """
 
     def __init__(self, store: MetricsStore, *, namespace: str | None = None) -> None:
         self.store = store
@@ -99,9 +105,11 @@ class MetricsHistoryAdmin:
     async def purge(
         self, queue: str | None = None, *, before: dt.date | dt.datetime | None = None
     ) -> None:
-        """Delete history: everything, one ``queue``'s, or what ended before ``before``
-        (a date: its midnight UTC; an aware datetime). One queue's is first subtracted
-        from the rollup. Recording carries on from the next snapshot."""
+        """Delete history: everything, one ``queue``'s, or what ended before ``before``.
+
+        ``before`` is a date (its midnight UTC) or an aware datetime. One queue's is
+        first subtracted from the rollup. Recording carries on from the next snapshot.
+        """
         if queue is not None:
             queue_name(queue)
             if queue == GLOBAL:

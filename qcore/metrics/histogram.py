@@ -55,8 +55,10 @@ def subtract(minuend: Sequence[int], subtrahend: Sequence[int]) -> list[int]:
 
 
 def percentile(counts: Sequence[int], p: float) -> float | None:
-    """The estimated ``p``-th percentile (0 < p < 100) in milliseconds; None when the
-    histogram is empty."""
+    """The estimated ``p``-th percentile (0 < p < 100) in milliseconds.
+
+    None when the histogram is empty.
+    """
     total = sum(counts)
     if total <= 0:
         return None

@@ -1,9 +1,10 @@
-"""What a board reads: :class:`MetricsHistoryProvider`, series for one queue or the
-rollup across queues, over a window of 60 minutes, 7, 30 or 90 days, by minute, hour or
-day: throughput (completed, failed), latency (p50, p95 and p99 of wait and run time,
-estimated from the histograms) and the queue-age gauge; the totals of a window, per
-queue for the breakdown table; and the queue-depth series pg-boss's own snapshots
-(``queue_stats``) hold.
+"""What a board reads: :class:`MetricsHistoryProvider`, the history as series and totals.
+
+Series for one queue or the rollup across queues, over a window of 60 minutes, 7, 30 or
+90 days, by minute, hour or day: throughput (completed, failed), latency (p50, p95 and
+p99 of wait and run time, estimated from the histograms) and the queue-age gauge; the
+totals of a window, per queue for the breakdown table; and the queue-depth series
+pg-boss's own snapshots (``queue_stats``) hold.
 
 Every bucket of the range is returned, zero (or None) where nothing was recorded;
 the newest is flagged ``filling`` while it still covers the present. Times are UTC on
@@ -45,8 +46,11 @@ _SLOTS = histogram.SLOTS
 
 @dataclass(frozen=True)
 class ThroughputPoint:
-    """One bucket: when it starts, the jobs completed and failed in it, and whether it
-    still covers the present (so reads low)."""
+    """One throughput bucket.
+
+    When it starts, the jobs completed and failed in it, and whether it still covers the
+    present (so reads low).
+    """
 
     start: dt.datetime
     completed: int
@@ -75,8 +79,11 @@ class Percentiles:
 
 @dataclass(frozen=True)
 class LatencyPoint:
-    """One bucket's wait and run percentiles, the oldest waiting job's age in seconds
-    (the bucket's maximum; None when nothing waited) and whether it is still filling."""
+    """One latency bucket.
+
+    Its wait and run percentiles, the oldest waiting job's age in seconds (the bucket's
+    maximum; None when nothing waited) and whether it is still filling.
+    """
 
     start: dt.datetime
     wait: Percentiles
@@ -87,8 +94,11 @@ class LatencyPoint:
 
 @dataclass(frozen=True)
 class QueueTotals:
-    """A window's totals for one queue (or the rollup): counts, wait and run
-    percentiles, and the merged histograms they were read from (``BOUNDS_MS`` slots)."""
+    """A window's totals for one queue (or the rollup).
+
+    Counts, wait and run percentiles, and the merged histograms they were read from
+    (``BOUNDS_MS`` slots).
+    """
 
     queue: str
     completed: int
@@ -106,9 +116,11 @@ class QueueTotals:
 
 @dataclass(frozen=True)
 class WindowHistory:
-    """What a board shows of one window, at the window's own granularity: a queue's (or
-    the rollup's) throughput and latency series and totals, and, when asked for, every
-    queue's totals, busiest first."""
+    """What a board shows of one window, at the window's own granularity.
+
+    A queue's (or the rollup's) throughput and latency series and totals, and, when
+    asked for, every queue's totals, busiest first.
+    """
 
     throughput: list[ThroughputPoint]
     latency: list[LatencyPoint]
@@ -130,11 +142,13 @@ def _split(row: Bucket | None) -> tuple[list[int], list[int]]:
 
 
 class MetricsHistoryProvider:
-    """Reads ``store``; ``retention`` bounds what a range can show (a minute series
-    never reaches further back than minute rows are kept). ``namespace`` is the key
-    prefix of the queues it shows (default: the store's ``default_namespace``,
-    ``pgboss:<schema>:``; ``""`` reads keys as stored); :meth:`namespaced` gives the
-    view of another."""
+    """Reads ``store`` as a board's series and totals.
+
+    ``retention`` bounds what a range can show (a minute series never reaches further
+    back than minute rows are kept). ``namespace`` is the key prefix of the queues it
+    shows (default: the store's ``default_namespace``, ``pgboss:<schema>:``; ``""``
+    reads keys as stored); :meth:`namespaced` gives the view of another.
+    """
 
     def __init__(
         self,
@@ -148,8 +162,10 @@ class MetricsHistoryProvider:
         self.namespace = store.default_namespace if namespace is None else namespace
 
     def namespaced(self, namespace: str) -> MetricsHistoryProvider:
-        """The same store seen through another key prefix (queue names without it, the
-        prefix's own rollup)."""
+        """The same store seen through another key prefix.
+
+        Queue names are shown without it, and the rollup is the prefix's own.
+        """
         if not isinstance(namespace, str):
             raise ValidationError(f"namespace must be a string, got {namespace!r}")
         return MetricsHistoryProvider(self.store, retention=self.retention, namespace=namespace)
@@ -163,8 +179,10 @@ class MetricsHistoryProvider:
     async def _read_each(
         self, queues: Sequence[str | None], window: str, granularity: str | None
     ) -> list[_Rows]:
-        """The window's buckets of each of ``queues`` (None: the rollup), in one read of
-        the store whatever their number."""
+        """The window's buckets of each of ``queues`` (None: the rollup).
+
+        All in one read of the store whatever their number.
+        """
         minutes, tier = _span(window, granularity)
         width = TIERS[tier]
         if not queues:
@@ -195,8 +213,11 @@ class MetricsHistoryProvider:
         return _totals(queue or GLOBAL, rows.found.values())
 
     async def totals_of(self, queues: Sequence[str], *, window: str = "7d") -> list[QueueTotals]:
-        """The totals of each of ``queues`` over a window, in their order, from one read
-        of the store (a board of many queues costs what a board of one does)."""
+        """The totals of each of ``queues`` over a window, in their order.
+
+        From one read of the store: a board of many queues costs what a board of one
+        does.
+        """
         if isinstance(queues, str) or not all(isinstance(name, str) for name in queues):
             raise ValidationError(f"queues must be a list of queue names, got {queues!r}")
         names = list(queues)
@@ -210,10 +231,13 @@ class MetricsHistoryProvider:
     async def window_history(
         self, queue: str | None = None, *, window: str = "60m", breakdown: bool = False
     ) -> WindowHistory:
-        """What :meth:`throughput`, :meth:`latency` and :meth:`totals` give of ``queue``
+        """A window's series and totals for ``queue``, and the breakdown, from one read.
+
+        What :meth:`throughput`, :meth:`latency` and :meth:`totals` give of ``queue``
         over a window at its own granularity and, with ``breakdown``, what
         :meth:`breakdown` gives, from one read of the store (and one of its queue names
-        for the breakdown): a board's page costs the same whatever it shows."""
+        for the breakdown): a board's page costs the same whatever it shows.
+        """
         _span(window, None)  # a wrong window is refused before anything is read
         names = await self._names() if breakdown else []
         rows, *each = await self._read_each([queue, *names], window, None)
@@ -234,11 +258,13 @@ class MetricsHistoryProvider:
     async def depth(
         self, queue: str, *, range: str = "24h", jobs: Context | None = None
     ) -> list[QueueStats]:
-        """Queue ``queue``'s depth from pg-boss's persisted snapshots (``queue_stats``;
-        empty without ``persist_queue_stats``), bucketed as pg-boss's board reads them
-        (1 h by minute, 6 h by 5 minutes, 24 h by 15, 7 d by hour), gauges at their
-        maximum, oldest first. ``jobs`` is the job schema's context, needed when the store
-        is not a PostgreSQL store in that schema."""
+        """Queue ``queue``'s depth from pg-boss's persisted snapshots, oldest first.
+
+        The snapshots are ``queue_stats`` (empty without ``persist_queue_stats``),
+        bucketed as pg-boss's board reads them (1 h by minute, 6 h by 5 minutes, 24 h by
+        15, 7 d by hour), gauges at their maximum. ``jobs`` is the job schema's context,
+        needed when the store is not a PostgreSQL store in that schema.
+        """
         if range not in DEPTH_RANGES:
             raise ValidationError(f"range must be one of {', '.join(DEPTH_RANGES)}, got {range!r}")
         seconds, bucket = DEPTH_RANGES[range]
@@ -265,9 +291,11 @@ class MetricsHistoryProvider:
 
 
 def _span(window: str, granularity: str | None) -> tuple[int, str]:
-    """The minutes ``window`` covers and the tier its buckets are read from (the
-    window's own granularity when None); ``ValidationError`` for a window or granularity
-    that does not exist or a bucket wider than the window."""
+    """The minutes ``window`` covers and the tier its buckets are read from.
+
+    The tier is the window's own granularity when None; ``ValidationError`` for a window
+    or granularity that does not exist or a bucket wider than the window.
+    """
     if window not in WINDOWS:
         raise ValidationError(f"window must be one of {', '.join(WINDOWS)}, got {window!r}")
     minutes, default = WINDOWS[window]

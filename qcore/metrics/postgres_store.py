@@ -1,5 +1,7 @@
-"""The history in PostgreSQL: :class:`PostgresMetricsStore`, tables of its own in the
-database the queues use, and :func:`migrate_metrics`, the deploy step that creates them.
+"""The history in PostgreSQL, beside the queues.
+
+:class:`PostgresMetricsStore` keeps tables of its own in the database the queues use,
+and :func:`migrate_metrics` is the deploy step that creates them.
 
 The tables (:mod:`qcore.sql.metrics`) are created on first use with ``migrate=True``
 (and a store of an older layout upgraded), in one transaction under the backend's lock
@@ -35,10 +37,12 @@ _PREFIX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
 
 
 class PostgresMetricsStore:
-    """The history's tables in ``schema`` (default ``pgboss``), named with
-    ``table_prefix`` (two boards with their own prefixes keep apart in one schema); on
-    ``db_or_dsn`` (a URL: the store opens and closes its pool; an adapter: the caller's
-    to close)."""
+    """The history's tables in ``schema`` (default ``pgboss``).
+
+    They are named with ``table_prefix`` (two boards with their own prefixes keep apart
+    in one schema), on ``db_or_dsn`` (a URL: the store opens and closes its pool; an
+    adapter: the caller's to close).
+    """
 
     def __init__(
         self,
@@ -66,9 +70,12 @@ class PostgresMetricsStore:
         self._ids: dict[str, int] = {}  # queue key -> its id in the key table
 
     async def context(self, *, writing: bool = True) -> Context:
-        """The store's context, its tables checked (and created or upgraded with
-        ``migrate``) on the first call. A store of a newer layout is refused to every
-        writer, every call; a reader (``writing=False``) still reads it."""
+        """The store's context, its tables checked on the first call.
+
+        They are created or upgraded with ``migrate``. A store of a newer layout is
+        refused to every writer, every call; a reader (``writing=False``) still reads
+        it.
+        """
         if self._ctx is None:
             db = self._given if self._given is not None else await connect(str(self._dsn), max=4)
             ctx = Context(db=db, backend=self._backend, schema_spec=self.schema)
@@ -116,8 +123,11 @@ class PostgresMetricsStore:
         await self._write(statement, holder=holder, queues=keys)
 
     async def _key_ids(self, keys: list[str], *, create: bool) -> dict[str, int]:
-        """The ids of ``keys`` (given to those without one with ``create``; else only the
-        keys that have one), cached: an id never changes."""
+        """The ids of ``keys``, cached: an id never changes.
+
+        With ``create``, those without one are given one; else only the keys that have
+        one are returned.
+        """
         missing = [k for k in dict.fromkeys(keys) if k not in self._ids]
         if missing:
             if create:
@@ -149,9 +159,11 @@ class PostgresMetricsStore:
     async def _add_difference(
         self, db: Database, snapshot: Snapshot, key_id: int, rollup_id: int
     ) -> int:
-        """Inside the snapshot's transaction: what the snapshot adds over the stored minute
-        rows, added to every tier of the queue and of the rollup in one write; minutes
-        whose counts changed."""
+        """Add what the snapshot holds over the stored minute rows; the minutes that changed.
+
+        Those are the minutes whose counts changed. Inside the snapshot's transaction, the
+        difference is added to every tier of the queue and of the rollup in one write.
+        """
         minutes = sorted(set(snapshot.counts) | set(snapshot.latency))
         read = sql.stored_minutes(self.schema, self.prefix)
         rows = await db.execute(read.sql, read.bind(key=key_id, buckets=minutes))
@@ -234,9 +246,12 @@ class PostgresMetricsStore:
         return [dict(r) for r in await self._read(statement, namespace=namespace)]
 
     async def usage(self, namespace: str) -> tuple[list[KeyUsage], bool]:
-        """Row bytes (``pg_column_size``) scaled so the parts add up to the table's size
+        """The footprint of each key: row bytes scaled to the table's size on disk.
+
+        Row bytes (``pg_column_size``) are scaled so the parts add up to the table's size
         on disk (``pg_total_relation_size``: indexes and TOAST included), shared by every
-        namespace in it; the row bytes alone (estimated) where the backend cannot say."""
+        namespace in it; the row bytes alone (estimated) where the backend cannot say.
+        """
         rows = await self._usage_rows(namespace)
         row_bytes = sum(int(r["row_bytes"]) for r in rows)
         scale, estimated = 1.0, True
@@ -323,8 +338,10 @@ def _refuse_newer(ctx: Context, version: int) -> None:
 
 
 async def _ready(ctx: Context, prefix: str, *, migrate: bool) -> int:
-    """Check the store's layout, creating or upgrading it where ``migrate`` allows; the
-    version found (a newer one is left for the caller to refuse or read)."""
+    """Check the store's layout, creating or upgrading it where ``migrate`` allows.
+
+    Returns the version found (a newer one is left for the caller to refuse or read).
+    """
     version = await _layout_version(ctx, prefix)
     if version is not None and version >= sql.METRICS_LAYOUT_VERSION:
         return version

@@ -1,7 +1,8 @@
-"""The recorder: every ``interval_seconds`` it counts each queue's completed and failed
-jobs per closed minute, samples their wait and run times, reads the age of the oldest
-waiting job, and adds what is new to the store's minute, hour and day rows and to the
-rollup across queues.
+"""The recorder: every ``interval_seconds`` it adds each queue's finished jobs to the store.
+
+It counts each queue's completed and failed jobs per closed minute, samples their wait
+and run times, reads the age of the oldest waiting job, and adds what is new to the
+store's minute, hour and day rows and to the rollup across queues.
 
 A queue's jobs are counted by the minute of ``completed_on`` on the schema's clock, up
 to the last minute closed ``margin_seconds`` ago (a commit that lands late still falls
@@ -56,9 +57,11 @@ def _number(name: str, value: object, low: float, high: float) -> float:
 
 
 class MetricsRecorder(Periodic):
-    """Records ``sources`` into ``store``: :meth:`tick` once, or :meth:`start` to tick now
-    and every ``interval_seconds`` until :meth:`stop` (a background service, so a
-    ``Boss`` can run it: :func:`qcore.metrics.record_metrics`).
+    """Records ``sources`` into ``store``.
+
+    :meth:`tick` once, or :meth:`start` to tick now and every ``interval_seconds`` until
+    :meth:`stop` (a background service, so a ``Boss`` can run it:
+    :func:`qcore.metrics.record_metrics`).
 
     ``on_snapshot_error(exc, queue)`` hears about a queue whose counts failed (``queue``
     empty: the whole tick), ``on_latency_error(exc, queue)`` about a failed latency or
@@ -143,8 +146,10 @@ class MetricsRecorder(Periodic):
         return self.sources.namespace + queue
 
     async def tick(self) -> int:
-        """Record every queue once (and prune, once a day); how many queue-minutes of
-        finished jobs changed."""
+        """Record every queue once (and prune, once a day).
+
+        Returns how many queue-minutes of finished jobs changed.
+        """
         await self.store.ready()
         clock = await self.sources.clock(self.margin_seconds)
         queues = await self.sources.names()
@@ -171,8 +176,11 @@ class MetricsRecorder(Periodic):
         return changed
 
     async def stop(self) -> None:
-        """Stop ticking and hand this recorder's leases back, so another recorder
-        samples its queues from its next tick instead of after the leases expire."""
+        """Stop ticking and hand this recorder's leases back.
+
+        So another recorder samples its queues from its next tick instead of after the
+        leases expire.
+        """
         await super().stop()
         held, self._held = self._held, []
         if held:
@@ -244,10 +252,12 @@ class MetricsRecorder(Periodic):
         return oldest
 
     async def _record_finished(self, queue: str, clock: Clock) -> int:
-        """The minutes closed since the last tick: counts and latency samples read, then
-        written in one atomic step. A failed latency read leaves the counts to be written
-        alone and the watermark where it was, so the next tick samples those minutes
-        again."""
+        """Record the minutes closed since the last tick.
+
+        Counts and latency samples are read, then written in one atomic step. A failed
+        latency read leaves the counts to be written alone and the watermark where it
+        was, so the next tick samples those minutes again.
+        """
         key = self._key(queue)
         first = await self._first_minute(key, clock)
         if first >= clock.closed:
@@ -300,11 +310,13 @@ async def record_metrics(
     allow: Collection[str] | None = None,
     **options: Any,
 ) -> None:
-    """Record ``boss``'s queues while it runs: a :class:`MetricsRecorder` started and
-    stopped with it, its warnings and errors on the boss's events, into ``store``
-    (default: a :class:`PostgresMetricsStore` on the boss's connection, in ``schema``,
-    default the queues' own, tables named with ``table_prefix``). ``options`` are the
-    recorder's, checked now."""
+    """Record ``boss``'s queues while it runs.
+
+    A :class:`MetricsRecorder` is started and stopped with it, its warnings and errors
+    on the boss's events, into ``store`` (default: a :class:`PostgresMetricsStore` on
+    the boss's connection, in ``schema``, default the queues' own, tables named with
+    ``table_prefix``). ``options`` are the recorder's, checked now.
+    """
     if store is not None and (schema is not None or table_prefix != "qcore_metrics_"):
         raise ValidationError("give a store, or the schema and table_prefix of one, not both")
     MetricsRecorder(cast(Any, None), cast(Any, None), **options)  # bad options fail here

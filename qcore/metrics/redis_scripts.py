@@ -1,5 +1,7 @@
-"""The Redis store's server-side scripts (Lua, run with EVALSHA): each one is a single
-atomic step, so a snapshot's diff and every tier it feeds can never drift apart.
+"""The Redis store's server-side scripts (Lua, run with EVALSHA).
+
+Each one is a single atomic step, so a snapshot's diff and every tier it feeds can never
+drift apart.
 
 A bucket is one hash field whose value is comma-separated numbers: completed, failed,
 age (seconds; empty when none waited), then the wait and run histograms (``SLOTS``

@@ -1,5 +1,7 @@
-"""The history in Redis: :class:`RedisMetricsStore`, for teams that keep metrics writes
-off the queues' own database (extra ``qcore[redis]``, redis-py's asyncio client).
+"""The history in Redis: :class:`RedisMetricsStore`.
+
+It is for teams that keep metrics writes off the queues' own database (extra
+``qcore[redis]``, redis-py's asyncio client).
 
 Every key lives under the store's ``prefix`` (default ``qcore:metrics``; on a cluster
 connection wrapped in a hash tag, ``{qcore:metrics}``, unless it holds one already, so
@@ -98,10 +100,13 @@ def _decode(value: Any) -> Bucket:
 
 
 class RedisMetricsStore:
-    """The history in Redis at ``client_or_url`` (a URL: the store opens and closes its
-    own client, a cluster client with ``cluster=True``; a ``redis.asyncio`` client or
-    cluster client: the caller's to close). ``schema`` names the job schema whose queues
-    readers show by default (``pgboss:<schema>:``)."""
+    """The history in Redis at ``client_or_url``.
+
+    A URL: the store opens and closes its own client, a cluster client with
+    ``cluster=True``; a ``redis.asyncio`` client or cluster client: the caller's to
+    close. ``schema`` names the job schema whose queues readers show by default
+    (``pgboss:<schema>:``).
+    """
 
     def __init__(
         self,
@@ -170,8 +175,11 @@ class RedisMetricsStore:
         return f"{self.prefix}:{key}:{tier}:{minute // span}", str(inside)
 
     def _parse(self, name: str) -> tuple[str, str, int | None] | None:
-        """A data hash's (queue key, tier, group number; None for the day hash), or None
-        for the store's own bookkeeping keys."""
+        """A data hash's (queue key, tier, group number), or None for bookkeeping keys.
+
+        The group number is None for the day hash; None is returned for the store's own
+        bookkeeping keys.
+        """
         rest = name[len(self.prefix) + 1 :]
         if rest.startswith(("__meta__", "__keys__", "__lease__:")):
             return None
@@ -282,10 +290,12 @@ class RedisMetricsStore:
         await self._scripts["AGES"](keys=keys.all, args=[len(entries) // 3, *entries, *ttls, *ages])
 
     async def prune(self, retention: Retention, *, minute: int) -> None:
-        """Drop the buckets past each tier's retention on the recorder's clock, as the
-        PostgreSQL store does: hashes wholly past it deleted, the hash straddling it (and
-        every day hash) trimmed field by field. The TTLs drop the rest on the server's
-        clock when no recorder prunes."""
+        """Drop the buckets past each tier's retention, as the PostgreSQL store does.
+
+        Retention is on the recorder's clock: hashes wholly past it are deleted, the hash
+        straddling it (and every day hash) trimmed field by field. The TTLs drop the rest
+        on the server's clock when no recorder prunes.
+        """
         stale: list[str] = []
         straddling: list[tuple[str, str, int | None]] = []
         async for name, (_, tier, group) in self._scan(""):

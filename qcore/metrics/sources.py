@@ -1,5 +1,6 @@
-"""What the recorder reads: :class:`PgBossQueues`, the queues of one pg-boss/qcore job
-schema, read only, never written.
+"""What the recorder reads: :class:`PgBossQueues`, the queues of one pg-boss/qcore job schema.
+
+They are read only, never written.
 
 A source answers, per queue: the jobs completed and failed per closed minute (on the
 schema's clock), their wait and run times per histogram slot, the age of the oldest
@@ -36,8 +37,10 @@ def namespace_of(schema: str) -> str:
 
 @dataclass(frozen=True)
 class Clock:
-    """The schema's clock as minute indexes: the first minute not yet closed (with the
-    late-commit margin) and the current one."""
+    """The schema's clock as minute indexes.
+
+    The first minute not yet closed (with the late-commit margin) and the current one.
+    """
 
     closed: int
     current: int
@@ -50,9 +53,11 @@ Latency = dict[int, tuple[list[int], list[int]]]
 
 
 class PgBossQueues:
-    """The queues of a pg-boss/qcore schema as the recorder's sources, resolved on every
-    tick (a queue created since records from its next tick); ``allow`` limits them to
-    those names."""
+    """The queues of a pg-boss/qcore schema as the recorder's sources.
+
+    They are resolved on every tick (a queue created since records from its next tick);
+    ``allow`` limits them to those names.
+    """
 
     def __init__(self, ctx: Context, *, allow: Collection[str] | None = None) -> None:
         self.ctx = ctx
@@ -62,8 +67,11 @@ class PgBossQueues:
         self._now: str | None = None
 
     async def _clock_expression(self) -> str:
-        """qcore's ``job_now()`` where the schema has it (a test clock moves it), else the
-        database's ``now()`` (a schema pg-boss installed)."""
+        """The clock expression: qcore's ``job_now()`` where the schema has it, else ``now()``.
+
+        A test clock moves ``job_now()``; the database's ``now()`` serves a schema pg-boss
+        installed.
+        """
         if self._now is None:
             [row] = await retry.run(self.ctx, sql.has_job_now(self.ctx.q))
             self._now = f"{self.ctx.q}.job_now()" if row["present"] else "now()"
@@ -87,9 +95,11 @@ class PgBossQueues:
         return {int(r["minute"]): (int(r["completed"]), int(r["failed"])) for r in rows}
 
     async def latency(self, queue: str, counts: Counts, max_samples: int) -> Latency:
-        """minute -> (wait, run) histograms for the minutes of ``counts``: every job of a
-        minute that finished at most ``max_samples``; a uniform sample of that many from
-        a busier one, scaled back to the minute's count."""
+        """minute -> (wait, run) histograms for the minutes of ``counts``.
+
+        Every job of a minute that finished at most ``max_samples``; a uniform sample of
+        that many from a busier one, scaled back to the minute's count.
+        """
         minutes = sorted(counts)
         if not minutes:
             return {}
@@ -117,8 +127,10 @@ class PgBossQueues:
         return {m: h for m, h in sampled.items() if any(h[0]) or any(h[1])}
 
     async def queue_ages(self, queues: Sequence[str]) -> dict[str, float]:
-        """queue -> seconds the oldest waiting job has waited, for queues where one
-        waits."""
+        """queue -> seconds the oldest waiting job has waited.
+
+        Only for queues where one waits.
+        """
         rows = await retry.run(
             self.ctx,
             sql.oldest_waiting(self.ctx.q, await self._clock_expression()),
@@ -128,8 +140,10 @@ class PgBossQueues:
         return {str(r["name"]): float(r["age"]) for r in rows if r["age"] is not None}
 
     async def indexed(self) -> dict[str, bool]:
-        """queue -> whether an index serves its counts (``(name, completed_on)``); every
-        queue True where the backend keeps no index catalog to check."""
+        """queue -> whether an index serves its counts (``(name, completed_on)``).
+
+        Every queue is True where the backend keeps no index catalog to check.
+        """
         if not self.ctx.backend.capabilities.drift_catalog:
             return {name: True for name in await self.names()}
         rows = await retry.run(
@@ -138,8 +152,11 @@ class PgBossQueues:
         return {str(r["name"]): bool(r["usable"]) for r in rows}
 
     async def index_statements(self, queues: Collection[str]) -> list[str]:
-        """The statements that give ``queues`` the index their counts need: pg-boss's own
-        ``job_i16`` on each of their job tables, built without blocking writes."""
+        """The statements that give ``queues`` the index their counts need.
+
+        That is pg-boss's own ``job_i16`` on each of their job tables, built without
+        blocking writes.
+        """
         rows = await retry.run(self.ctx, sql.queue_tables(self.ctx.q), queues=sorted(queues))
         tables = sorted({str(r["table_name"]) for r in rows})
         if not self.ctx.backend.schema.partitioned:
@@ -147,8 +164,11 @@ class PgBossQueues:
         return [sql.completed_index(self.ctx.q, table) for table in tables]
 
     async def build_indexes(self, queues: Collection[str]) -> list[str]:
-        """Build what :meth:`index_statements` gives, one statement at a time outside a
-        transaction (each waits for the writes in flight, blocking none); what ran."""
+        """Build what :meth:`index_statements` gives; what ran.
+
+        One statement at a time outside a transaction (each waits for the writes in
+        flight, blocking none).
+        """
         statements = await self.index_statements(queues)
         for statement in statements:
             await self.ctx.db.execute(statement)

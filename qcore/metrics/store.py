@@ -1,6 +1,7 @@
-"""What every metrics store keeps and answers: :class:`MetricsStore`, the contract the
-recorder writes through and the provider and admin read through, the three tiers, the
-rollup key, and :class:`Retention`.
+"""What every metrics store keeps and answers.
+
+:class:`MetricsStore`, the contract the recorder writes through and the provider and
+admin read through, the three tiers, the rollup key, and :class:`Retention`.
 
 A store holds buckets of queue keys (``pgboss:<schema>:<queue>``, and each namespace's
 ``__global__`` rollup) at three tiers: ``m`` (minutes), ``h`` (hours) and ``d`` (days),
@@ -47,8 +48,10 @@ class Retention:
 
     @classmethod
     def of_days(cls, days: int) -> Retention:
-        """``retention_days=N``: hours and days kept N days, minutes at their default
-        (so a long window never asks for months of minute rows)."""
+        """``retention_days=N``: hours and days kept N days, minutes at their default.
+
+        So a long window never asks for months of minute rows.
+        """
         return cls(hours=days, days=days)
 
     def keeps(self, tier: str) -> int:
@@ -62,8 +65,11 @@ class Retention:
 
 @dataclass(frozen=True)
 class Bucket:
-    """One stored bucket: counts, the packed histograms (None: no sample) and the age of
-    the oldest waiting job in seconds (None: none waited)."""
+    """One stored bucket.
+
+    Counts, the packed histograms (None: no sample) and the age of the oldest waiting
+    job in seconds (None: none waited).
+    """
 
     completed: int = 0
     failed: int = 0
@@ -85,8 +91,11 @@ class KeyUsage:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What a tick read of one queue: its key and its namespace's rollup key, the counts
-    and histograms of closed minutes, and the clock (the current minute) it was read by."""
+    """What a tick read of one queue.
+
+    Its key and its namespace's rollup key, the counts and histograms of closed minutes,
+    and the clock (the current minute) it was read by.
+    """
 
     key: str
     rollup: str
@@ -97,23 +106,31 @@ class Snapshot:
 
 
 class MetricsStore(Protocol):
-    """A place the history lives. Writes are additive and idempotent: a snapshot adds,
-    to every tier of the queue and of the rollup, only what its minutes hold beyond the
-    minutes already stored, atomically."""
+    """A place the history lives.
+
+    Writes are additive and idempotent: a snapshot adds, to every tier of the queue and
+    of the rollup, only what its minutes hold beyond the minutes already stored,
+    atomically.
+    """
 
     #: the key prefix readers show by default (``pgboss:<schema>:`` of one job schema)
     default_namespace: str
 
     async def ready(self, *, writing: bool = True) -> None:
-        """Check (and, where allowed, create) the store; a store of a newer layout is
-        refused to writers (:class:`~qcore.errors.SchemaVersionError`), read by readers."""
+        """Check (and, where allowed, create) the store.
+
+        A store of a newer layout is refused to writers
+        (:class:`~qcore.errors.SchemaVersionError`), read by readers.
+        """
 
     async def now_minute(self) -> int:
         """The current UTC minute on the store's own clock (what a board reads by)."""
 
     async def take_leases(self, keys: list[str], *, holder: str, seconds: float) -> set[str]:
-        """Of ``keys``, those whose sampling lease ``holder`` holds for ``seconds`` more
-        (taken where free, expired or already its own), on the store's clock."""
+        """Of ``keys``, those whose sampling lease ``holder`` holds for ``seconds`` more.
+
+        The lease is taken where free, expired or already its own, on the store's clock.
+        """
 
     async def release_leases(self, keys: list[str], *, holder: str) -> None:
         """Give up ``holder``'s leases of ``keys`` (another recorder takes them at once)."""
@@ -122,8 +139,10 @@ class MetricsStore(Protocol):
         """The newest minute holding finished jobs stored for ``key``."""
 
     async def add_snapshot(self, snapshot: Snapshot) -> int:
-        """Add what ``snapshot`` holds beyond the stored minutes, in one atomic step; the
-        number of minutes whose counts changed."""
+        """Add what ``snapshot`` holds beyond the stored minutes, in one atomic step.
+
+        Returns the number of minutes whose counts changed.
+        """
 
     async def add_ages(self, ages: dict[str, float], *, minute: int, retention: Retention) -> None:
         """Raise the age gauge of each key's buckets covering ``minute`` to its value."""
@@ -134,20 +153,26 @@ class MetricsStore(Protocol):
     async def read_series(
         self, keys: list[str], tier: str, first: int, last: int
     ) -> dict[str, dict[int, Bucket]]:
-        """The buckets of ``tier`` from bucket ``first`` to ``last`` of every one of
-        ``keys`` (oldest first), in one read whatever their number; a key without any
-        is left out."""
+        """The buckets of ``tier`` from bucket ``first`` to ``last`` of every one of ``keys``.
+
+        Oldest first, in one read whatever their number; a key without any is left out.
+        """
 
     async def keys(self, namespace: str) -> list[str]:
         """Every key under ``namespace`` holding buckets."""
 
     async def usage(self, namespace: str) -> tuple[list[KeyUsage], bool]:
-        """The footprint of every key and tier under ``namespace``, and whether its bytes
-        are estimated (the parts add up to the store's real size where it can say)."""
+        """The footprint of every key and tier under ``namespace``, and whether bytes are estimated.
+
+        The parts add up to the store's real size where it can say.
+        """
 
     async def purge(self, namespace: str, key: str | None, before: int | None) -> None:
-        """Delete the buckets of ``key`` (None: every key of ``namespace``) that ended by
-        minute ``before`` (None: all); one key's first subtracted from its rollup."""
+        """Delete the buckets of ``key`` that ended by minute ``before``.
+
+        ``key`` None: every key of ``namespace``; ``before`` None: all. One key's are first
+        subtracted from its rollup.
+        """
 
     async def close(self) -> None:
         """Close what the store opened itself."""
