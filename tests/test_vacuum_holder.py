@@ -22,7 +22,11 @@ from qcore.context import Context
 from qcore.services.vacuum import XMIN_HORIZON, VacuumWatch
 from tests.conftest import ADMIN_DSN
 
-pytestmark = [pytest.mark.postgres, pytest.mark.feature("warnings")]
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.feature("warnings"),
+    pytest.mark.requires("vacuum_stats"),
+]
 
 
 async def test_a_transaction_in_another_database_is_not_named(
