@@ -55,6 +55,16 @@ def with_database(dsn: str, database: str) -> str:
     return f"postgresql://{auth}@{host}:{p.get('port', 5432)}/{database}"
 
 
+#: the fewest pytest-xdist workers ``-n auto`` starts: the tests mostly wait on servers
+#: (PostgreSQL, Node, subprocesses), so even two cores keep four busy
+MIN_WORKERS = 4
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    return max(MIN_WORKERS, os.cpu_count() or 1)
+
+
 @pytest.fixture(scope="session")
 def pg_dsn() -> Iterator[str]:
     """A database of its own on the local PostgreSQL, dropped afterwards: the server at
