@@ -8,7 +8,7 @@ import time
 import pytest
 
 from qcore import Boss
-from qcore.conformance.provisioners import TempCluster, _free_port
+from qcore.conformance.provisioners import TempCluster, free_port
 from qcore.errors import ConfigError, ConnectionLostError
 from qcore.events import WarningEvent
 from tests.conftest import admin_execute
@@ -24,7 +24,7 @@ def _warnings(boss: Boss) -> list[WarningEvent]:
 
 @pytest.mark.skipif(not TempCluster.available(), reason="needs pg_ctl and initdb to start a server")
 async def test_start_waits_for_a_database_that_comes_up_late() -> None:
-    port = _free_port()
+    port = free_port()
     cluster = TempCluster(port=port)
     boss = Boss(
         f"postgresql://postgres@127.0.0.1:{port}/postgres",
@@ -49,7 +49,7 @@ async def test_start_waits_for_a_database_that_comes_up_late() -> None:
 
 
 async def test_last_error_after_the_attempts_run_out() -> None:
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     boss = Boss(f"postgresql://postgres@127.0.0.1:{port}/postgres", connection_timeout=1)
     seen = _warnings(boss)
     with pytest.raises(ConnectionLostError):
@@ -70,7 +70,7 @@ async def test_a_configuration_error_is_never_retried(pg_dsn: str) -> None:
 
 
 async def test_stop_during_a_wait_ends_it() -> None:
-    port = _free_port()
+    port = free_port()
     boss = Boss(f"postgresql://postgres@127.0.0.1:{port}/postgres", connection_timeout=1)
     starting = asyncio.ensure_future(boss.start(attempts=10))
     await asyncio.sleep(0.3)

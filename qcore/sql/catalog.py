@@ -28,10 +28,9 @@ JOB_STATES: tuple[str, ...] = tuple(state.value for state in JobState)
 
 #: a column: (name, type, NOT NULL, default). "{S}" in a type stands for the quoted schema.
 Column = tuple[str, str, bool, str | None]
-_Column = Column
 
 
-_VERSION: list[_Column] = [
+VERSION: list[Column] = [
     ("version", "integer", True, None),
     ("cron_on", "timestamptz", False, None),
     ("bam_on", "timestamptz", False, None),
@@ -41,7 +40,7 @@ _VERSION: list[_Column] = [
 ]
 
 
-_QUEUE: list[_Column] = [
+QUEUE: list[Column] = [
     ("name", "text", True, None),
     ("policy", "text", True, None),
     ("retry_limit", "integer", True, None),
@@ -84,7 +83,7 @@ _QUEUE: list[_Column] = [
 ]
 
 
-_SCHEDULE: list[_Column] = [
+SCHEDULE: list[Column] = [
     ("name", "text", True, None),
     ("key", "text", True, "''"),
     ("kind", "text", True, "'cron'"),
@@ -98,7 +97,7 @@ _SCHEDULE: list[_Column] = [
 ]
 
 
-_SUBSCRIPTION: list[_Column] = [
+_SUBSCRIPTION: list[Column] = [
     ("event", "text", True, None),
     ("name", "text", True, None),
     ("created_on", "timestamptz", True, "now()"),
@@ -106,7 +105,7 @@ _SUBSCRIPTION: list[_Column] = [
 ]
 
 
-_BAM: list[_Column] = [
+BAM: list[Column] = [
     ("id", "uuid", True, "gen_random_uuid()"),
     ("name", "text", True, None),
     ("version", "integer", True, None),
@@ -129,7 +128,7 @@ DEFAULT_RETENTION_SECONDS = 1_209_600  # 14 days
 DEFAULT_DELETION_SECONDS = 604_800  # 7 days
 _RETENTION_HOURS = DEFAULT_RETENTION_SECONDS // 3600
 
-_JOB: list[_Column] = [
+JOB: list[Column] = [
     ("id", "uuid", True, "gen_random_uuid()"),
     ("name", "text", True, None),
     ("priority", "integer", True, "0"),
@@ -176,7 +175,7 @@ _JOB: list[_Column] = [
 ]
 
 
-_WARNING: list[_Column] = [
+_WARNING: list[Column] = [
     ("id", "uuid", True, "gen_random_uuid()"),
     ("type", "text", True, None),
     ("message", "text", True, None),
@@ -185,7 +184,7 @@ _WARNING: list[_Column] = [
 ]
 
 
-_QUEUE_STATS: list[_Column] = [
+QUEUE_STATS: list[Column] = [
     ("id", "uuid", True, "gen_random_uuid()"),
     ("name", "text", True, None),
     ("deferred_count", "integer", True, "0"),
@@ -206,7 +205,7 @@ _QUEUE_STATS: list[_Column] = [
 ]
 
 
-_JOB_DEPENDENCY: list[_Column] = [
+JOB_DEPENDENCY: list[Column] = [
     ("child_name", "text", True, None),
     ("child_id", "uuid", True, None),
     ("parent_name", "text", True, None),
@@ -214,7 +213,7 @@ _JOB_DEPENDENCY: list[_Column] = [
 ]
 
 
-_INSTANCE: list[_Column] = [
+INSTANCE: list[Column] = [
     ("id", "uuid", True, None),
     ("name", "text", False, None),
     ("host", "text", True, None),
@@ -243,7 +242,7 @@ _INSTANCE: list[_Column] = [
 ]
 
 
-def _column_lines(columns: Sequence[Column], q: str) -> list[str]:
+def column_lines(columns: Sequence[Column], q: str) -> list[str]:
     lines = []
     for name, typ, not_null, default in columns:
         line = f"{quote(name)} {typ.replace('{S}', q)}"
@@ -255,10 +254,10 @@ def _column_lines(columns: Sequence[Column], q: str) -> list[str]:
     return lines
 
 
-def _create_table(
+def create_table(
     q: str, table: str, columns: Sequence[Column], constraints: Sequence[str] = (), tail: str = ""
 ) -> str:
-    body = ",\n  ".join([*_column_lines(columns, q), *constraints])
+    body = ",\n  ".join([*column_lines(columns, q), *constraints])
     return f"CREATE TABLE IF NOT EXISTS {q}.{quote(table)} (\n  {body}\n){tail}"
 
 
@@ -287,18 +286,18 @@ class TableSpec:
     def create(self, q: str) -> str:
         """``CREATE TABLE IF NOT EXISTS`` for the schema quoted as ``q``."""
         clauses = [f"CONSTRAINT {c.name} {c.render(q)}" for c in self.constraints]
-        return _create_table(q, self.name, self.columns, clauses, self.tail)
+        return create_table(q, self.name, self.columns, clauses, self.tail)
 
 
 def _pkey(table: str, key: str) -> Constraint:
     return Constraint(f"{table}_pkey", f"PRIMARY KEY ({key})")
 
 
-VERSION_TABLE = TableSpec("version", tuple(_VERSION), (_pkey("version", "version"),))
+VERSION_TABLE = TableSpec("version", tuple(VERSION), (_pkey("version", "version"),))
 
 QUEUE_TABLE = TableSpec(
     "queue",
-    tuple(_QUEUE),
+    tuple(QUEUE),
     (
         _pkey("queue", "name"),
         Constraint(
@@ -310,7 +309,7 @@ QUEUE_TABLE = TableSpec(
 
 SCHEDULE_TABLE = TableSpec(
     "schedule",
-    tuple(_SCHEDULE),
+    tuple(SCHEDULE),
     (
         _pkey("schedule", "name, key"),
         Constraint(
@@ -332,17 +331,17 @@ SUBSCRIPTION_TABLE = TableSpec(
     ),
 )
 
-BAM_TABLE = TableSpec("bam", tuple(_BAM), (_pkey("bam", "id"),))
+BAM_TABLE = TableSpec("bam", tuple(BAM), (_pkey("bam", "id"),))
 
 WARNING_TABLE = TableSpec("warning", tuple(_WARNING), (_pkey("warning", "id"),))
 
 JOB_DEPENDENCY_TABLE = TableSpec(
     "job_dependency",
-    tuple(_JOB_DEPENDENCY),
+    tuple(JOB_DEPENDENCY),
     (_pkey("job_dependency", "child_name, child_id, parent_name, parent_id"),),
 )
 
-INSTANCE_TABLE = TableSpec("instance", tuple(_INSTANCE), (_pkey("instance", "id"),))
+INSTANCE_TABLE = TableSpec("instance", tuple(INSTANCE), (_pkey("instance", "id"),))
 
 
 def queue_stats_table(*, partitioned: bool) -> TableSpec:
@@ -350,11 +349,11 @@ def queue_stats_table(*, partitioned: bool) -> TableSpec:
     if partitioned:
         return TableSpec(
             "queue_stats",
-            tuple(_QUEUE_STATS),
+            tuple(QUEUE_STATS),
             (_pkey("queue_stats", "id, captured_on"),),
             " PARTITION BY RANGE (captured_on)",
         )
-    return TableSpec("queue_stats", tuple(_QUEUE_STATS), (_pkey("queue_stats", "id"),))
+    return TableSpec("queue_stats", tuple(QUEUE_STATS), (_pkey("queue_stats", "id"),))
 
 
 def job_table(backend: Backend) -> TableSpec:
@@ -363,9 +362,9 @@ def job_table(backend: Backend) -> TableSpec:
     ``CREATE TABLE IF NOT EXISTS`` alone makes it idempotent."""
     key = _pkey("job", "name, id")
     if backend.schema.partitioned:
-        return TableSpec("job", tuple(_JOB), (key,), " PARTITION BY LIST (name)")
+        return TableSpec("job", tuple(JOB), (key,), " PARTITION BY LIST (name)")
     extra = (Constraint(name, clause) for name, clause in job_constraints(backend).items())
-    return TableSpec("job", tuple(_JOB), (key, *extra))
+    return TableSpec("job", tuple(JOB), (key, *extra))
 
 
 @dataclass(frozen=True)
@@ -498,7 +497,7 @@ POLICY_INDEXES: dict[str, tuple[int, ...]] = {
 }
 
 
-_ALL_INDEXES = tuple(sorted(INDEXES))
+ALL_INDEXES = tuple(sorted(INDEXES))
 
 
 _FIFO_CHECK = "NOT (policy = 'key_strict_fifo' AND singleton_key IS NULL)"
@@ -537,7 +536,7 @@ def job_constraints(backend: Backend) -> dict[str, str]:
     }
 
 
-def _job_constraint_defs(backend: Backend, q: str) -> dict[str, str]:
+def job_constraint_defs(backend: Backend, q: str) -> dict[str, str]:
     """:func:`job_constraints` for the schema quoted as ``q``."""
     return {name: clause.replace("{S}", q) for name, clause in job_constraints(backend).items()}
 
@@ -560,7 +559,6 @@ def literal(text: str) -> str:
 
 
 #: the old private name, which the upgrade builders still import
-_literal = literal
 
 
 def queue_stats_partition_name(day: dt.date) -> str:
@@ -574,10 +572,10 @@ _RECORDSET_TYPES = {"{S}.job_state": "text", "timestamp without time zone": "tim
 #: the job table's columns in table order, with the type each has in a JSON recordset
 #: (the state enum travels as text and is cast where it is written)
 JOB_COLUMN_TYPES: Mapping[str, str] = MappingProxyType(
-    {name: _RECORDSET_TYPES.get(kind, kind) for name, kind, _, _ in _JOB}
+    {name: _RECORDSET_TYPES.get(kind, kind) for name, kind, _, _ in JOB}
 )
 
 #: the instance table's columns in table order, with their types
 INSTANCE_COLUMN_TYPES: Mapping[str, str] = MappingProxyType(
-    {name: kind for name, kind, _, _ in _INSTANCE}
+    {name: kind for name, kind, _, _ in INSTANCE}
 )

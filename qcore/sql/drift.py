@@ -19,7 +19,7 @@ from qcore.identifiers import quote
 from qcore.sql import schema as schema_sql
 from qcore.sql._statement import Params, Statement
 from qcore.sql.catalog import (
-    _ALL_INDEXES,
+    ALL_INDEXES,
     BASE_INDEXES,
     INSTANCE_TABLE,
     JOB_DEPENDENCY_INDEX,
@@ -263,7 +263,7 @@ def expected(backend: Backend, schema: str, partitions: Sequence[Mapping[str, ob
         for number in numbers:
             found.add_index(backend, job_index_spec(number, "job_common"), on)
     else:
-        for number in _ALL_INDEXES:
+        for number in ALL_INDEXES:
             found.add_index(backend, job_index_spec(number), f"{q}.job")
     found.add_table(WARNING_TABLE)
     found.add_table(queue_stats_table(partitioned=partitioned))

@@ -14,13 +14,13 @@ from qcore.sql.catalog import (
     DEFAULT_RETENTION_SECONDS,
     DEFAULT_RETRY_LIMIT,
     POLICY_INDEXES,
-    _job_constraint_defs,
+    job_constraint_defs,
     job_index,
     literal,
 )
 
 
-def _job_now(q: str, ahead_seconds: float = 0.0) -> str:
+def job_now(q: str, ahead_seconds: float = 0.0) -> str:
     # the one clock every statement reads; same everywhere
     body = (
         "now()" if not ahead_seconds else f"now() + {float(ahead_seconds)!r} * interval '1 second'"
@@ -35,10 +35,10 @@ def set_clock(q: str, ahead_seconds: float) -> str:
     """Make the schema's clock (``job_now()``, which every qcore and pg-boss statement
     reads) run ``ahead_seconds`` ahead of the server's (0: back to the server's): the
     controllable clock of tests that are about time."""
-    return _job_now(q, ahead_seconds)
+    return job_now(q, ahead_seconds)
 
 
-def _job_table_format(q: str) -> str:
+def job_table_format(q: str) -> str:
     # partitioned shape only: points a command written for <schema>.job / job_iN at a partition
     body = (
         "SELECT regexp_replace("
@@ -51,7 +51,7 @@ def _job_table_format(q: str) -> str:
     )
 
 
-def _job_table_run(q: str) -> str:
+def job_table_run(q: str) -> str:
     # partitioned shape only (dynamic SQL): runs a command on one job table or on all of them
     return f"""CREATE OR REPLACE FUNCTION {q}.job_table_run(
   command text, tbl_name text DEFAULT NULL, queue_name text DEFAULT NULL
@@ -78,7 +78,7 @@ END
 $qcore$"""
 
 
-def _job_table_run_async(q: str) -> str:
+def job_table_run_async(q: str) -> str:
     # partitioned shape only: queues the same per-table commands as background migration rows
     return f"""CREATE OR REPLACE FUNCTION {q}.job_table_run_async(
   command_name text, version integer, command text,
@@ -153,7 +153,7 @@ def partition_commands(
     ``table``, the commands as ``job_table_format`` retargets them to that job table."""
     q = quote(schema)
     ref = f"{q}.job" if table is None else f"{q}.{quote(table)}"
-    constraints = _job_constraint_defs(backend, q)
+    constraints = job_constraint_defs(backend, q)
     common: list[tuple[str | None, str]] = [
         ("{table}_pkey", f"ALTER TABLE {ref} ADD PRIMARY KEY (name, id)"),
         ("q_fkey", f"ALTER TABLE {ref} ADD CONSTRAINT q_fkey {constraints['q_fkey']}"),
@@ -171,7 +171,7 @@ def partition_commands(
     return common, by_policy
 
 
-def _create_queue_partitioned(
+def create_queue_partitioned(
     backend: Backend, schema: str, without: frozenset[int] = frozenset()
 ) -> str:
     # partitioned shape: the queue row, then (partition => true) a list partition of its own
@@ -227,7 +227,7 @@ END
 $qcore$"""
 
 
-def _create_queue_single(schema: str) -> str:
+def create_queue_single(schema: str) -> str:
     # single-table shape: only the queue row (partition and notify options are ignored)
     q = quote(schema)
     values = _queue_values(q, partition="false", table="'job'", notify="false")
@@ -241,7 +241,7 @@ END
 $qcore$"""
 
 
-def _delete_queue_partitioned(schema: str) -> str:
+def delete_queue_partitioned(schema: str) -> str:
     # partitioned shape: drop the queue's own partition, or delete its rows from job_common
     q = quote(schema)
     drop = literal(f"DROP TABLE IF EXISTS {q}.%I")
@@ -266,7 +266,7 @@ END
 $qcore$"""
 
 
-def _delete_queue_single(schema: str) -> str:
+def delete_queue_single(schema: str) -> str:
     # single-table shape: static statements only (no EXECUTE), one mutation per statement
     q = quote(schema)
     return f"""CREATE OR REPLACE FUNCTION {q}.delete_queue(queue_name text)

@@ -168,11 +168,11 @@ def _partitions_of_queue_stats(schema: str) -> str:
     return (
         "SELECT c.relname FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent"
         " JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_namespace n ON n.oid = p.relnamespace"
-        f" WHERE n.nspname = {_literal(schema)} AND p.relname = 'queue_stats'"
+        f" WHERE n.nspname = {literal(schema)} AND p.relname = 'queue_stats'"
     )
 
 
-def _literal(text: str) -> str:
+def literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
@@ -186,7 +186,7 @@ def ensure_queue_stats_partitions(q: str, schema: str) -> str:
         f" d := ({q}.job_now() AT TIME ZONE 'UTC')::date + i;"
         " part := 'queue_stats_' || to_char(d, 'YYYYMMDD');"
         f" IF NOT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        f" WHERE n.nspname = {_literal(schema)} AND c.relname = part) THEN"
+        f" WHERE n.nspname = {literal(schema)} AND c.relname = part) THEN"
         f" EXECUTE format('CREATE TABLE {q}.%I PARTITION OF {q}.queue_stats"
         " FOR VALUES FROM (%L) TO (%L)', part, to_char(d, 'YYYY-MM-DD') || ' 00:00:00+00',"
         " to_char(d + 1, 'YYYY-MM-DD') || ' 00:00:00+00');"

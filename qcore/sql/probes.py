@@ -10,7 +10,7 @@ from qcore.identifiers import quote
 from qcore.sql._statement import Params, Statement
 
 # Whether constraint ``name`` exists on the table (a qualified, quoted ``table``).
-_constraint_exists = Statement(
+constraint_exists = Statement(
     "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint"
     " WHERE conrelid = to_regclass($1) AND conname = $2) AS present",
     ("table", "name"),
@@ -18,11 +18,11 @@ _constraint_exists = Statement(
 
 
 # Whether type ``name`` (qualified, quoted) exists.
-_type_exists = Statement("SELECT to_regtype($1) IS NOT NULL AS present", ("name",))
+type_exists = Statement("SELECT to_regtype($1) IS NOT NULL AS present", ("name",))
 
 
 # Whether the table (qualified, quoted) is attached as a partition.
-_is_partition = Statement(
+is_partition = Statement(
     "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits"
     " WHERE inhrelid = to_regclass($1)) AS present",
     ("table",),

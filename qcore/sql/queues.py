@@ -12,6 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from qcore.sql._statement import Params, Statement
+from qcore.sql.stats import gauge_columns
 
 __all__ = [
     "QUEUE_COLUMNS",
@@ -22,6 +23,7 @@ __all__ = [
     "delete_jobs_batch",
     "delete_unfinished_bam",
     "get_queues",
+    "get_queues_live",
     "lock_job_tables",
     "queue_names",
     "reduce_cached_counts",
@@ -62,7 +64,22 @@ QUEUE_COLUMNS: tuple[str, ...] = (
     "ready_oldest_seconds",
     "singletons_active",
     "ready_history",
+    "monitor_on",
 )
+
+#: the counts a live read counts again (the rest of a queue row is read as it is)
+_COUNTED = {
+    "deferred_count": "COALESCE(c.deferred, 0)",
+    "blocked_count": "COALESCE(c.blocked, 0)",
+    "queued_count": "COALESCE(c.queued, 0)",
+    "ready_count": "COALESCE(c.ready, 0)",
+    "active_count": "COALESCE(c.active, 0)",
+    "failed_count": "COALESCE(c.failed, 0)",
+    "total_count": "COALESCE(c.total, 0)",
+    "retained_count": "COALESCE(c.retained, 0)",
+    "ready_oldest_seconds": "COALESCE(c.ready_oldest, 0)",
+    "singletons_active": "c.singletons",
+}
 
 #: update_queue's options -> the queue column each sets
 UPDATABLE_COLUMNS: dict[str, str] = {
@@ -120,13 +137,58 @@ def call_delete_queue(q: str) -> Statement:
     return p.statement(f"SELECT {q}.delete_queue({p('name')}::text) IS NULL AS done")
 
 
+def _counts_age(q: str, monitor_on: str) -> str:
+    return f"extract(epoch FROM ({q}.job_now() - {monitor_on}))::float8 AS counts_age_seconds"
+
+
 @lru_cache(maxsize=8)
 def get_queues(q: str, *, by_name: bool = False) -> Statement:
-    """Queue rows ordered by name, all or those named in ``names`` (a plain read)."""
+    """Queue rows ordered by name, all or those named in ``names`` (a plain read), with
+    the counts the monitor cached and their age on the schema's clock
+    (``counts_age_seconds``, null if never counted)."""
     p = Params()
     where = f" WHERE name = ANY({p('names')}::text[])" if by_name else ""
     columns = ", ".join(_column(c) for c in QUEUE_COLUMNS)
-    return p.statement(f"SELECT {columns} FROM {q}.queue{where} ORDER BY name")
+    return p.statement(
+        f"SELECT {columns}, {_counts_age(q, 'monitor_on')} FROM {q}.queue{where} ORDER BY name"
+    )
+
+
+@lru_cache(maxsize=8)
+def get_queues_live(q: str, *, by_name: bool = False) -> Statement:
+    """Queue rows as :func:`get_queues` reads them, but with the counts counted now from
+    the job table (the monitor's own expressions: :func:`qcore.sql.stats.gauge_columns`),
+    ``monitor_on`` now and ``counts_age_seconds`` 0. Nothing is written: the cache stays
+    the monitor's.
+
+    Why a second read: the cached counts are as old as the last monitor pass (up to a
+    minute by default), so a queue sent to a moment ago reads empty while its jobs are
+    listed. A person's one-off read (the command line, one queue's page) can afford the
+    count; it scans the queues' jobs, finished ones included (``total_count``), so reads
+    repeated for many queues (an overview, every scrape) keep the cached counts and show
+    their age instead."""
+    p = Params()
+    names = f"{p('names')}::text[]" if by_name else ""
+    where = f" WHERE r.name = ANY({names})" if by_name else ""
+    job_where = f" WHERE j.name = ANY({names})" if by_name else ""
+    counted = (
+        f"SELECT j.name, {gauge_columns(q)},"
+        " count(*) FILTER (WHERE j.state IN ('completed', 'cancelled'))::int AS retained,"
+        f" count(*)::int AS total FROM {q}.job j{job_where} GROUP BY j.name"
+    )
+    columns = []
+    for c in QUEUE_COLUMNS:
+        if c in _COUNTED:
+            columns.append(f"{_COUNTED[c]} AS {c}")
+        elif c == "monitor_on":
+            columns.append(f"{q}.job_now() AS monitor_on")
+        else:
+            columns.append(f"r.{_column(c)}")
+    return p.statement(
+        f"WITH c AS ({counted}) SELECT {', '.join(columns)}, 0::float8 AS counts_age_seconds"
+        f" FROM {q}.queue r LEFT JOIN c ON c.name = r.name{where}"
+        " ORDER BY r.name"
+    )
 
 
 @lru_cache(maxsize=8)

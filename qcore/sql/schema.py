@@ -43,7 +43,7 @@ from qcore.sql.affinity import (
     create_job_processed_table,
 )
 from qcore.sql.catalog import (
-    _ALL_INDEXES,
+    ALL_INDEXES,
     BAM_TABLE,
     BASE_INDEXES,
     INDEXES,
@@ -71,14 +71,14 @@ from qcore.sql.catalog import (
     queue_stats_table,
 )
 from qcore.sql.functions import (
-    _create_queue_partitioned,
-    _create_queue_single,
-    _delete_queue_partitioned,
-    _delete_queue_single,
-    _job_now,
-    _job_table_format,
-    _job_table_run,
-    _job_table_run_async,
+    create_queue_partitioned,
+    create_queue_single,
+    delete_queue_partitioned,
+    delete_queue_single,
+    job_now,
+    job_table_format,
+    job_table_run,
+    job_table_run_async,
     partition_commands,
 )
 from qcore.sql.instances import (
@@ -88,13 +88,13 @@ from qcore.sql.instances import (
 )
 from qcore.sql.locks import LOCK_TABLE, create_lock_table
 from qcore.sql.probes import (
-    _constraint_exists,
-    _is_partition,
-    _type_exists,
     case_variants,
+    constraint_exists,
+    is_partition,
     schema_exists,
     select_version,
     server_today,
+    type_exists,
     update_version,
     version_table_exists,
 )
@@ -152,7 +152,7 @@ def _job_state(schema: str) -> DDL:
     # CREATE TYPE has no IF NOT EXISTS: a catalog probe makes it idempotent everywhere
     labels = ", ".join(literal(s) for s in JOB_STATES)
     sql = f"CREATE TYPE {quote(schema)}.job_state AS ENUM ({labels})"
-    return DDL(sql, (_type_exists, {"name": f"{quote(schema)}.job_state"}))
+    return DDL(sql, (type_exists, {"name": f"{quote(schema)}.job_state"}))
 
 
 def queue_stats_partition(backend: Backend, schema: str, day: dt.date) -> str:
@@ -217,7 +217,7 @@ def _bare_index(backend: Backend, schema: str, index: IndexSpec) -> str:
     return index.create(on, covering=backend.schema.covering_indexes)
 
 
-def _warning_table(schema: str) -> list[DDL]:
+def warning_table(schema: str) -> list[DDL]:
     """warning and its index: the same in both shapes."""
     q = quote(schema)
     return [
@@ -238,10 +238,10 @@ def _dependency_and_instance(schema: str) -> list[DDL]:
 def _queue_stats_table(backend: Backend, schema: str, *, partitioned: bool) -> list[DDL]:
     # the snapshots' table and its index; partitioned by day (captured_on in the key) or plain
     table = queue_stats_table(partitioned=partitioned).create(quote(schema))
-    return [DDL(table), DDL(_queue_stats_index(backend, schema))]
+    return [DDL(table), DDL(queue_stats_index(backend, schema))]
 
 
-def _queue_stats_index(backend: Backend, schema: str) -> str:
+def queue_stats_index(backend: Backend, schema: str) -> str:
     return _bare_index(backend, schema, QUEUE_STATS_INDEX)
 
 
@@ -257,17 +257,17 @@ def function_statements(backend: Backend, schema: str) -> dict[str, str]:
     q = quote(schema)
     if backend.schema.partitioned:
         return {
-            "job_now": _job_now(q),
-            "job_table_format": _job_table_format(q),
-            "job_table_run": _job_table_run(q),
-            "job_table_run_async": _job_table_run_async(q),
-            "create_queue": _create_queue_partitioned(backend, schema),
-            "delete_queue": _delete_queue_partitioned(schema),
+            "job_now": job_now(q),
+            "job_table_format": job_table_format(q),
+            "job_table_run": job_table_run(q),
+            "job_table_run_async": job_table_run_async(q),
+            "create_queue": create_queue_partitioned(backend, schema),
+            "delete_queue": delete_queue_partitioned(schema),
         }
     return {
-        "job_now": _job_now(q),
-        "create_queue": _create_queue_single(schema),
-        "delete_queue": _delete_queue_single(schema),
+        "job_now": job_now(q),
+        "create_queue": create_queue_single(schema),
+        "delete_queue": delete_queue_single(schema),
     }
 
 
@@ -296,17 +296,17 @@ def _install_partitioned(backend: Backend, schema: str, today: dt.date) -> list[
         probe = None
         if constraint is not None:
             name = constraint.format(table="job_common")
-            probe = (_constraint_exists, {"table": f"{q}.job_common", "name": name})
+            probe = (constraint_exists, {"table": f"{q}.job_common", "name": name})
         steps.append(
             DDL(f"SELECT {q}.job_table_run({literal(command)}, 'job_common') AS done", probe)
         )
     steps.append(
         DDL(
             f"ALTER TABLE {q}.job ATTACH PARTITION {q}.job_common DEFAULT",
-            (_is_partition, {"table": f"{q}.job_common"}),
+            (is_partition, {"table": f"{q}.job_common"}),
         )
     )
-    steps += _warning_table(schema)
+    steps += warning_table(schema)
     steps += [
         *_queue_stats_table(backend, schema, partitioned=True),
         DDL(queue_stats_partition(backend, schema, today)),
@@ -325,9 +325,9 @@ def _install_single(backend: Backend, schema: str) -> list[DDL]:
         DDL(functions["job_now"]),
         *_shared_tables(schema),
         DDL(job_table(backend).create(quote(schema))),
-        *(DDL(job_index(backend, schema, n)) for n in _ALL_INDEXES),
+        *(DDL(job_index(backend, schema, n)) for n in ALL_INDEXES),
     ]
-    steps += _warning_table(schema)
+    steps += warning_table(schema)
     steps += [
         *_queue_stats_table(backend, schema, partitioned=False),
         DDL(_bare_index(backend, schema, QUEUE_STATS_TIME_INDEX)),

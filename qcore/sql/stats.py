@@ -39,6 +39,7 @@ __all__ = [
     "READY_HISTORY_SIZE",
     "STATS_LOCK",
     "cache_queue_stats",
+    "gauge_columns",
     "insert_queue_stats",
     "queue_stats_bucketed",
     "queue_stats_cache",
@@ -87,6 +88,29 @@ def _histogram(t: str, seconds: str, window: str) -> str:
     )
 
 
+def gauge_columns(q: str) -> str:
+    """The gauges of one queue's jobs ``j`` (in a query grouped by queue), as the cached
+    columns mean them: ``deferred``, ``blocked``, ``ready``, ``queued``, ``active``,
+    ``failed``, ``ready_oldest`` (seconds, null when nothing is ready) and
+    ``singletons``. Shared by the monitor's count and the live read of
+    :func:`qcore.sql.queues.get_queues_live`, so both count alike."""
+    now = f"{q}.job_now()"
+    queued = "j.state < 'active'"
+    waiting = f"{queued} AND NOT j.blocked AND j.start_after"
+    return (
+        f"count(*) FILTER (WHERE {waiting} > {now})::int AS deferred,"
+        f" count(*) FILTER (WHERE {queued} AND j.blocked)::int AS blocked,"
+        f" count(*) FILTER (WHERE {waiting} <= {now})::int AS ready,"
+        f" count(*) FILTER (WHERE {queued})::int AS queued,"
+        " count(*) FILTER (WHERE j.state = 'active')::int AS active,"
+        " count(*) FILTER (WHERE j.state = 'failed')::int AS failed,"
+        f" round(extract(epoch FROM ({now} - min(GREATEST(j.created_on, j.start_after)) FILTER"
+        f" (WHERE {waiting} <= {now}))))::int AS ready_oldest,"
+        " array_agg(j.singleton_key) FILTER (WHERE j.state = 'active'"
+        " AND j.policy IN ('singleton', 'stately')) AS singletons"
+    )
+
+
 @lru_cache(maxsize=64)
 def cache_queue_stats(
     q: str, table: str, *, throughput: bool, try_lock: bool, sample: bool = True
@@ -102,8 +126,6 @@ def cache_queue_stats(
     now = f"{q}.job_now()"
     end = f"({now} - interval '{DELTA_LAG_SECONDS} seconds')"
     names = f"{p('names')}::text[]"
-    queued = "j.state < 'active'"
-    waiting = f"{queued} AND NOT j.blocked AND j.start_after"
     lock_cte = guard = release = ""
     if try_lock:
         lock_cte = (
@@ -116,18 +138,7 @@ def cache_queue_stats(
             f" {queue_row_lock(False)}) r WHERE queue.name = r.name), "
         )
     live = (
-        "SELECT j.name,"
-        f" count(*) FILTER (WHERE {waiting} > {now})::int AS deferred,"
-        f" count(*) FILTER (WHERE {queued} AND j.blocked)::int AS blocked,"
-        f" count(*) FILTER (WHERE {waiting} <= {now})::int AS ready,"
-        f" count(*) FILTER (WHERE {queued})::int AS queued,"
-        " count(*) FILTER (WHERE j.state = 'active')::int AS active,"
-        " count(*) FILTER (WHERE j.state = 'failed')::int AS failed,"
-        " count(*)::int AS live,"
-        f" round(extract(epoch FROM ({now} - min(GREATEST(j.created_on, j.start_after)) FILTER"
-        f" (WHERE {waiting} <= {now}))))::int AS ready_oldest,"
-        " array_agg(j.singleton_key) FILTER (WHERE j.state = 'active'"
-        " AND j.policy IN ('singleton', 'stately')) AS singletons"
+        f"SELECT j.name, {gauge_columns(q)}, count(*)::int AS live"
         f" FROM {t} j WHERE j.name = ANY({names}) AND j.{_LIVE} GROUP BY 1"
     )
     finished = (

@@ -24,31 +24,31 @@ from qcore.backend import Backend
 from qcore.errors import SchemaVersionError
 from qcore.identifiers import quote
 from qcore.sql.catalog import (
-    _BAM,
-    _INSTANCE,
-    _JOB,
-    _JOB_DEPENDENCY,
-    _QUEUE,
-    _QUEUE_STATS,
-    _SCHEDULE,
-    _VERSION,
+    BAM,
+    INSTANCE,
+    JOB,
+    JOB_DEPENDENCY,
+    QUEUE,
+    QUEUE_STATS,
+    SCHEDULE,
     SCHEMA_VERSION,
-    _Column,
-    _column_lines,
-    _create_table,
-    _job_constraint_defs,
-    _literal,
+    VERSION,
+    Column,
+    column_lines,
+    create_table,
+    job_constraint_defs,
     job_index,
+    literal,
 )
 from qcore.sql.functions import (
-    _create_queue_partitioned,
-    _delete_queue_partitioned,
-    _job_now,
-    _job_table_format,
-    _job_table_run,
-    _job_table_run_async,
+    create_queue_partitioned,
+    delete_queue_partitioned,
+    job_now,
+    job_table_format,
+    job_table_run,
+    job_table_run_async,
 )
-from qcore.sql.schema import _queue_stats_index, _warning_table
+from qcore.sql.schema import queue_stats_index, warning_table
 
 __all__ = ["OLDEST_UPGRADABLE", "downgrade", "upgrade"]
 
@@ -56,12 +56,12 @@ __all__ = ["OLDEST_UPGRADABLE", "downgrade", "upgrade"]
 #: from the same version)
 OLDEST_UPGRADABLE = 25
 
-_TABLES: dict[str, Sequence[_Column]] = {
-    "job": _JOB,
-    "queue": _QUEUE,
-    "queue_stats": _QUEUE_STATS,
-    "schedule": _SCHEDULE,
-    "version": _VERSION,
+_TABLES: dict[str, Sequence[Column]] = {
+    "job": JOB,
+    "queue": QUEUE,
+    "queue_stats": QUEUE_STATS,
+    "schedule": SCHEDULE,
+    "version": VERSION,
 }
 
 #: the indexes whose builds arrived at schema 46 (what a rollback to 45 removes)
@@ -88,7 +88,7 @@ _DROP_FETCH_INDEX = "DROP INDEX CONCURRENTLY IF EXISTS {q}.job_i5"
 def _add_columns(q: str, table: str, *names: str) -> str:
     # columns as a fresh install defines them, in one ALTER (one rewrite check, one lock)
     by_name = {column[0]: column for column in _TABLES[table]}
-    lines = _column_lines([by_name[name] for name in names], q)
+    lines = column_lines([by_name[name] for name in names], q)
     return f"ALTER TABLE {q}.{table} " + ", ".join(f"ADD COLUMN IF NOT EXISTS {c}" for c in lines)
 
 
@@ -109,27 +109,27 @@ def _enqueue(
 ) -> str:
     """A background command per job table: every one, one ``table``, or job_common and the
     partitions of queues with ``policy``."""
-    args = f"{_literal(name)}, {version}, {_literal(command)}"
+    args = f"{literal(name)}, {version}, {literal(command)}"
     if table is not None:
-        return f"SELECT {q}.job_table_run_async({args}, {_literal(table)}) AS queued"
+        return f"SELECT {q}.job_table_run_async({args}, {literal(table)}) AS queued"
     if policy is None:
         return f"SELECT {q}.job_table_run_async({args}) AS queued"
     return (
         f"SELECT {q}.job_table_run_async({args}, t.table_name, t.queue_name) AS queued"
         f" FROM (SELECT 'job_common'::text AS table_name, NULL::text AS queue_name"
         f" UNION ALL SELECT q.table_name, q.name FROM {q}.queue q"
-        f" WHERE q.partition AND q.policy = {_literal(policy)}) t"
+        f" WHERE q.partition AND q.policy = {literal(policy)}) t"
     )
 
 
 def _on_every_job_table(q: str, command: str, table: str | None = None) -> str:
-    pinned = f", {_literal(table)}" if table is not None else ""
-    return f"SELECT {q}.job_table_run({_literal(command)}{pinned}) AS done"
+    pinned = f", {literal(table)}" if table is not None else ""
+    return f"SELECT {q}.job_table_run({literal(command)}{pinned}) AS done"
 
 
 def _queue_stats_partitions(q: str) -> str:
     # today's and tomorrow's day partitions, on the server's UTC calendar
-    create = _literal(
+    create = literal(
         f"CREATE TABLE IF NOT EXISTS {q}.%I PARTITION OF {q}.queue_stats"
         " FOR VALUES FROM (%L) TO (%L)"
     )
@@ -158,10 +158,10 @@ def _to_26(backend: Backend, schema: str, q: str) -> list[str]:
 def _to_27(backend: Backend, schema: str, q: str) -> list[str]:
     return [
         _add_columns(q, "version", "bam_on"),
-        _create_table(q, "bam", _BAM, ["CONSTRAINT bam_pkey PRIMARY KEY (id)"]),
-        _job_table_format(q),
-        _job_table_run_async(q),
-        _job_table_run(q),
+        create_table(q, "bam", BAM, ["CONSTRAINT bam_pkey PRIMARY KEY (id)"]),
+        job_table_format(q),
+        job_table_run_async(q),
+        job_table_run(q),
         _add_columns(q, "job", "group_id", "group_tier"),
         *(f"ALTER INDEX IF EXISTS {q}.job_i{n} RENAME TO job_common_i{n}" for n in range(1, 8)),
         _enqueue(q, "group_concurency_index", 27, _concurrent_index(backend, schema, 7)),
@@ -170,7 +170,7 @@ def _to_27(backend: Backend, schema: str, q: str) -> list[str]:
 
 def _to_28(backend: Backend, schema: str, q: str) -> list[str]:
     check = "job_key_strict_fifo_singleton_key_check"
-    clause = _job_constraint_defs(backend, q)[check]
+    clause = job_constraint_defs(backend, q)[check]
     return [
         _on_every_job_table(
             q, f"ALTER TABLE {q}.job ADD CONSTRAINT {check} {clause}", "job_common"
@@ -186,7 +186,7 @@ def _to_28(backend: Backend, schema: str, q: str) -> list[str]:
 
 
 def _to_29(backend: Backend, schema: str, q: str) -> list[str]:
-    return [step.sql for step in _warning_table(schema)]
+    return [step.sql for step in warning_table(schema)]
 
 
 def _to_30(backend: Backend, schema: str, q: str) -> list[str]:
@@ -202,7 +202,7 @@ def _to_31(backend: Backend, schema: str, q: str) -> list[str]:
     )
     return [
         _add_columns(q, "job", "blocked", "blocking", "pending_dependencies"),
-        _create_table(q, "job_dependency", _JOB_DEPENDENCY, [key]),
+        create_table(q, "job_dependency", JOB_DEPENDENCY, [key]),
         f"CREATE INDEX IF NOT EXISTS job_dep_parent_idx ON {q}.job_dependency"
         " (parent_name, parent_id)",
     ]
@@ -240,11 +240,11 @@ def _to_34(backend: Backend, schema: str, q: str) -> list[str]:
 
 def _to_35(backend: Backend, schema: str, q: str) -> list[str]:
     later = {*_QUEUE_STATS_OF_43, *_QUEUE_STATS_OF_44}
-    columns = [c for c in _QUEUE_STATS if c[0] not in later]
+    columns = [c for c in QUEUE_STATS if c[0] not in later]
     key = "CONSTRAINT queue_stats_pkey PRIMARY KEY (id, captured_on)"
     return [
-        _create_table(q, "queue_stats", columns, [key], " PARTITION BY RANGE (captured_on)"),
-        _queue_stats_index(backend, schema),
+        create_table(q, "queue_stats", columns, [key], " PARTITION BY RANGE (captured_on)"),
+        queue_stats_index(backend, schema),
         _queue_stats_partitions(q),
         _add_columns(q, "queue", "ready_history"),
     ]
@@ -255,7 +255,7 @@ def _to_36(backend: Backend, schema: str, q: str) -> list[str]:
 
 
 def _to_37(backend: Backend, schema: str, q: str) -> list[str]:
-    return [_job_table_format(q)]
+    return [job_table_format(q)]
 
 
 def _to_38(backend: Backend, schema: str, q: str) -> list[str]:
@@ -293,7 +293,7 @@ def _to_41(backend: Backend, schema: str, q: str) -> list[str]:
 
 
 def _to_42(backend: Backend, schema: str, q: str) -> list[str]:
-    return [_job_now(q)]
+    return [job_now(q)]
 
 
 def _to_43(backend: Backend, schema: str, q: str) -> list[str]:
@@ -315,7 +315,7 @@ def _to_43(backend: Backend, schema: str, q: str) -> list[str]:
 
 def _to_44(backend: Backend, schema: str, q: str) -> list[str]:
     return [
-        _create_table(q, "instance", _INSTANCE, ["CONSTRAINT instance_pkey PRIMARY KEY (id)"]),
+        create_table(q, "instance", INSTANCE, ["CONSTRAINT instance_pkey PRIMARY KEY (id)"]),
         _add_columns(q, "queue", "blocked_count", "wait_bins", "run_bins", "ready_oldest_seconds"),
         _add_columns(q, "queue_stats", *_QUEUE_STATS_OF_44),
         _add_columns(q, "job", "trace_context"),
@@ -333,8 +333,8 @@ def _to_46(backend: Backend, schema: str, q: str) -> list[str]:
     names = ("live", "created", "completed", "queued_key")
     return [
         _add_columns(q, "queue", "retained_count", "retained_on"),
-        _create_queue_partitioned(backend, schema),
-        _delete_queue_partitioned(schema),
+        create_queue_partitioned(backend, schema),
+        delete_queue_partitioned(schema),
         *(
             _enqueue(q, f"{name}_index_build", 46, _concurrent_index(backend, schema, n))
             for name, n in zip(names, _INDEXES_OF_46, strict=True)
@@ -380,7 +380,7 @@ def downgrade(backend: Backend, schema: str, version: int) -> list[str]:
     q = quote(schema)
     return [
         f"DELETE FROM {q}.bam WHERE version = {version} AND status <> 'completed'",
-        _create_queue_partitioned(backend, schema, without=frozenset(_INDEXES_OF_46)),
+        create_queue_partitioned(backend, schema, without=frozenset(_INDEXES_OF_46)),
         *(
             _on_every_job_table(q, f"DROP INDEX IF EXISTS {q}.job_i{n}")
             for n in reversed(_INDEXES_OF_46)

@@ -13,14 +13,14 @@ from pglast import ast
 
 from qcore.backend import Backend
 from qcore.conformance.guard.detectors import (
-    _DYNAMIC_QUERY,
-    _NODE_DETECTORS,
-    _ORDER,
-    _PLPGSQL_DETECTORS,
-    _STATEMENT_DETECTORS,
+    DYNAMIC_QUERY,
+    NODE_DETECTORS,
+    ORDER,
+    PLPGSQL_DETECTORS,
+    STATEMENT_DETECTORS,
     GuardParseError,
-    _walk,
     forbidden_features,
+    walk,
 )
 from qcore.errors import first_line
 
@@ -44,7 +44,7 @@ def _statements_of(statement: Any) -> Iterator[Any]:
     """The statement and every statement nested in it (SQL-standard function bodies,
     rule actions), each judged on its own by statement-level detectors."""
     yield statement
-    for node in _walk(statement):
+    for node in walk(statement):
         if isinstance(node, ast.CreateFunctionStmt) and node.sql_body is not None:
             body = node.sql_body
             if isinstance(body, ast.Node):  # RETURN expr
@@ -89,12 +89,12 @@ def _sql_features(sql: str) -> set[str]:
 def _statement_features(statement: Any, text: str) -> set[str]:
     """Every detected feature in one parsed statement whose source is ``text``."""
     found: set[str] = set()
-    for node in _walk(statement):
-        for name, detect in _NODE_DETECTORS:
+    for node in walk(statement):
+        for name, detect in NODE_DETECTORS:
             if name not in found and detect(node):
                 found.add(name)
     for unit in _statements_of(statement):
-        for name, detect_statement in _STATEMENT_DETECTORS:
+        for name, detect_statement in STATEMENT_DETECTORS:
             if name not in found and detect_statement(unit):
                 found.add(name)
     if isinstance(statement, ast.CreateFunctionStmt):
@@ -151,12 +151,12 @@ def _plpgsql_features(function_sql: str) -> set[str]:
         elif isinstance(item, dict):
             for key, value in item.items():
                 if key.startswith("PLpgSQL_") and isinstance(value, dict):
-                    for name, detect in _PLPGSQL_DETECTORS:
+                    for name, detect in PLPGSQL_DETECTORS:
                         if detect(key, value):
                             found.add(name)
                     if key == "PLpgSQL_expr":
                         found |= _expression_features(value)
-                    dynamic = _DYNAMIC_QUERY.get(key)
+                    dynamic = DYNAMIC_QUERY.get(key)
                     if dynamic is not None:
                         found |= _constant_dynamic_features(value.get(dynamic))
                 if isinstance(value, (dict, list)):
@@ -235,7 +235,7 @@ def analyse(sql: str) -> tuple[StatementFeatures, ...]:
         text = _statement_text(sql, raw)
         found = _statement_features(raw.stmt, text)
         result.append(
-            StatementFeatures(first_line(text) or "", tuple(sorted(found, key=_ORDER.__getitem__)))
+            StatementFeatures(first_line(text) or "", tuple(sorted(found, key=ORDER.__getitem__)))
         )
     return tuple(result)
 
@@ -243,7 +243,7 @@ def analyse(sql: str) -> tuple[StatementFeatures, ...]:
 def features_used(sql: str) -> tuple[str, ...]:
     """Every feature with a detector that ``sql`` uses, in :data:`DETECTORS` order."""
     found = {f for s in analyse(sql) for f in s.features}
-    return tuple(sorted(found, key=_ORDER.__getitem__))
+    return tuple(sorted(found, key=ORDER.__getitem__))
 
 
 def violations(sql: str, backend: Backend) -> list[str]:

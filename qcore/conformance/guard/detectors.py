@@ -56,7 +56,7 @@ class GuardParseError(DatabaseError):
         super().__init__(message, sqlstate=SYNTAX_ERROR, statement=statement)
 
 
-def _walk(value: Any, *, stop: Callable[[Any], bool] | None = None) -> Iterator[Any]:
+def walk(value: Any, *, stop: Callable[[Any], bool] | None = None) -> Iterator[Any]:
     """Every pglast node under ``value`` (itself included), depth first.
 
     A node for which ``stop`` is true is yielded but not descended into.
@@ -175,7 +175,7 @@ def _mutation_targets(statement: Any) -> list[tuple[str | None, str]]:
     """
     targets: list[tuple[str | None, str]] = []
     # a function or rule mutates nothing itself; its body statements are judged apart
-    for node in _walk(statement, stop=lambda n: isinstance(n, _STATEMENT_SCOPES)):
+    for node in walk(statement, stop=lambda n: isinstance(n, _STATEMENT_SCOPES)):
         if isinstance(node, _MUTATIONS) and isinstance(node.relation, ast.RangeVar):
             targets.append((node.relation.schemaname, str(node.relation.relname)))
     return targets
@@ -242,7 +242,7 @@ def _drift_catalog(node: Any) -> bool:
     return _func_name(node) in _DRIFT_FUNCTIONS
 
 
-_DYNAMIC_QUERY = {  # PL/pgSQL statement -> the field holding its dynamic query
+DYNAMIC_QUERY = {  # PL/pgSQL statement -> the field holding its dynamic query
     "PLpgSQL_stmt_dynexecute": "query",  # EXECUTE ...
     "PLpgSQL_stmt_dynfors": "query",  # FOR r IN EXECUTE ... LOOP
     "PLpgSQL_stmt_open": "dynquery",  # OPEN c FOR EXECUTE ...
@@ -253,7 +253,7 @@ _DYNAMIC_QUERY = {  # PL/pgSQL statement -> the field holding its dynamic query
 def _plpgsql_dynamic(kind: str, fields: Mapping[str, Any]) -> bool:
     if kind == "PLpgSQL_stmt_perform":
         return True
-    key = _DYNAMIC_QUERY.get(kind)
+    key = DYNAMIC_QUERY.get(kind)
     return key is not None and fields.get(key) is not None
 
 
@@ -293,16 +293,16 @@ DETECTORS: Mapping[str, Detector] = MappingProxyType(
 )
 
 
-_ORDER = {name: i for i, name in enumerate(DETECTORS)}
+ORDER = {name: i for i, name in enumerate(DETECTORS)}
 
 
-_NODE_DETECTORS = [(n, d.node) for n, d in DETECTORS.items() if d.node is not None]
+NODE_DETECTORS = [(n, d.node) for n, d in DETECTORS.items() if d.node is not None]
 
 
-_STATEMENT_DETECTORS = [(n, d.statement) for n, d in DETECTORS.items() if d.statement is not None]
+STATEMENT_DETECTORS = [(n, d.statement) for n, d in DETECTORS.items() if d.statement is not None]
 
 
-_PLPGSQL_DETECTORS = [(n, d.plpgsql) for n, d in DETECTORS.items() if d.plpgsql is not None]
+PLPGSQL_DETECTORS = [(n, d.plpgsql) for n, d in DETECTORS.items() if d.plpgsql is not None]
 
 
 def forbidden_features(backend: Backend) -> frozenset[str]:

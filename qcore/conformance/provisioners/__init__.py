@@ -43,7 +43,7 @@ from qcore.conformance.provisioners.local import (
     TempCluster,
     local_server,
 )
-from qcore.conformance.provisioners.local import _free_port as _free_port
+from qcore.conformance.provisioners.local import free_port as free_port
 from qcore.conformance.provisioners.pglite import PGliteProvisioner
 
 __all__ = [

@@ -96,7 +96,7 @@ def to_url(dsn: str, **changes: Any) -> str:
     return f"postgresql://{netloc}/{dbname}" + (f"?{query}" if query else "")
 
 
-def _execute(dsn: str, *statements: str) -> list[tuple[Any, ...]]:
+def execute(dsn: str, *statements: str) -> list[tuple[Any, ...]]:
     """Run statements on one autocommit connection; the rows of the last one."""
     rows: list[tuple[Any, ...]] = []
     with psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
@@ -125,7 +125,7 @@ def engine_identity_of(dsn: str) -> EngineIdentity:
     return identity_of(version, markers)
 
 
-def _throwaway_name(prefix: str = "qcore_matrix") -> str:
+def throwaway_name(prefix: str = "qcore_matrix") -> str:
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
 
 
@@ -138,7 +138,7 @@ def drop_database(admin: str, name: str) -> None:
         f"DROP DATABASE IF EXISTS {quote(name)}",
     ):
         try:
-            _execute(admin, sql)
+            execute(admin, sql)
             return
         except psycopg.errors.SyntaxError:
             continue
@@ -146,7 +146,7 @@ def drop_database(admin: str, name: str) -> None:
             return  # the engine is gone or refuses; nothing more to do at stop
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
 

@@ -16,10 +16,10 @@ from qcore.backend import Backend, ProvisioningSpec
 from qcore.conformance.provisioners.base import (
     NotAvailable,
     Provisioner,
-    _execute,
-    _first_line,
-    _throwaway_name,
     drop_database,
+    execute,
+    first_line,
+    throwaway_name,
 )
 from qcore.identifiers import quote
 
@@ -42,13 +42,13 @@ def _probe_docker() -> tuple[bool, str]:
     try:
         docker: Any = importlib.import_module("docker")
     except ImportError:
-        return False, "the docker package is not installed (pip install 'qcore[containers]')"
+        return False, "the docker package is not installed (pip install 'qcore-queue[containers]')"
     try:
         client = docker.from_env(timeout=5)
         client.ping()
         client.close()
     except Exception as exc:
-        return False, f"no Docker daemon answers ({_first_line(exc)})"
+        return False, f"no Docker daemon answers ({first_line(exc)})"
     return True, ""
 
 
@@ -86,7 +86,8 @@ class ContainerProvisioner(Provisioner):
             from testcontainers.core.container import DockerContainer
         except ImportError as exc:
             raise NotAvailable(
-                name, f"testcontainers is not installed ({exc}); pip install 'qcore[containers]'"
+                name,
+                f"testcontainers is not installed ({exc}); pip install 'qcore-queue[containers]'",
             ) from exc
         spec = self.spec
         try:
@@ -94,13 +95,13 @@ class ContainerProvisioner(Provisioner):
                 spec.image, command=spec.command, env=dict(spec.env), ports=[spec.port]
             )
         except DockerException as exc:
-            reason = f"no Docker daemon answers ({_first_line(exc)})"
+            reason = f"no Docker daemon answers ({first_line(exc)})"
             _remember_docker_failure(reason)
             raise NotAvailable(name, reason) from exc
         try:
             container.start()
         except DockerException as exc:
-            raise NotAvailable(name, f"could not start {spec.image}: {_first_line(exc)}") from exc
+            raise NotAvailable(name, f"could not start {spec.image}: {first_line(exc)}") from exc
         self._container = container
         try:
             host = container.get_container_host_ip()
@@ -108,14 +109,14 @@ class ContainerProvisioner(Provisioner):
             self._admin = self._format_url(host, port, spec.database)
             self._wait_ready(self._admin)
             if spec.create_database:
-                database = _throwaway_name()
-                _execute(self._admin, spec.create_database.format(database=quote(database)))
+                database = throwaway_name()
+                execute(self._admin, spec.create_database.format(database=quote(database)))
                 self._database = database
                 url = self._format_url(host, port, database)
             else:
                 url = self._admin
             if spec.setup_database:
-                _execute(url, *spec.setup_database)
+                execute(url, *spec.setup_database)
             return url
         except BaseException:
             self._stop()
@@ -139,7 +140,7 @@ class ContainerProvisioner(Provisioner):
         last: Exception | None = None
         while time.monotonic() < deadline:
             try:
-                _execute(url, "SELECT 1")
+                execute(url, "SELECT 1")
                 return
             except psycopg.Error as exc:
                 last = exc
@@ -148,7 +149,7 @@ class ContainerProvisioner(Provisioner):
             self.backend.name,
             f"{self.spec.image} did not accept connections within"
             f" {self.spec.ready_timeout_seconds:g}s"
-            + (f" (last error: {_first_line(last)})" if last else ""),
+            + (f" (last error: {first_line(last)})" if last else ""),
         )
 
     def _stop(self) -> None:

@@ -11,10 +11,10 @@ from qcore.backend import Backend
 from qcore.conformance.provisioners.base import (
     Provisioner,
     ProvisionError,
-    _execute,
-    _first_line,
-    _throwaway_name,
     drop_database,
+    execute,
+    first_line,
+    throwaway_name,
     to_url,
 )
 from qcore.identifiers import quote
@@ -41,27 +41,27 @@ class ExternalProvisioner(Provisioner):
     def _start(self) -> str:
         spec = self.backend.provisioning
         try:
-            _execute(self.dsn, "SELECT 1")
+            execute(self.dsn, "SELECT 1")
         except psycopg.Error as exc:
             # the user asked for this engine: it not answering is an error, not a skip
             raise ProvisionError(
                 f"{self.backend.name}: nothing answers at {to_url(self.dsn, password=None)}:"
-                f" {_first_line(exc)}"
+                f" {first_line(exc)}"
             ) from exc
         if spec is not None and spec.create_database:
-            database = _throwaway_name()
-            _execute(self.dsn, spec.create_database.format(database=quote(database)))
+            database = throwaway_name()
+            execute(self.dsn, spec.create_database.format(database=quote(database)))
             self.database = database
             url = to_url(self.dsn, dbname=database)
             try:
                 if spec.setup_database:
-                    _execute(url, *spec.setup_database)
+                    execute(url, *spec.setup_database)
             except BaseException:
                 self._stop()
                 raise
             return url
-        schema = _throwaway_name()
-        _execute(self.dsn, f"CREATE SCHEMA {quote(schema)}")
+        schema = throwaway_name()
+        execute(self.dsn, f"CREATE SCHEMA {quote(schema)}")
         self.schema = schema
         options = conninfo_to_dict(self.dsn).get("options")
         search_path = f"-c search_path={schema},public"
@@ -74,4 +74,4 @@ class ExternalProvisioner(Provisioner):
             drop_database(self.dsn, database)
         if schema:
             with contextlib.suppress(psycopg.Error):
-                _execute(self.dsn, f"DROP SCHEMA IF EXISTS {quote(schema)} CASCADE")
+                execute(self.dsn, f"DROP SCHEMA IF EXISTS {quote(schema)} CASCADE")

@@ -19,17 +19,17 @@ from qcore.backend import Backend
 from qcore.conformance.provisioners.base import (
     NotAvailable,
     Provisioner,
-    _execute,
-    _first_line,
-    _throwaway_name,
     admin_dsn,
     drop_database,
+    execute,
+    first_line,
+    throwaway_name,
     to_url,
 )
 from qcore.identifiers import quote
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -138,7 +138,7 @@ class TempCluster:
                 ],
                 user,
             )
-            port = self.port or _free_port()
+            port = self.port or free_port()
             options = (
                 f"-p {port} -k {self.directory} -c listen_addresses=127.0.0.1"
                 " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
@@ -238,11 +238,11 @@ class LocalServer:
         why = ""
         if self.cluster_mode != "always":
             try:
-                _execute(self.dsn, "SELECT 1")
+                execute(self.dsn, "SELECT 1")
                 return self.dsn
             except psycopg.Error as exc:
                 where = to_url(self.dsn, password=None)
-                why = f"no PostgreSQL answers at {where} ({_first_line(exc)})"
+                why = f"no PostgreSQL answers at {where} ({first_line(exc)})"
             if self.cluster_mode == "never":
                 raise NotAvailable("local PostgreSQL", why)
         if not TempCluster.available():
@@ -306,8 +306,8 @@ class LocalProvisioner(Provisioner):
         except NotAvailable as exc:
             raise NotAvailable(self.backend.name, exc.reason) from exc
         try:
-            database = _throwaway_name()
-            _execute(admin, f"CREATE DATABASE {quote(database)}")
+            database = throwaway_name()
+            execute(admin, f"CREATE DATABASE {quote(database)}")
         except BaseException:
             self.server.release()
             raise

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from qcore.backend import Backend, Server
-from qcore.conformance.provisioners.base import NotAvailable, Provisioner, _first_line
+from qcore.conformance.provisioners.base import NotAvailable, Provisioner, first_line
 
 
 class PGliteProvisioner(Provisioner):
@@ -32,7 +32,7 @@ class PGliteProvisioner(Provisioner):
             server = self.launcher(**self.options)
             server.start()
         except Exception as exc:
-            raise NotAvailable(self.backend.name, _first_line(exc)) from exc
+            raise NotAvailable(self.backend.name, first_line(exc)) from exc
         self.server = server
         return server.url
 

@@ -20,7 +20,9 @@ JOB_COLUMNS: tuple[str, ...] = tuple(JOB_COLUMN_TYPES)
 REINSERT_COLUMNS: tuple[str, ...] = JOB_COLUMNS[:-1]
 
 
-#: what fetch returns without include_metadata (a worker's needs, and the sort keys)
+#: what fetch returns without include_metadata (a worker's needs, and the sort keys;
+#: retry_limit and dead_letter say, when a handler fails, whether retries are exhausted
+#: and where the job goes then)
 FETCH_COLUMNS: tuple[str, ...] = (
     "id",
     "name",
@@ -28,6 +30,8 @@ FETCH_COLUMNS: tuple[str, ...] = (
     "data",
     "created_on",
     "retry_count",
+    "retry_limit",
+    "dead_letter",
     "expire_seconds",
     "heartbeat_seconds",
     "group_id",
