@@ -33,9 +33,12 @@ class Statement:
 
 @dataclass(frozen=True)
 class DDL:
-    """One schema-changing statement (no parameters: DDL is sent as a script); skipped
-    when ``skip_if`` — a probe :class:`Statement` and its values, answering one row with
-    a boolean ``present`` — says the object it creates is already there."""
+    """One schema-changing statement, skipped when its object is already there.
+
+    It has no parameters: DDL is sent as a script. It is skipped when ``skip_if`` — a
+    probe :class:`Statement` and its values, answering one row with a boolean ``present``
+    — says the object it creates is already there.
+    """
 
     sql: str
     skip_if: tuple[Statement, Mapping[str, Any]] | None = None
@@ -57,9 +60,11 @@ class Params:
 
 
 def before_keyset(p: Params, alias: str = "") -> str:
-    """Rows past the previous page's last ``(before_created, before_id)`` in a newest-first
-    walk over ``created_on`` then ``id``: the first term is an index's own bound on
-    ``created_on``, the second breaks ties by id."""
+    """Rows past the previous page's last ``(before_created, before_id)``, newest first.
+
+    A newest-first walk over ``created_on`` then ``id``: the first term is an index's own
+    bound on ``created_on``, the second breaks ties by id.
+    """
     created, before = p("before_created"), p("before_id")
     return (
         f"{alias}created_on <= {created}::timestamptz"
@@ -72,11 +77,13 @@ MAX_ROW_LIMIT = 2**31 - 1
 
 
 def row_limit(n: int) -> str:
-    """``LIMIT`` ``n`` written into the statement, the one value a builder does not bind:
-    a prepared statement's generic plan estimates ``LIMIT $n`` at a tenth of the table,
+    """``LIMIT`` ``n`` written into the statement, the one value a builder does not bind.
+
+    A prepared statement's generic plan estimates ``LIMIT $n`` at a tenth of the table,
     so the server plans every claim afresh (a third of a small claim's server time); with
     the number in the text it keeps one generic plan per batch size. ``n`` must be an
-    int (so nothing but digits reaches the text); larger than int4 reads as its maximum."""
+    int (so nothing but digits reaches the text); larger than int4 reads as its maximum.
+    """
     if type(n) is not int or n < 1:
         raise ValueError(f"a row limit is an int >= 1, got {n!r}")
     return str(min(n, MAX_ROW_LIMIT))

@@ -1,10 +1,12 @@
-"""Job affinity and attribution, in qcore's own tables (pg-boss neither has nor reads
-them): the pattern of each job added with one, and the instance key of the server that
-claimed each job. Plain statements on every backend; the claim's part is a branch and a
-column (:func:`split_by_affinity`, :func:`patterned_column`) built into the claim statements,
-and on engines that take several mutations in one statement the attribution is a CTE of
-the claim (:func:`record_processed_cte`), elsewhere its own statement in the claim's
-transaction."""
+"""Job affinity and attribution, in qcore's own tables (pg-boss neither has nor reads them).
+
+The tables hold the pattern of each job added with one, and the instance key of the server
+that claimed each job. Plain statements on every backend; the claim's part is a branch and
+a column (:func:`split_by_affinity`, :func:`patterned_column`) built into the claim
+statements, and on engines that take several mutations in one statement the attribution is
+a CTE of the claim (:func:`record_processed_cte`), elsewhere its own statement in the
+claim's transaction.
+"""
 
 from __future__ import annotations
 
@@ -56,8 +58,10 @@ def create_job_pattern_table(schema: str) -> DDL:
 
 
 def create_job_pattern_index(schema: str) -> DDL:
-    """(queue, pattern), for reading a queue's distinct patterns; on every backend (one
-    statement per step: a caller's ``db=`` may prepare each)."""
+    """(queue, pattern), for reading a queue's distinct patterns.
+
+    On every backend (one statement per step: a caller's ``db=`` may prepare each).
+    """
     return DDL(
         "CREATE INDEX IF NOT EXISTS qcore_job_pattern_i1"
         f" ON {quote(schema)}.{quote(JOB_PATTERN_TABLE)} (name, pattern)"
@@ -75,21 +79,25 @@ def create_job_processed_table(schema: str) -> DDL:
 
 
 def patterned_column(q: str, p: Params) -> str:
-    """The claim's queue-row column ``patterned``: whether any job of the queue has a
-    pattern (one probe of the pattern table's key; the claim's filter reads it once)."""
+    """The claim's queue-row column ``patterned``: whether any job of the queue has a pattern.
+
+    One probe of the pattern table's key; the claim's filter reads it once.
+    """
     return f"EXISTS (SELECT 1 FROM {_patterns(q)} WHERE name = {p('queue')}::text) AS patterned"
 
 
 def affinity_condition(q: str, p: Params, patterned: bool) -> str:
-    """The claim's ``AND ...`` condition on a candidate ``j`` for affinity. The plain
-    branch: no job of the queue has a pattern (the queue row's ``patterned``, a one-time
-    filter), so a queue without patterned jobs is claimed from as it was without
+    """The claim's ``AND ...`` condition on a candidate ``j`` for affinity.
+
+    The plain branch: no job of the queue has a pattern (the queue row's ``patterned``, a
+    one-time filter), so a queue without patterned jobs is claimed from as it was without
     affinity, and on one with patterned jobs the claim takes nothing and says so (the
     server then claims on the other branch). The ``patterned`` branch: the job has no
     pattern or one of ``matching`` (the patterns the claiming server's key matches,
     judged in Python), one probe of the pattern table's key per candidate. One query
     with both in an OR would charge every claim the probe's cost in the planner's
-    sight and tempt it into sorting the backlog."""
+    sight and tempt it into sorting the backlog.
+    """
     if not patterned:
         return " AND NOT (SELECT patterned FROM q)"
     return (
@@ -99,8 +107,10 @@ def affinity_condition(q: str, p: Params, patterned: bool) -> str:
 
 
 def record_processed_cte(q: str, p: Params, claimed: str = "claimed") -> str:
-    """The claim's CTE ``recorded``: the claiming server's key for every job of the CTE
-    ``claimed``."""
+    """The claim's CTE ``recorded``: the claiming server's key for every job claimed.
+
+    The jobs are those of the CTE ``claimed``.
+    """
     return (
         f"recorded AS (INSERT INTO {_processed(q)} (name, id, instance_key)"
         f" SELECT {p('queue')}::text, c.id, {p('instance_key')}::text FROM {claimed} c"
@@ -110,8 +120,10 @@ def record_processed_cte(q: str, p: Params, claimed: str = "claimed") -> str:
 
 @lru_cache(maxsize=8)
 def record_processed(q: str) -> Statement:
-    """The claiming server's key for the jobs ``ids`` of ``queue``: the attribution on
-    engines that split mutations (run in the claim's transaction)."""
+    """The claiming server's key for the jobs ``ids`` of ``queue``.
+
+    The attribution on engines that split mutations (run in the claim's transaction).
+    """
     p = Params()
     return p.statement(
         f"INSERT INTO {_processed(q)} (name, id, instance_key)"
@@ -123,8 +135,10 @@ def record_processed(q: str) -> Statement:
 
 @lru_cache(maxsize=8)
 def insert_patterns(q: str) -> Statement:
-    """The patterns of jobs just added to ``queue`` (``ids`` and ``patterns``, aligned
-    arrays), in the transaction that added them."""
+    """The patterns of jobs just added to ``queue``, in the transaction that added them.
+
+    ``ids`` and ``patterns`` are aligned arrays.
+    """
     p = Params()
     return p.statement(
         f"INSERT INTO {_patterns(q)} (name, id, pattern)"
@@ -136,8 +150,10 @@ def insert_patterns(q: str) -> Statement:
 
 @lru_cache(maxsize=8)
 def notify_patterned(q: str) -> Statement:
-    """The wake-ups of patterned jobs: each ``payloads`` entry on ``channel`` when
-    ``queue`` has ``notify`` (sent at commit, like a send's own)."""
+    """The wake-ups of patterned jobs: each ``payloads`` entry on ``channel``.
+
+    Sent when ``queue`` has ``notify`` (at commit, like a send's own).
+    """
     p = Params()
     return p.statement(
         f"SELECT count(pg_notify({p('channel')}::text, x)) AS sent"
@@ -148,10 +164,12 @@ def notify_patterned(q: str) -> Statement:
 
 @lru_cache(maxsize=8)
 def waiting_patterns(q: str) -> Statement:
-    """The distinct patterns of ``queue``'s jobs after ``after`` (NULL: from the first),
-    in order, at most ``limit``: a walk of the (name, pattern) index from one pattern to
-    the next, one probe per pattern, however many jobs share each (every backend takes
-    WITH RECURSIVE)."""
+    """The distinct patterns of ``queue``'s jobs after ``after``, in order, at most ``limit``.
+
+    ``after`` NULL: from the first. A walk of the (name, pattern) index from one pattern
+    to the next, one probe per pattern, however many jobs share each (every backend takes
+    WITH RECURSIVE).
+    """
     p = Params()
     t = _patterns(q)
     name = f"{p('queue')}::text"
@@ -169,8 +187,10 @@ def waiting_patterns(q: str) -> Statement:
 
 @lru_cache(maxsize=8)
 def prune_patterns(q: str) -> Statement:
-    """Forget the patterns of up to ``limit`` jobs that can no longer be claimed (ended,
-    or gone). Row ``removed``."""
+    """Forget the patterns of up to ``limit`` jobs that can no longer be claimed.
+
+    Those jobs ended, or are gone. Row ``removed``.
+    """
     p = Params()
     t = _patterns(q)
     return p.statement(
@@ -185,10 +205,12 @@ def prune_patterns(q: str) -> Statement:
 
 @lru_cache(maxsize=8)
 def sweep_processed(q: str) -> Statement:
-    """One step of the walk over the attribution table: of the ``limit`` rows after
-    (``name``, ``id``) (from the start when both are NULL), delete those whose job is
-    gone. Row: ``last_name``, ``last_id`` (where the next step starts), ``scanned`` (fewer
-    than ``limit``: the walk reached the end) and ``removed``."""
+    """One step of the walk over the attribution table, deleting rows whose job is gone.
+
+    Of the ``limit`` rows after (``name``, ``id``) (from the start when both are NULL),
+    delete those whose job is gone. Row: ``last_name``, ``last_id`` (where the next step
+    starts), ``scanned`` (fewer than ``limit``: the walk reached the end) and ``removed``.
+    """
     p = Params()
     t = _processed(q)
     cursor = (

@@ -1,5 +1,7 @@
-"""Async migrations (BAM): the ``bam`` table's commands, claimed one at a time across
-qcore and pg-boss instances, run, and marked; their summary and pages.
+"""Async migrations (BAM): the ``bam`` table's commands, claimed, run and marked.
+
+Commands are claimed one at a time across qcore and pg-boss instances, run, and marked;
+this module also builds their summary and pages.
 
 A command runs with pg-boss's tag (``/* pgboss bam <id> */``) in front, so either side
 can find it in ``pg_stat_activity`` to cancel it. An ``in_progress`` row is stale, and
@@ -46,8 +48,10 @@ def command_tag(entry_id: object) -> str:
 
 
 def claim_bam_pass(q: str) -> Statement:
-    """Take this interval's BAM pass (pg-boss's ``bam_on`` gate on the version row): a row
-    back when this instance has it."""
+    """Take this interval's BAM pass (pg-boss's ``bam_on`` gate on the version row).
+
+    A row back when this instance has it.
+    """
     return claim_interval(q, "bam_on")
 
 
@@ -75,14 +79,16 @@ def _schema_literal(q: str) -> str:
 def claim_bam_command(
     q: str, *, pending_only: bool, liveness: bool, skip_locked: bool
 ) -> Statement:
-    """Claim the next command (run under pg-boss's ``bamClaim`` lock): pending rows first,
-    oldest first, then (unless ``pending_only``) failed and stale in-progress ones; a
-    command waits while an earlier one of its migration on its table has not completed,
-    and nothing is claimed while another command runs (rows queued at the same instant
-    are ordered by id, so one of them always waits). Marks it in progress; row:
-    ``id``, ``name``, ``version``, ``queue``, ``table_name``, ``command``, ``reattempt``
-    (it ran before: a build may need healing). ``skip_locked`` where the engine has it
-    well (PostgreSQL)."""
+    """Claim the next command and mark it in progress (run under pg-boss's ``bamClaim`` lock).
+
+    Pending rows first, oldest first, then (unless ``pending_only``) failed and stale
+    in-progress ones; a command waits while an earlier one of its migration on its table
+    has not completed, and nothing is claimed while another command runs (rows queued at
+    the same instant are ordered by id, so one of them always waits). Marks it in
+    progress; row: ``id``, ``name``, ``version``, ``queue``, ``table_name``, ``command``,
+    ``reattempt`` (it ran before: a build may need healing). ``skip_locked`` where the
+    engine has it well (PostgreSQL).
+    """
     status = (
         "c.status = 'pending'"
         if pending_only
@@ -129,8 +135,10 @@ def mark_bam_failed(q: str) -> Statement:
 
 @lru_cache(maxsize=1)
 def cancel_bam_command() -> Statement:
-    """Cancel the backend running the statement with ``tag`` (not this session); row per
-    backend found, ``cancelled``."""
+    """Cancel the backend running the statement with ``tag`` (not this session).
+
+    Row per backend found, ``cancelled``.
+    """
     p = Params()
     return p.statement(
         "SELECT pg_cancel_backend(pid) AS cancelled FROM pg_stat_activity"
@@ -141,8 +149,10 @@ def cancel_bam_command() -> Statement:
 
 @lru_cache(maxsize=1)
 def index_validity() -> Statement:
-    """Whether index ``name`` of schema ``schema`` exists and is valid: no row when absent,
-    else ``valid``."""
+    """Whether index ``name`` of schema ``schema`` exists and is valid.
+
+    No row when absent, else ``valid``.
+    """
     p = Params()
     return p.statement(
         "SELECT i.indisvalid AS valid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
@@ -162,8 +172,10 @@ def bam_status(q: str) -> Statement:
 
 @lru_cache(maxsize=16)
 def bam_entries(q: str) -> Statement:
-    """Up to ``limit`` entries, oldest version first (then creation), after entry ``after``
-    (NULL: from the first)."""
+    """Up to ``limit`` entries, oldest version first (then creation), after entry ``after``.
+
+    ``after`` NULL: from the first.
+    """
     p = Params()
     after = p("after")
     return p.statement(

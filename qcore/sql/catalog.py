@@ -1,5 +1,7 @@
-"""The pg-boss v46 catalog as qcore expects it: tables and their columns, the job
-indexes and constraints, for both physical shapes (see :mod:`qcore.sql.schema`).
+"""The pg-boss v46 catalog as qcore expects it: tables, columns, job indexes, constraints.
+
+It holds the tables and their columns, the job indexes and constraints, for both physical
+shapes (see :mod:`qcore.sql.schema`).
 
 Pure data and the builders that render it as DDL: the install renders it, drift
 detection compares it with the database's catalog as it is. Names, types, defaults,
@@ -275,8 +277,11 @@ class Constraint:
 
 @dataclass(frozen=True)
 class TableSpec:
-    """A table as the install makes it: its columns in order, its named constraints, and
-    what follows the column list (``PARTITION BY ...``)."""
+    """A table as the install makes it: columns, named constraints and what follows them.
+
+    Its columns in order, its named constraints, and what follows the column list
+    (``PARTITION BY ...``).
+    """
 
     name: str
     columns: tuple[Column, ...]
@@ -357,9 +362,12 @@ def queue_stats_table(*, partitioned: bool) -> TableSpec:
 
 
 def job_table(backend: Backend) -> TableSpec:
-    """The base job table: a list-partitioned parent holding only its key (each partition
-    gets the other constraints), or one ordinary table with all of them inline so that
-    ``CREATE TABLE IF NOT EXISTS`` alone makes it idempotent."""
+    """The base job table: a list-partitioned parent holding only its key, or one table.
+
+    A list-partitioned parent holding only its key (each partition gets the other
+    constraints), or one ordinary table with all of them inline so that
+    ``CREATE TABLE IF NOT EXISTS`` alone makes it idempotent.
+    """
     key = _pkey("job", "name, id")
     if backend.schema.partitioned:
         return TableSpec("job", tuple(JOB), (key,), " PARTITION BY LIST (name)")
@@ -369,8 +377,10 @@ def job_table(backend: Backend) -> TableSpec:
 
 @dataclass(frozen=True)
 class IndexSpec:
-    """A standalone index: its keys, the columns it covers (``INCLUDE``, only where the
-    backend has covering indexes) and its predicate, as the install writes them."""
+    """A standalone index: its keys, covered columns and predicate, as the install writes them.
+
+    The covered columns (``INCLUDE``) appear only where the backend has covering indexes.
+    """
 
     name: str
     table: str
@@ -511,8 +521,10 @@ def job_index_spec(number: int, table: str = "job") -> IndexSpec:
 
 def job_index(backend: Backend, schema: str, number: int, table: str | None = None) -> str:
     """Index ``job_i<number>`` on the base job table; INCLUDE only with covering indexes.
+
     The base table is spelt ``<schema>.job`` (what ``job_table_format`` retargets); with
-    ``table``, the index as that retargeting makes it on that job table."""
+    ``table``, the index as that retargeting makes it on that job table.
+    """
     on = f"{quote(schema)}.job" if table is None else f"{quote(schema)}.{quote(table)}"
     spec = job_index_spec(number, table or "job")
     return spec.create(on, covering=backend.schema.covering_indexes)
@@ -524,8 +536,10 @@ def _fkey_tail(backend: Backend) -> str:
 
 
 def job_constraints(backend: Backend) -> dict[str, str]:
-    """The named constraints of every job table, as table-constraint clauses ("{S}" for
-    the quoted schema)."""
+    """The named constraints of every job table, as table-constraint clauses.
+
+    ``"{S}"`` stands for the quoted schema.
+    """
     tail = _fkey_tail(backend)
     return {
         "q_fkey": f"FOREIGN KEY (name) REFERENCES {{S}}.queue (name) ON DELETE RESTRICT{tail}",
@@ -542,8 +556,11 @@ def job_constraint_defs(backend: Backend, q: str) -> dict[str, str]:
 
 
 def job_table_name(backend: Backend, queue: str, *, partition: bool = False) -> str:
-    """The physical job table of a queue: ``j`` + SHA-224 hex of the name for a partitioned
-    queue, ``job_common`` otherwise; ``job`` for every queue in the single-table shape."""
+    """The physical job table of a queue.
+
+    ``j`` + SHA-224 hex of the name for a partitioned queue, ``job_common`` otherwise;
+    ``job`` for every queue in the single-table shape.
+    """
     if not backend.schema.partitioned:
         return "job"
     if partition:

@@ -1,12 +1,14 @@
-"""Schema drift detection's two sides, as data. :func:`expected` is what an install of
-a backend holds in a schema (tables with their columns and constraints, indexes with
-their keys, INCLUDE columns, predicate and uniqueness, functions), read from the
-declarations in :mod:`qcore.sql.catalog` that the install renders. The catalog reads
-are what a schema holds, from the system catalogs alone (no lock, no table scan). The
-schema is a bound value (``schema``, its name as the catalog stores it). Statements
-with ``definitions`` also render the objects (``pg_get_indexdef``, ``pg_get_expr``,
-``pg_get_constraintdef``), which only backends with the ``drift_catalog`` capability
-offer; the others get presence alone."""
+"""Schema drift detection's two sides, as data: what an install holds, what a schema holds.
+
+:func:`expected` is what an install of a backend holds in a schema (tables with their
+columns and constraints, indexes with their keys, INCLUDE columns, predicate and
+uniqueness, functions), read from the declarations in :mod:`qcore.sql.catalog` that the
+install renders. The catalog reads are what a schema holds, from the system catalogs
+alone (no lock, no table scan). The schema is a bound value (``schema``, its name as the
+catalog stores it). Statements with ``definitions`` also render the objects
+(``pg_get_indexdef``, ``pg_get_expr``, ``pg_get_constraintdef``), which only backends
+with the ``drift_catalog`` capability offer; the others get presence alone.
+"""
 
 from __future__ import annotations
 
@@ -91,10 +93,13 @@ _RENDERED_INDEX = (
 
 @lru_cache(maxsize=2)
 def schema_indexes(definitions: bool) -> Statement:
-    """Every index of the schema: ``name``, ``table``, ``valid`` (false for an interrupted
-    concurrent build), ``unique``, ``constraint_backed`` and with ``definitions`` its parts:
-    ``keys`` (each key column or expression with its ordering), ``include`` (the covered
-    columns), ``predicate`` (NULL without one), and the whole ``definition`` to show."""
+    """Every index of the schema, with its parts when ``definitions`` is set.
+
+    Columns: ``name``, ``table``, ``valid`` (false for an interrupted concurrent build),
+    ``unique``, ``constraint_backed`` and with ``definitions`` its parts: ``keys`` (each
+    key column or expression with its ordering), ``include`` (the covered columns),
+    ``predicate`` (NULL without one), and the whole ``definition`` to show.
+    """
     p = Params()
     rendered = _RENDERED_INDEX if definitions else ""
     return p.statement(
@@ -119,8 +124,11 @@ def schema_functions() -> Statement:
 
 @lru_cache(maxsize=2)
 def schema_columns(definitions: bool) -> Statement:
-    """Every column of the schema's tables: ``table``, ``column``, and with ``definitions``
-    its canonical ``type`` (format_type), ``not_null`` and ``default`` expression."""
+    """Every column of the schema's tables: ``table``, ``column``, and with ``definitions`` more.
+
+    With ``definitions``: its canonical ``type`` (format_type), ``not_null`` and
+    ``default`` expression.
+    """
     p = Params()
     rendered = (
         ", format_type(a.atttypid, a.atttypmod) AS type, a.attnotnull AS not_null,"
@@ -143,8 +151,10 @@ def schema_columns(definitions: bool) -> Statement:
 
 @lru_cache(maxsize=1)
 def schema_constraints() -> Statement:
-    """The constraints of the schema's tables other than NOT NULL: ``table``, ``name``,
-    ``definition`` (drift_catalog backends only)."""
+    """The constraints of the schema's tables other than NOT NULL.
+
+    Columns: ``table``, ``name``, ``definition`` (drift_catalog backends only).
+    """
     p = Params()
     return p.statement(
         "SELECT c.relname AS table, k.conname AS name, pg_get_constraintdef(k.oid) AS definition"
@@ -166,8 +176,10 @@ def state_labels() -> Statement:
 
 @lru_cache(maxsize=8)
 def unfinished_bam_commands(q: str) -> Statement:
-    """The commands of async migrations not completed yet (pending, in progress or
-    failed): ``table_name``, ``command``, ``status``."""
+    """The commands of async migrations not completed yet (pending, in progress or failed).
+
+    Columns: ``table_name``, ``command``, ``status``.
+    """
     return Statement(
         f"SELECT table_name, command, status FROM {q}.bam"
         " WHERE status IN ('pending', 'in_progress', 'failed')"
@@ -185,8 +197,11 @@ def partitioned_queues(q: str) -> Statement:
 
 @dataclass(frozen=True)
 class ExpectedTable:
-    """A table the install makes: ``definition`` creates it; ``constraints`` (name and
-    clause, the schema filled in) are the fixed tables' named constraints."""
+    """A table the install makes: ``definition`` creates it.
+
+    ``constraints`` (name and clause, the schema filled in) are the fixed tables' named
+    constraints.
+    """
 
     name: str
     definition: str
@@ -196,8 +211,11 @@ class ExpectedTable:
 
 @dataclass(frozen=True)
 class ExpectedIndex:
-    """An index the install makes, as data (``include`` only where the backend covers)
-    and as the statement that makes it (``definition``)."""
+    """An index the install makes, as data and as the statement that makes it.
+
+    As data (``include`` only where the backend covers) and as the statement that makes
+    it (``definition``).
+    """
 
     name: str
     table: str
@@ -210,8 +228,11 @@ class ExpectedIndex:
 
 @dataclass
 class Expected:
-    """What an install holds in ``schema``: tables, indexes and functions (name to the
-    statement that recreates it), each in the order the install makes them."""
+    """What an install holds in ``schema``: tables, indexes and functions.
+
+    Each maps a name to the statement that recreates it, in the order the install makes
+    them.
+    """
 
     schema: str
     tables: dict[str, ExpectedTable] = field(default_factory=dict)
@@ -245,9 +266,11 @@ class Expected:
 
 
 def expected(backend: Backend, schema: str, partitions: Sequence[Mapping[str, object]]) -> Expected:
-    """The objects a v46 install of ``backend`` holds in ``schema`` (qcore's own tables
-    aside), with the job tables of ``partitions`` (queue rows with a table of their own:
-    ``name``, ``policy``, ``table_name``)."""
+    """The objects a v46 install of ``backend`` holds in ``schema`` (qcore's own tables aside).
+
+    With the job tables of ``partitions`` (queue rows with a table of their own: ``name``,
+    ``policy``, ``table_name``).
+    """
     q = quote(schema)
     found = Expected(schema, functions=schema_sql.function_statements(backend, schema))
     for table in schema_sql.SHARED_TABLES:

@@ -1,5 +1,7 @@
-"""SQL that asks the server which engine it is (the same on every backend: it runs
-before qcore knows which backend is on the other end).
+"""SQL that asks the server which engine it is (the same on every backend).
+
+It is the same everywhere because it runs before qcore knows which backend is on the other
+end.
 
 Two statements, so an engine that lacks the second's catalog still answers the first:
 ``version()`` alone tells CockroachDB and YugabyteDB apart from PostgreSQL; the

@@ -1,5 +1,7 @@
-"""SQL for flows (job dependencies): pg-boss's ``job_dependency`` edges, the reads of a
-job's parents and children, and the resolver that unblocks children.
+"""SQL for flows (job dependencies): the edges, the reads of a job's relatives, the resolver.
+
+It covers pg-boss's ``job_dependency`` edges, the reads of a job's parents and children,
+and the resolver that unblocks children.
 
 A flow's children are inserted ``blocked`` with ``pending_dependencies`` = their parent
 count; a parent is inserted ``blocking``. Once a parent has **completed**, the resolver
@@ -39,8 +41,11 @@ FLOW_BATCH_SIZE = 1000
 
 @lru_cache(maxsize=16)
 def insert_dependencies(q: str) -> Statement:
-    """The edges of a flow, given as one JSON array of {child_name, child_id,
-    parent_name, parent_id}; how many were inserted."""
+    """Insert the edges of a flow; how many were inserted.
+
+    The edges are given as one JSON array of {child_name, child_id, parent_name,
+    parent_id}.
+    """
     p = Params()
     return p.statement(
         f"WITH added AS (INSERT INTO {q}.job_dependency (child_name, child_id, parent_name,"
@@ -53,8 +58,10 @@ def insert_dependencies(q: str) -> Statement:
 
 @lru_cache(maxsize=16)
 def get_edges(q: str, *, parents: bool, after: bool) -> Statement:
-    """A job's parents (``parents``) or children, in (name, id) order, at most ``limit``,
-    after a (name, id) when ``after``."""
+    """A job's parents (``parents``) or children, in (name, id) order, at most ``limit``.
+
+    After a (name, id) when ``after``.
+    """
     p = Params()
     mine, theirs = ("child", "parent") if parents else ("parent", "child")
     where = f"{mine}_name = {p('name')}::text AND {mine}_id = {p('id')}::uuid"
@@ -69,8 +76,10 @@ def get_edges(q: str, *, parents: bool, after: bool) -> Statement:
 
 
 def claim_flow_pass(q: str) -> Statement:
-    """Take this interval's resolver pass (pg-boss's ``flow_on`` gate on the version row):
-    a row back when this instance has it."""
+    """Take this interval's resolver pass (pg-boss's ``flow_on`` gate on the version row).
+
+    A row back when this instance has it.
+    """
     return claim_interval(q, "flow_on")
 
 
@@ -94,8 +103,11 @@ def _locked_children(q: str) -> str:
 
 
 def _unblock(q: str) -> str:
-    """Those children counted down, and released at zero (``start_after`` moved up to
-    the release, so their wait counts from when they could first run)."""
+    """Those children counted down, and released at zero.
+
+    Release moves ``start_after`` up to the release, so their wait counts from when they
+    could first run.
+    """
     left = "GREATEST(j.pending_dependencies - c.n, 0)"
     return (
         f"UPDATE {q}.job j SET pending_dependencies = {left}, blocked = {left} > 0,"
@@ -117,9 +129,11 @@ def _edges(q: str, parents: str) -> str:
 
 @lru_cache(maxsize=64)
 def resolve_flow_batch(q: str, table: str, *, skip_locked: bool) -> Statement:
-    """One batch of the resolver in one statement (MutationStrategy.CTE): parents taken,
-    children counted down and released, parents' ``blocking`` cleared; ``resolved``:
-    how many parents (a full batch means there may be more)."""
+    """One batch of the resolver in one statement (MutationStrategy.CTE).
+
+    Parents taken, children counted down and released, parents' ``blocking`` cleared;
+    ``resolved``: how many parents (a full batch means there may be more).
+    """
     p = Params()
     return p.statement(
         f"WITH parents AS ({_parents(q, table, p, skip_locked)}), {_edges(q, 'parents')},"
@@ -139,8 +153,11 @@ def lock_blocking_parents(q: str, table: str, *, skip_locked: bool) -> Statement
 
 @lru_cache(maxsize=16)
 def decrement_dependents(q: str) -> Statement:
-    """The split resolver's second step: the children of the parents given (``names``
-    and ``ids``, pairwise) counted down and released at zero."""
+    """The split resolver's second step: the children of the parents given counted down.
+
+    The parents are given as ``names`` and ``ids``, pairwise; their children are counted
+    down and released at zero.
+    """
     p = Params()
     parents = f"unnest({p('names')}::text[], {p('ids')}::uuid[]) AS parents(name, id)"
     return p.statement(f"WITH {_edges(q, parents)}, {_locked_children(q)} {_unblock(q)}")

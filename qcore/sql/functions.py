@@ -1,6 +1,8 @@
-"""The schema's PL/pgSQL functions: the clock every statement reads, the helpers that
-retarget a command to a queue's table, and ``create_queue`` / ``delete_queue`` for both
-shapes (pg-boss calls them too, so their signatures are pg-boss's).
+"""The schema's PL/pgSQL functions: the clock, the retargeting helpers, queue create/delete.
+
+The clock every statement reads, the helpers that retarget a command to a queue's table,
+and ``create_queue`` / ``delete_queue`` for both shapes (pg-boss calls them too, so their
+signatures are pg-boss's).
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ def job_now(q: str, ahead_seconds: float = 0.0) -> str:
 
 
 def set_clock(q: str, ahead_seconds: float) -> str:
-    """Make the schema's clock (``job_now()``, which every qcore and pg-boss statement
-    reads) run ``ahead_seconds`` ahead of the server's (0: back to the server's): the
-    controllable clock of tests that are about time."""
+    """Make the schema's clock run ``ahead_seconds`` ahead of the server's (0: back to it).
+
+    The schema's clock is ``job_now()``, which every qcore and pg-boss statement reads;
+    0 sets it back to the server's. The controllable clock of tests that are about time.
+    """
     return job_now(q, ahead_seconds)
 
 
@@ -146,11 +150,13 @@ def _queue_values(q: str, *, partition: str, table: str, notify: str) -> str:
 def partition_commands(
     backend: Backend, schema: str, without: frozenset[int] = frozenset(), table: str | None = None
 ) -> tuple[list[tuple[str | None, str]], dict[str, list[tuple[str | None, str]]]]:
-    """Commands (for job_table_format) that give a fresh copy of ``job`` its key,
-    constraints and indexes (but the index numbers in ``without``): the ones every
+    """Commands (for job_table_format) that give a fresh copy of ``job`` its key and the rest.
+
+    Its key, constraints and indexes (but the index numbers in ``without``): the ones every
     partition gets, and the extra ones per policy. Each comes with the name of the
     constraint it adds (``{table}`` for the table's name), ``None`` for an index. With
-    ``table``, the commands as ``job_table_format`` retargets them to that job table."""
+    ``table``, the commands as ``job_table_format`` retargets them to that job table.
+    """
     q = quote(schema)
     ref = f"{q}.job" if table is None else f"{q}.{quote(table)}"
     constraints = job_constraint_defs(backend, q)

@@ -1,5 +1,6 @@
-"""SQL for the instance registry: pg-boss's ``instance`` table, one row per ``Boss``
-object, written by the object itself at start(), on each heartbeat and at stop().
+"""SQL for the instance registry: pg-boss's ``instance`` table, one row per ``Boss`` object.
+
+Each row is written by the object itself at start(), on each heartbeat and at stop().
 
 The rows mean what pg-boss's mean, so a fleet of both lists together: live while not
 stopped and heard from within ``INSTANCE_QUIET_BEATS`` heartbeats; deleted once the
@@ -115,8 +116,11 @@ def _upsert(q: str, p: Params, started_on: str, on_conflict: str) -> str:
 
 @lru_cache(maxsize=16)
 def register_instance(q: str) -> Statement:
-    """Write this instance's row as new (a restart after stop() reads as a new life: a
-    new ``started_on``, not stopped, no crash restarts yet). Row: ``started_on``."""
+    """Write this instance's row as new. Row: ``started_on``.
+
+    A restart after stop() reads as a new life: a new ``started_on``, not stopped, no
+    crash restarts yet.
+    """
     p = Params()
     replaced = [c for c in _WRITTEN if c != "id"] + ["application_name", "started_on"]
     sets = [f"{c} = EXCLUDED.{c}" for c in replaced if c not in _BEAT]
@@ -128,8 +132,11 @@ def register_instance(q: str) -> Statement:
 
 @lru_cache(maxsize=16)
 def heartbeat_instance(q: str) -> Statement:
-    """Refresh the row's pool, workers, metrics and heartbeat; a row pruned meanwhile
-    (a process asleep past the retention) comes back with the ``started_on`` it had."""
+    """Refresh the row's pool, workers, metrics and heartbeat.
+
+    A row pruned meanwhile (a process asleep past the retention) comes back with the
+    ``started_on`` it had.
+    """
     p = Params()
     sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in _BEAT)
     return p.statement(_upsert(q, p, f"{p('started_on')}::timestamptz", sets))
@@ -143,10 +150,12 @@ def stop_instance(q: str) -> Statement:
 
 
 def _prune_dead(q: str, where: str, keep: int, skip_locked: bool) -> str:
-    """Delete the dead rows ``where`` selects past the ``keep`` newest (by start), ranked
-    before they are locked; with ``skip_locked`` (where the engine has it) locked with
-    SKIP LOCKED, so two prunes at once neither deadlock nor delete a row the other's
-    ranking kept (without it, the second prune waits and finds the rows gone)."""
+    """Delete the dead rows ``where`` selects past the ``keep`` newest (by start).
+
+    They are ranked before they are locked; with ``skip_locked`` (where the engine has it)
+    locked with SKIP LOCKED, so two prunes at once neither deadlock nor delete a row the
+    other's ranking kept (without it, the second prune waits and finds the rows gone).
+    """
     lock = " FOR UPDATE SKIP LOCKED" if skip_locked else ""
     return (
         f"DELETE FROM {q}.instance WHERE id IN (SELECT id FROM {q}.instance WHERE id IN"
@@ -158,8 +167,10 @@ def _prune_dead(q: str, where: str, keep: int, skip_locked: bool) -> str:
 
 @lru_cache(maxsize=16)
 def prune_instance_lives(q: str, *, skip_locked: bool) -> Statement:
-    """After a registration: the dead rows of the same name (same host, unnamed) past the
-    ``INSTANCE_DEAD_KEPT_PER_NAME`` newest."""
+    """After a registration: the dead rows of the same name past the newest kept.
+
+    Same name (same host, unnamed), past the ``INSTANCE_DEAD_KEPT_PER_NAME`` newest.
+    """
     p = Params()
     mine = (
         f"id <> {p('id')}::uuid AND (CASE WHEN {p('name')}::text IS NULL"
@@ -176,8 +187,10 @@ def trim_dead_instances(q: str, *, skip_locked: bool) -> Statement:
 
 @lru_cache(maxsize=16)
 def delete_old_instances(q: str) -> Statement:
-    """Maintenance: rows whose heartbeat has not moved for ``INSTANCE_RETENTION_DAYS``
-    (a live row never qualifies: its heartbeat keeps moving)."""
+    """Maintenance: rows whose heartbeat has not moved for ``INSTANCE_RETENTION_DAYS``.
+
+    A live row never qualifies: its heartbeat keeps moving.
+    """
     return Params().statement(
         f"DELETE FROM {q}.instance"
         f" WHERE heartbeat_on < {_now(q)} - interval '{INSTANCE_RETENTION_DAYS} days'"
@@ -185,9 +198,12 @@ def delete_old_instances(q: str) -> Statement:
 
 
 def _crash_streak(q: str, p: Params) -> str:
-    """The CTEs of this instance's name and host: ``slot``, the lives before this one
-    that were not heard from after it started (neither siblings still beating nor
-    another ``Boss`` of this process); ``streak``, those after the last one stopped."""
+    """The CTEs ``slot`` and ``streak`` of this instance's name and host.
+
+    ``slot``, the lives before this one that were not heard from after it started
+    (neither siblings still beating nor another ``Boss`` of this process); ``streak``,
+    those after the last one stopped.
+    """
     return (
         f"me AS (SELECT id, started_on FROM {q}.instance WHERE id = {p('id')}::uuid),"
         f" slot AS (SELECT i.* FROM {q}.instance i, me WHERE i.id <> me.id"
@@ -203,8 +219,10 @@ def _crash_streak(q: str, p: Params) -> str:
 
 
 def _crashed(q: str, p: Params) -> str:
-    """A life of the streak that ended: quiet, or of this pid from before this process
-    started (a container restart reuses pid 1)."""
+    """A life of the streak that ended: quiet, or of this pid from before this process started.
+
+    A container restart reuses pid 1.
+    """
     return (
         f"({_quiet(q)} OR (pid = {p('pid')}::int"
         f" AND heartbeat_on < {p('process_start')}::timestamptz))"
@@ -213,9 +231,12 @@ def _crashed(q: str, p: Params) -> str:
 
 @lru_cache(maxsize=16)
 def count_crash_restarts(q: str) -> Statement:
-    """Number the crashed lives of the streak from the earliest kept (whose count stands
-    for any pruned before it) and write each later life's count and this instance's,
-    so the counts stay exact as the pruning moves past the earliest rows."""
+    """Number the crashed lives of the streak and write each later life's count and this one's.
+
+    Numbered from the earliest kept (whose count stands for any pruned before it); each
+    later life's count and this instance's are written, so the counts stay exact as the
+    pruning moves past the earliest rows.
+    """
     p = Params()
     sql = (
         f"WITH {_crash_streak(q, p)},"
@@ -236,8 +257,10 @@ def count_crash_restarts(q: str) -> Statement:
 
 @lru_cache(maxsize=16)
 def crash_recount_at(q: str) -> Statement:
-    """When the lives this count could not judge yet (still reading live) go quiet: the
-    registry counts again then. Row ``recount_at``, NULL when there are none."""
+    """When the lives this count could not judge yet (still reading live) go quiet.
+
+    The registry counts again then. Row ``recount_at``, NULL when there are none.
+    """
     p = Params()
     sql = (
         f"WITH {_crash_streak(q, p)} SELECT max(heartbeat_on + heartbeat_seconds"
@@ -251,11 +274,14 @@ def crash_recount_at(q: str) -> Statement:
 def get_instances(
     q: str, *, after: bool = False, offset: bool = False, keys: bool = True
 ) -> Statement:
-    """The rows, oldest start first, at most ``limit``, each with ``live``, ``total`` (the
-    registry's row count) and, for a keyed server, its ``instance_key``, ``paused`` and
-    ``jobs_processed`` (``keys=False``: the schema has no key table, an install pg-boss
-    made that qcore never migrated); with ``after``, those past the row of the instance
-    id ``after``; with ``offset``, after the first ``offset`` rows."""
+    """The rows, oldest start first, at most ``limit``, each with ``live`` and ``total``.
+
+    ``total`` is the registry's row count; for a keyed server, each also has its
+    ``instance_key``, ``paused`` and ``jobs_processed`` (``keys=False``: the schema has no
+    key table, an install pg-boss made that qcore never migrated); with ``after``, those
+    past the row of the instance id ``after``; with ``offset``, after the first ``offset``
+    rows.
+    """
     p = Params()
     where = ""
     if after:
@@ -304,9 +330,11 @@ def _keys(q: str) -> str:
 
 
 def create_instance_key_table(schema: str) -> DDL:
-    """qcore's instance keys: whether each is paused (and since when), and when a server
-    with it was last seen (its instance's id). Idempotent (skipped where it exists), on
-    every backend."""
+    """qcore's instance keys: whether each is paused, and when a server with it was last seen.
+
+    Paused (and since when); last seen (its instance's id). Idempotent (skipped where it
+    exists), on every backend.
+    """
     return DDL(
         f"CREATE TABLE IF NOT EXISTS {quote(schema)}.{quote(INSTANCE_KEY_TABLE)} ("
         " instance_key text PRIMARY KEY,"
@@ -334,8 +362,10 @@ def add_jobs_processed_column(schema: str) -> DDL:
 
 @lru_cache(maxsize=16)
 def beat_instance_key(q: str) -> Statement:
-    """A keyed server's heartbeat: its key seen now by instance ``id``, which claimed
-    ``claimed`` jobs since its last beat. Row ``paused``."""
+    """A keyed server's heartbeat: its key seen now by instance ``id``. Row ``paused``.
+
+    The server claimed ``claimed`` jobs since its last beat.
+    """
     p = Params()
     return p.statement(
         f"INSERT INTO {_keys(q)} AS k (instance_key, seen_on, instance_id, jobs_processed)"
@@ -349,8 +379,11 @@ def beat_instance_key(q: str) -> Statement:
 
 @lru_cache(maxsize=16)
 def set_instance_paused(q: str, *, create: bool) -> Statement:
-    """Pause (``paused`` true) or resume the server with ``key``; with ``create``, a key
-    never seen is paused ahead of its server. Rows: the key changed (none: unknown)."""
+    """Pause (``paused`` true) or resume the server with ``key``.
+
+    With ``create``, a key never seen is paused ahead of its server. Rows: the key changed
+    (none: unknown).
+    """
     p = Params()
     if create:
         sql = (
@@ -369,8 +402,10 @@ def set_instance_paused(q: str, *, create: bool) -> Statement:
 
 @lru_cache(maxsize=16)
 def remove_instance_key(q: str) -> Statement:
-    """Forget ``key`` unless a server with it was seen within ``minutes``. Row:
-    ``found`` (the key exists), ``seen_minutes_ago``, ``removed``."""
+    """Forget ``key`` unless a server with it was seen within ``minutes``.
+
+    Row: ``found`` (the key exists), ``seen_minutes_ago``, ``removed``.
+    """
     p = Params()
     return p.statement(
         f"WITH k AS (SELECT instance_key, seen_on FROM {_keys(q)}"
