@@ -19,7 +19,17 @@ from typing import Any
 #: a claim's column holding ``data`` as JSON text (see :meth:`Job.from_row`)
 LAZY_DATA_COLUMN = "data_text"
 
-__all__ = ["LAZY_DATA_COLUMN", "POLICIES", "CommandResult", "Job", "JobState", "Policy", "Queue"]
+__all__ = [
+    "LAZY_DATA_COLUMN",
+    "POLICIES",
+    "CommandResult",
+    "DeadLetterOrigin",
+    "Failure",
+    "Job",
+    "JobState",
+    "Policy",
+    "Queue",
+]
 
 
 class JobState(str, enum.Enum):
@@ -239,7 +249,11 @@ _REQUIRED_FIELDS = frozenset(f.name for f in fields(Job) if f.default is MISSING
 
 @dataclass(frozen=True, slots=True)
 class Queue:
-    """A queue's settings and the counts the monitor caches on its row."""
+    """A queue's settings and its counts.
+
+    The counts are those the monitor caches on the queue's row (``counted_on`` says when),
+    or counted at the read (``live=True``).
+    """
 
     name: str
     policy: str
@@ -273,6 +287,11 @@ class Queue:
     #: the ready counts of the last stats passes, newest first (at most 60)
     ready_history: list[int] | None = field(default=None, compare=False)
 
+    #: when the counts were counted: the monitor's last pass (None: never counted yet),
+    #: or the read itself for a live read (``get_queue(..., live=True)``)
+    counted_on: dt.datetime | None = field(default=None, compare=False)
+    #: how old the counts were when read, in seconds on the schema's clock (0 when live)
+    counts_age_seconds: float | None = field(default=None, compare=False)
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Queue:
         """A queue from a row of the queue table (named as there)."""
@@ -282,6 +301,7 @@ class Queue:
 
 _QUEUE_FIELD = {
     "expire_seconds": "expire_in_seconds",
+    "monitor_on": "counted_on",
     "deletion_seconds": "delete_after_seconds",
     "warning_queued": "warning_queue_size",
 }
@@ -400,3 +420,94 @@ class EditResult:
     ids: list[uuid.UUID]
     updated: int
     inserted: int
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why a job failed, as its ``output`` says.
+
+    An exception qcore stored (``{"name", "message", "stack"}``), pg-boss's serialised
+    ``Error`` (the same keys), the monitor's ``{"value": {"message": ...}}`` for an expiry,
+    or any other value, shown whole as ``message``.
+    """
+
+    message: str
+    #: the error's type (``RuntimeError``), when the output names one
+    name: str | None = None
+    #: the traceback (Python's, or a JavaScript stack), when the output holds one
+    stack: str | None = None
+
+    @property
+    def title(self) -> str:
+        """The error in one line: its type and message."""
+        return f"{self.name}: {self.message}" if self.name else self.message
+
+    @classmethod
+    def of(cls, output: Any) -> Failure | None:
+        """The failure ``output`` describes; None for no output."""
+        if output is None:
+            return None
+        found = output
+        if isinstance(found, dict) and set(found) == {"value"}:
+            found = found["value"]
+        if isinstance(found, dict) and isinstance(found.get("message"), str):
+            stack, name = found.get("stack"), found.get("name")
+            return cls(
+                found["message"],
+                name if isinstance(name, str) else None,
+                stack if isinstance(stack, str) else None,
+            )
+        if isinstance(found, str):
+            return cls(found)
+        return cls(json.dumps(found, default=str, ensure_ascii=False))
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterOrigin:
+    """Where a job of a dead letter queue came from, and why that job died.
+
+    ``queue`` and ``id`` name the job that failed (its copy's ``source_name`` and
+    ``source_id``); ``failure`` is its last error (the copy's ``source_output``);
+    ``attempts`` how many times it ran (its ``retry_count`` + 1); ``retry_limit`` the
+    retries it was allowed, from the failed job when it is still kept, else from its
+    queue's current setting (None when neither is there); ``kept``: the failed job is
+    still there to look at.
+    """
+
+    queue: str
+    id: uuid.UUID
+    failure: Failure | None
+    attempts: int | None
+    retry_limit: int | None
+    kept: bool
+
+    @property
+    def allowed(self) -> int | None:
+        """How many runs the failed job was allowed (its retry limit + 1)."""
+        return None if self.retry_limit is None else self.retry_limit + 1
+
+    @classmethod
+    def of(
+        cls, job: Job, source: Job | None = None, queue: Queue | None = None
+    ) -> DeadLetterOrigin | None:
+        """The origin of ``job``, a dead letter copy (None for any other job).
+
+        ``source``: the failed job, if still kept; ``queue``: its queue, if it exists.
+        """
+        if job.source_name is None or job.source_id is None:
+            return None
+        output = job.source_output
+        if output is None and source is not None:
+            output = source.output
+        limit = source.retry_limit if source is not None else None
+        if limit is None and queue is not None:
+            limit = queue.retry_limit
+        count = job.source_retry_count
+        return cls(
+            queue=job.source_name,
+            id=job.source_id,
+            failure=Failure.of(output),
+            attempts=None if count is None else count + 1,
+            retry_limit=limit,
+            kept=source is not None,
+        )

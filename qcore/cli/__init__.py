@@ -1,7 +1,8 @@
 """The ``qcore`` command line, one module per command or family.
 
 The modules are ``demo``, ``work``, ``instances``, ``jobs`` for the queue and job
-commands, ``schema`` for version, create, migrate and plans, ``doctor``, ``metrics``,
+commands, ``queue`` for one queue (show, create, update, delete), ``schema`` for
+version, create, migrate and plans, ``doctor``, ``metrics``,
 ``dashboard``; each gives its arguments (``add_parser``) and its run (``run(args) ->
 exit status``).
 
@@ -15,7 +16,7 @@ import argparse
 import sys
 
 from qcore._version import __version__
-from qcore.cli import dashboard, demo, doctor, instances, jobs, metrics, schema, work
+from qcore.cli import dashboard, demo, doctor, instances, jobs, metrics, queue, schema, work
 
 __all__ = ["main"]
 
@@ -24,9 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="qcore", description="qcore: a job queue on PostgreSQL")
     parser.add_argument("--version", action="version", version=f"qcore {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in (demo, work, instances, jobs, schema, doctor, metrics, dashboard):
+    for command in (demo, work, instances, jobs, queue, schema, doctor, metrics, dashboard):
         command.add_parser(commands)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(queue.with_show(sys.argv[1:] if argv is None else argv))
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2

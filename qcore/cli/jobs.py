@@ -1,9 +1,10 @@
 """The operator's queue and job commands:
 
-- ``qcore queues``: each queue's policy, its counts at the last monitor pass and how
-  long its oldest ready job had waited;
+- ``qcore queues``: each queue's policy, its counts (counted now, not the monitor's
+  cached ones) and how long its oldest ready job has waited;
 - ``qcore jobs QUEUE [--state STATE ...] [--limit N]``: a queue's jobs, oldest first;
-- ``qcore job QUEUE ID``: one job, every field;
+- ``qcore job QUEUE ID``: one job, every field; for a job of a dead letter queue also
+  the job it is a copy of, how often that ran and its last error with the traceback;
 - ``qcore retry|cancel|resume|delete QUEUE ID...``: the job commands;
 - ``qcore purge QUEUE --state queued|stored|all --yes``: delete a queue's jobs.
 
@@ -25,8 +26,8 @@ from typing import Any
 from qcore.boss import Boss
 from qcore.cli.connection import Target, add_database_arguments, observer, run_command
 from qcore.cli.table import format_table, print_json
-from qcore.errors import QcoreError
-from qcore.job import Job, JobState, Queue
+from qcore.errors import QcoreError, QueueNotFoundError
+from qcore.job import DeadLetterOrigin, Job, JobState, Queue
 
 __all__ = ["add_parser"]
 
@@ -125,7 +126,7 @@ def _queue_row(queue: Queue) -> tuple[str, ...]:
 
 
 async def _queues(boss: Boss, args: argparse.Namespace) -> None:
-    found = await boss.get_queues()
+    found = await boss.get_queues(live=True)
     if args.json:
         print_json([dataclasses.asdict(q) for q in found])
     else:
@@ -162,11 +163,63 @@ async def _job(boss: Boss, args: argparse.Namespace) -> None:
     if job is None:
         raise _NotFound(f"queue {args.queue!r} holds no job {args.id}")
     fields = _fields(job)
+    origin = await dead_letter_origin(boss, job)
     if args.json:
+        if origin is not None:
+            fields["dead_letter_of"] = _origin_fields(origin)
         print_json(fields)
-    else:
-        rows = [(k, _text(v)) for k, v in fields.items()]
-        print(format_table(("field", "value"), rows))
+        return
+    rows = [(k, _text(v)) for k, v in fields.items()]
+    print(format_table(("field", "value"), rows))
+    if origin is not None:
+        print()
+        print(_origin_text(origin))
+
+
+async def dead_letter_origin(boss: Boss, job: Job) -> DeadLetterOrigin | None:
+    """Where ``job`` came from when it is a dead letter copy (None otherwise).
+
+    The failed job is read when it is still kept, else its queue's retry limit.
+    """
+    if job.source_name is None or job.source_id is None:
+        return None
+    try:
+        source = await boss.get_job_by_id(job.source_name, job.source_id)
+    except QueueNotFoundError:  # the source queue is gone, and its jobs with it
+        return DeadLetterOrigin.of(job)
+    queue = None if source is not None else await boss.get_queue(job.source_name)
+    return DeadLetterOrigin.of(job, source, queue)
+
+
+def _origin_fields(origin: DeadLetterOrigin) -> dict[str, Any]:
+    failure = origin.failure
+    return {
+        "queue": origin.queue,
+        "id": str(origin.id),
+        "kept": origin.kept,
+        "attempts": origin.attempts,
+        "retry_limit": origin.retry_limit,
+        "name": failure.name if failure else None,
+        "message": failure.message if failure else None,
+        "stack": failure.stack if failure else None,
+    }
+
+
+def _origin_text(origin: DeadLetterOrigin) -> str:
+    """The dead letter copy's origin for people: the failed job, its runs, its error."""
+    kept = "" if origin.kept else " (no longer kept)"
+    allowed = "-" if origin.allowed is None else str(origin.allowed)
+    runs = "-" if origin.attempts is None else f"{origin.attempts} of {allowed}"
+    failure = origin.failure
+    rows = [
+        ("dead letter of", f"{origin.queue} {origin.id}{kept}"),
+        ("attempts", runs),
+        ("last error", failure.title if failure else "-"),
+    ]
+    text = format_table(("died", ""), rows)
+    if failure is not None and failure.stack:
+        text += "\n\n" + failure.stack.rstrip()
+    return text
 
 
 class _NotFound(QcoreError):

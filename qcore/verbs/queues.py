@@ -21,7 +21,13 @@ from qcore.db import Database, Json
 from qcore.errors import DatabaseError, QueueNotFoundError, ValidationError
 from qcore.identifiers import quote
 from qcore.job import Policy, Queue
-from qcore.options import QueueOptions, queue_name, queue_options, queue_options_json
+from qcore.options import (
+    QueueOptions,
+    check_flag,
+    queue_name,
+    queue_options,
+    queue_options_json,
+)
 from qcore.sql import queues as sql
 
 __all__ = [
@@ -135,8 +141,8 @@ async def update_queue(ctx: Context, name: str, **options: Unpack[QueueOptions])
     await retry.transaction(ctx, work)
 
 
-async def _read_queue(ctx: Context, name: str) -> Queue | None:
-    statement = sql.get_queues(ctx.q, by_name=True)
+async def _read_queue(ctx: Context, name: str, *, live: bool = False) -> Queue | None:
+    statement = (sql.get_queues_live if live else sql.get_queues)(ctx.q, by_name=True)
     rows = await retry.run(ctx, statement, names=[name])
     return Queue.from_row(rows[0]) if rows else None
 
@@ -155,19 +161,30 @@ async def queue_route(ctx: Context, name: str) -> QueueRoute:
     return route
 
 
-async def get_queue(ctx: Context, name: str) -> Queue | None:
-    """A queue's settings and cached counts; None if there is no such queue."""
+async def get_queue(ctx: Context, name: str, *, live: bool = False) -> Queue | None:
+    """A queue's settings and counts; None if there is no such queue.
+
+    The counts are those the monitor cached (``counted_on``, ``counts_age_seconds`` say
+    how old), or with ``live`` counted now from its jobs (a scan of them).
+    """
     queue_name(name)
-    return await _read_queue(ctx, name)
+    return await _read_queue(ctx, name, live=check_flag("live", live))
 
 
-async def get_queues(ctx: Context, names: list[str] | None = None) -> list[Queue]:
-    """Every queue, or those in ``names`` (a list of queue names), ordered by name."""
+async def get_queues(
+    ctx: Context, names: list[str] | None = None, *, live: bool = False
+) -> list[Queue]:
+    """Every queue, or those in ``names`` (a list of queue names), ordered by name.
+
+    Their counts as :func:`get_queue` gives them (``live``: counted now, a scan of every
+    job of those queues).
+    """
     if names is not None:
         if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)):
             raise ValidationError(f"names must be a list of queue names, got {names!r:.80}")
         names = [queue_name(n) for n in names]
-    statement = sql.get_queues(ctx.q, by_name=names is not None)
+    read = sql.get_queues_live if check_flag("live", live) else sql.get_queues
+    statement = read(ctx.q, by_name=names is not None)
     rows = await retry.run(ctx, statement, names=names)
     return [Queue.from_row(r) for r in rows]
 

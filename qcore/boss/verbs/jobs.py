@@ -71,16 +71,18 @@ class QueueAndJobVerbs:
         await queue_ops.delete_queue(self.context(db), name)
 
     @verb()
-    async def get_queue(self: BossParts, name: str, *, db: Any = None) -> Queue | None:
-        """A queue's settings and cached counts, or None."""
-        return await queue_ops.get_queue(self.context(db), name)
+    async def get_queue(
+        self: BossParts, name: str, *, live: bool = False, db: Any = None
+    ) -> Queue | None:
+        """A queue's settings and cached counts (``live``: counted now), or None."""
+        return await queue_ops.get_queue(self.context(db), name, live=live)
 
     @verb()
     async def get_queues(
-        self: BossParts, names: list[str] | None = None, *, db: Any = None
+        self: BossParts, names: list[str] | None = None, *, live: bool = False, db: Any = None
     ) -> list[Queue]:
-        """Every queue (or those named), ordered by name."""
-        return await queue_ops.get_queues(self.context(db), names)
+        """Every queue (or those named), ordered by name (``live``: counted now)."""
+        return await queue_ops.get_queues(self.context(db), names, live=live)
 
     @verb()
     async def delete_queued_jobs(self: BossParts, name: str, *, db: Any = None) -> int:
