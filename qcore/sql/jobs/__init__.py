@@ -1,6 +1,8 @@
-"""SQL for the job verbs: send/insert, fetch, complete, fail, cancel, resume, retry,
-delete, touch, the edits (update, redrive) and the job reads; and the monitor's expiry
-batches, which fail jobs exactly as fail does.
+"""SQL for the job verbs, the job reads and the monitor's expiry batches.
+
+The verbs: send/insert, fetch, complete, fail, cancel, resume, retry, delete, touch, the
+edits (update, redrive) and the job reads; and the monitor's expiry batches, which fail
+jobs exactly as fail does.
 
 Every builder is a pure function of the quoted schema (``q``, from
 ``Context.q``) and a few flags; it returns a :class:`Statement` whose

@@ -34,8 +34,9 @@ def fetch_jobs(
     record: bool = False,
     limit: int = 1,
 ) -> Statement:
-    """Claim up to ``limit`` ready jobs of a queue with ``policy`` (in ``table``, see
-    :func:`job_table`): mark them active and return them.
+    """Claim up to ``limit`` ready jobs of a queue with ``policy``: mark them active, return them.
+
+    The jobs are read in ``table`` (see :func:`job_table`).
 
     One statement, built for one policy so the server plans only what that policy
     needs (a queue's policy never changes; the statement checks it). ``skip_locked``
@@ -204,16 +205,21 @@ def fetch_jobs(
 
 
 def claim_queue_columns(q: str, p: Params, affinity: bool, columns: str = "name") -> str:
-    """The columns a claim reads of its queue row: ``columns``, ``notify``, and
-    ``patterned`` with ``affinity``."""
+    """The columns a claim reads of its queue row.
+
+    ``columns``, ``notify``, and ``patterned`` with ``affinity``.
+    """
     columns += ", notify"
     return f"{columns}, {patterned_column(q, p)}" if affinity else columns
 
 
 def claim_extra_columns(p: Params, affinity: bool, keyed: bool) -> str:
-    """The claim rows' columns beyond the job's: ``queue_notify`` (the queue's
-    ``notify``, so a worker learns from its polls whether a NOTIFY would wake it),
-    ``patterned`` (with ``affinity``) and the claiming server's key (``keyed``)."""
+    """The claim rows' columns beyond the job's: ``queue_notify``, ``patterned``, the key.
+
+    ``queue_notify`` (the queue's ``notify``, so a worker learns from its polls whether a
+    NOTIFY would wake it), ``patterned`` (with ``affinity``) and the claiming server's key
+    (``keyed``).
+    """
     extra = ", q.notify AS queue_notify"
     extra += ", q.patterned" if affinity else ""
     if keyed:
@@ -239,11 +245,13 @@ def ready_filter(
     affinity: bool,
     patterned: bool,
 ) -> str:
-    """The ``AND ...`` conditions a ready job ``j`` of the queue meets beyond being
-    queued and unblocked: due, within the priority bounds, allowed by the policy
-    (see :func:`fetch_jobs`), not of an ignored group, and with ``affinity`` the
+    """The ``AND ...`` conditions a ready job ``j`` of the queue meets beyond being queued.
+
+    Beyond being queued and unblocked: due, within the priority bounds, allowed by the
+    policy (see :func:`fetch_jobs`), not of an ignored group, and with ``affinity`` the
     branch's :func:`~qcore.sql.affinity.affinity_condition` (the claim's queue row
-    ``q`` has ``patterned``)."""
+    ``q`` has ``patterned``).
+    """
     now = job_now(q)
     due = "" if ignore_start_after else f" AND j.start_after <= {now}"
     bounds = ""
@@ -283,8 +291,9 @@ SAVED_CLAIM_PLAN_SWITCH = f"qcore.saved_{CLAIM_PLAN_SWITCH}"
 
 @lru_cache(maxsize=2)
 def pin_claim_plan(*, keep: bool = False) -> Statement:
-    """Keep the claim that follows, in the same transaction, on the fetch index's order
-    whatever the statistics say: PostgreSQL-family planners only (Capabilities.
+    """Keep the claim that follows, in the same transaction, on the fetch index's order.
+
+    Whatever the statistics say: PostgreSQL-family planners only (Capabilities.
     planner_settings). A queue filled since its table was last analyzed looks, to the
     planner, like a handful of rows; below the batch size, a bitmap scan of every
     ready row plus a sort of them costs less, on paper, than the index read in order
@@ -293,7 +302,8 @@ def pin_claim_plan(*, keep: bool = False) -> Statement:
     or a sequential scan plus a sort, so the ordered read wins at any estimate, and the
     plan costs nothing extra (no disabled node is left in it, which would also wake
     JIT compilation). ``keep``: first save the caller's value, for :func:`unpin_claim_plan`
-    to put back in a transaction that goes on after the claim."""
+    to put back in a transaction that goes on after the claim.
+    """
     switch, saved = CLAIM_PLAN_SWITCH, SAVED_CLAIM_PLAN_SWITCH
     keeping = f"set_config('{saved}', current_setting('{switch}'), true), " if keep else ""
     return Statement(f"SELECT {keeping}set_config('{switch}', 'off', true) AS pinned")

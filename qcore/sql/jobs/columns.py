@@ -1,6 +1,9 @@
-"""What every job statement shares: the job table's columns (in table order, with their
-recordset types), the claim's columns, pg-boss's job defaults, and the small clauses
-(queue guard, table choice, targets) the builders compose."""
+"""What every job statement shares: columns, pg-boss's job defaults and the small clauses.
+
+The job table's columns (in table order, with their recordset types), the claim's
+columns, pg-boss's job defaults, and the small clauses (queue guard, table choice,
+targets) the builders compose.
+"""
 
 from __future__ import annotations
 
@@ -79,8 +82,10 @@ def job_now(q: str) -> str:
 
 
 def job_ended(q: str) -> str:
-    """The schema's clock at this statement, for a job settled in the transaction that
-    claimed it (``job_now()`` is the transaction's start, when the job started)."""
+    """The schema's clock at this statement, for a job settled in the transaction that claimed it.
+
+    ``job_now()`` is the transaction's start, when the job started.
+    """
     return f"({job_now(q)} + (statement_timestamp() - now()))"
 
 
@@ -89,8 +94,10 @@ ATTEMPT_COUNT = "CASE WHEN j.started_on IS NULL THEN j.retry_count ELSE j.retry_
 
 
 def held_as_running(q: str) -> dict[str, str]:
-    """How a locked claim's row ``j`` (still queued) reads as the job running: the
-    columns a claim would set, with their values."""
+    """How a locked claim's row ``j`` (still queued) reads as the job running.
+
+    The columns a claim would set, with their values.
+    """
     now = job_now(q)
     return {
         "state": f"'active'::{q}.job_state",
@@ -113,9 +120,12 @@ def returning_columns(
     lazy_data: bool = False,
     values: Mapping[str, str] | None = None,
 ) -> str:
-    """``alias.col, ...``; with ``lazy_data`` the payload comes as its JSON text
-    (``data_text``), which :class:`qcore.job.Job` decodes only when ``data`` is read;
-    ``values`` gives some columns as expressions instead."""
+    """``alias.col, ...``, the payload optionally as JSON text, some columns as expressions.
+
+    With ``lazy_data`` the payload comes as its JSON text (``data_text``), which
+    :class:`qcore.job.Job` decodes only when ``data`` is read; ``values`` gives some
+    columns as expressions instead.
+    """
     values = values or {}
 
     def one(c: str) -> str:
@@ -129,18 +139,22 @@ def returning_columns(
 
 
 def in_state(alias: str, state: str) -> str:
-    """``alias`` is in ``state``, compared as text, for the commands on jobs by id: so
-    they reach their jobs by primary key whatever the table's statistics. Written
+    """``alias`` is in ``state``, compared as text, for the commands on jobs by id.
+
+    So they reach their jobs by primary key whatever the table's statistics. Written
     ``state = '...'`` the condition leads into the partial index i14 (name, state, ...),
     which a planner that counts few jobs in that state (statistics older than a burst
     of claims or failures) prefers, reading every job of the queue in that state per
-    command: 14 ms to complete 10 jobs at 100,000 active, linear in them."""
+    command: 14 ms to complete 10 jobs at 100,000 active, linear in them.
+    """
     return f"{alias}.state::text = '{state}'"
 
 
 def among_ids(p: Params, alias: str) -> str:
-    """``alias`` is one of the jobs ``ids`` (written after the queue's name test, so
-    ``queue`` is a statement's first parameter and ``ids`` its second).
+    """``alias`` is one of the jobs ``ids``.
+
+    Written after the queue's name test, so ``queue`` is a statement's first parameter
+    and ``ids`` its second.
 
     The ids come through ``ARRAY(SELECT unnest(...))``, which the planner cannot see into:
     it costs a custom plan as it costs the generic one (ten ids), so a prepared command
@@ -152,8 +166,11 @@ def among_ids(p: Params, alias: str) -> str:
 
 
 def target_jobs(p: Params, alias: str, fenced: bool) -> str:
-    """The jobs a command acts on: the queue's jobs among ``ids``; with ``fenced``, those
-    given as a Job only while still active in the attempt they were fetched in."""
+    """The jobs a command acts on: the queue's jobs among ``ids``.
+
+    With ``fenced``, those given as a Job only while still active in the attempt they
+    were fetched in.
+    """
     where = f"{alias}.name = {p('queue')}::text AND {among_ids(p, alias)}"
     if fenced:
         where += (
@@ -168,8 +185,10 @@ def target_jobs(p: Params, alias: str, fenced: bool) -> str:
 def queue_cte(
     q: str, p: Params, columns: str = "name", table: str | None = None, policy: bool = False
 ) -> str:
-    """``q``: the queue's row, only while it still has ``policy`` (a parameter) and
-    ``table`` when the statement was built for them."""
+    """``q``: the queue's row, only while it still has the ``policy`` and ``table`` built for.
+
+    ``policy`` is a parameter; ``table`` counts when the statement was built for them.
+    """
     where = f"name = {p('queue')}::text"
     if policy:
         where += f" AND policy = {p('policy')}::text"
@@ -177,23 +196,30 @@ def queue_cte(
 
 
 def job_table(q: str, table: str | None) -> str:
-    """The table a statement addresses: the queue's own physical job table when the
-    caller knows it (as pg-boss does: no partition routing, no other partition
-    planned or locked), else ``job`` (partitioned: PostgreSQL routes by name)."""
+    """The table a statement addresses: the queue's own job table when known, else ``job``.
+
+    The queue's own physical job table when the caller knows it (as pg-boss does: no
+    partition routing, no other partition planned or locked), else ``job``
+    (partitioned: PostgreSQL routes by name).
+    """
     return f"{q}.{quote(table)}" if table else f"{q}.job"
 
 
 def table_check(p: Params, table: str | None, alias: str = "") -> str:
-    """With a known table: the queue row must still name it (else the statement finds
-    no queue, and the caller reads the route again)."""
+    """With a known table: the queue row must still name it.
+
+    Else the statement finds no queue, and the caller reads the route again.
+    """
     return f" AND {alias}table_name = {p('table')}::text" if table else ""
 
 
 def settling_command(q: str, p: Params, mutation: str, table: str | None = None) -> str:
-    """A command CTE returning ``id`` wrapped in the queue guard, for the settles of every
-    batch: one row ``queue, settled``, ``settled`` NULL when the command changed every
-    job of ``ids`` (the usual case, so a batch's ids are not sent back), else the ids it
-    changed; no row when the queue is gone."""
+    """A command CTE returning ``id`` wrapped in the queue guard, for the settles of every batch.
+
+    One row ``queue, settled``, ``settled`` NULL when the command changed every job of
+    ``ids`` (the usual case, so a batch's ids are not sent back), else the ids it
+    changed; no row when the queue is gone.
+    """
     every = f"cardinality({p('ids')}::uuid[])"
     return (
         f"WITH {queue_cte(q, p, table=table)}, done AS ({mutation})"

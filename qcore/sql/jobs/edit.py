@@ -1,5 +1,8 @@
-"""Editing queued jobs in place (``update``, ``upsert``'s update) and moving jobs out
-of a dead letter queue (``redrive``)."""
+"""Editing queued jobs in place and moving jobs out of a dead letter queue.
+
+Editing in place: ``update``, ``upsert``'s update; moving out of a dead letter queue:
+``redrive``.
+"""
 
 from __future__ import annotations
 
@@ -44,12 +47,13 @@ def update_jobs(
     notify: bool = False,
     table: str | None = None,
 ) -> Statement:
-    """Set ``fields`` (keys of an update record, the JSON object ``job``) on the queue's
-    queued jobs (created or retry) with id ``id``, or with singleton key ``key``
-    (``by_key``: the newest, the oldest or ``all`` of them). Columns not given keep
-    their value; a new start moves ``keep_until`` with it (by the job's retention
-    window, or by ``retention_seconds`` when given), so a job pulled forward or pushed
-    back is never deleted early.
+    """Set ``fields`` on the queue's queued jobs with id ``id`` or with singleton key ``key``.
+
+    ``fields`` are keys of an update record, the JSON object ``job``; queued jobs are
+    created or retry; by key (``by_key``): the newest, the oldest or ``all`` of them.
+    Columns not given keep their value; a new start moves ``keep_until`` with it (by the
+    job's retention window, or by ``retention_seconds`` when given), so a job pulled
+    forward or pushed back is never deleted early.
 
     Same on every backend: one UPDATE, which checks the state again on the row it
     locked (a worker may claim a target between the read and the write; such a job is
@@ -122,10 +126,12 @@ _REDRIVE_COLUMNS = (
 
 
 def _redrive_values(q: str, new_id: str, destination: bool, p: Params) -> str:
-    """A redriven job from its dead letter row ``m`` and its destination queue ``d``: a
-    fresh job (new id, created, no attempts, no output) with the destination queue's
+    """A redriven job from its dead letter row ``m`` and its destination queue ``d``.
+
+    A fresh job (new id, created, no attempts, no output) with the destination queue's
     settings as they are now, keeping what identifies the job (data, priority, key,
-    group) and the root of its dead letter chain."""
+    group) and the root of its dead letter chain.
+    """
     now = job_now(q)
     into = f"{p('destination')}::text" if destination else "m.source_name"
     return (
@@ -138,11 +144,13 @@ def _redrive_values(q: str, new_id: str, destination: bool, p: Params) -> str:
 
 
 def _redrive_where(q: str, p: Params, filters: frozenset[str], destination: bool) -> str:
-    """The dead letter jobs a redrive moves: queued (a job the dead letter queue's own
-    worker has taken stays), narrowed by the ``filters`` given, routable (a
-    ``destination``, or a source queue that still exists), and not behind a
-    key_strict_fifo job of the same key that holds its key (it waits, as a fetch
-    would)."""
+    """The dead letter jobs a redrive moves: queued, filtered, routable and not held back.
+
+    Queued (a job the dead letter queue's own worker has taken stays), narrowed by the
+    ``filters`` given, routable (a ``destination``, or a source queue that still
+    exists), and not behind a key_strict_fifo job of the same key that holds its key (it
+    waits, as a fetch would).
+    """
     into = f"{p('destination')}::text" if destination else "j.source_name"
     where = [
         f"j.name = {p('queue')}::text",
@@ -178,9 +186,11 @@ _NOT_REDRIVEN = (
 
 
 def _failable(q: str, table: str | None, refused: str) -> str:
-    """Of the refused rows (``refused``: a predicate on ``m.id``), those that may be
-    failed in place: all but, of two key_strict_fifo jobs of one key, the younger (two
-    failed jobs of one key would break that policy's index; the younger waits)."""
+    """Of the refused rows (``refused``: a predicate on ``m.id``), those that may be failed.
+
+    Failed in place: all but, of two key_strict_fifo jobs of one key, the younger (two
+    failed jobs of one key would break that policy's index; the younger waits).
+    """
     return (
         "(j.policy IS DISTINCT FROM 'key_strict_fifo' OR j.singleton_key IS NULL OR j.id IN ("
         f"SELECT DISTINCT ON (m.singleton_key) m.id FROM {job_table(q, table)} m"
@@ -198,14 +208,16 @@ def redrive_jobs(
     skip_locked: bool = True,
     table: str | None = None,
 ) -> Statement:
-    """Move up to ``limit`` jobs, oldest first, out of the dead letter queue ``queue``:
-    each is created again, fresh, in its source queue (or ``destination``) and deleted
+    """Move up to ``limit`` jobs, oldest first, out of the dead letter queue ``queue``.
+
+    Each is created again, fresh, in its source queue (or ``destination``) and deleted
     here. One whose destination's policy refuses it (ON CONFLICT: a key already held)
     is failed in place with the reason. One statement of data-modifying CTEs (each
     candidate gets its new id up front, so the insert's RETURNING says which were
     created); engines without such CTEs on one table run :func:`redrive_candidates`,
     :func:`insert_redriven`, a delete and :func:`fail_not_redriven` in one transaction.
-    Row: ``moved``."""
+    Row: ``moved``.
+    """
     p = Params()
     jobs = job_table(q, table)
     lock = "FOR UPDATE OF j SKIP LOCKED" if skip_locked else "FOR UPDATE OF j"
@@ -243,8 +255,10 @@ def redrive_jobs(
 def redrive_candidates(
     q: str, filters: frozenset[str], *, destination: bool, table: str | None = None
 ) -> Statement:
-    """The split redrive's first step: lock the jobs :func:`redrive_jobs` would move
-    (same predicate, order and limit) and give each its new id. Rows ``id, new_id``."""
+    """The split redrive's first step: lock the jobs :func:`redrive_jobs` would move.
+
+    Same predicate, order and limit; each gets its new id. Rows ``id, new_id``.
+    """
     p = Params()
     sql = (
         f"SELECT j.id, gen_random_uuid() AS new_id FROM {job_table(q, table)} j"
@@ -256,8 +270,10 @@ def redrive_candidates(
 
 @lru_cache(maxsize=16)
 def insert_redriven(q: str, *, destination: bool, table: str | None = None) -> Statement:
-    """The split redrive's second step: create the candidates ``ids`` again with their
-    ``new_ids`` (same order). Rows: the ``id`` of each job created."""
+    """The split redrive's second step: create the candidates ``ids`` again.
+
+    With their ``new_ids`` (same order). Rows: the ``id`` of each job created.
+    """
     p = Params()
     into = f"{p('destination')}::text" if destination else "m.source_name"
     sql = (
@@ -273,8 +289,10 @@ def insert_redriven(q: str, *, destination: bool, table: str | None = None) -> S
 
 @lru_cache(maxsize=16)
 def fail_not_redriven(q: str, *, destination: bool, table: str | None = None) -> Statement:
-    """The split redrive's last step: fail in place the candidates ``ids`` that were not
-    created again, with the reason (see :func:`redrive_jobs`)."""
+    """The split redrive's last step: fail in place the candidates that were not created again.
+
+    The candidates are ``ids``; each is failed with the reason (see :func:`redrive_jobs`).
+    """
     p = Params()
     into = f"{p('destination')}::text" if destination else "j.source_name"
     refused = f"m.name = {p('queue')}::text AND m.id = ANY({p('ids')}::uuid[])"

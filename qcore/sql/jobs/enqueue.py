@@ -1,5 +1,8 @@
-"""Queueing jobs: ``send`` (one) and ``insert`` (a batch), each job inheriting the
-queue's options where it gives none, a policy index deciding what is dropped."""
+"""Queueing jobs: ``send`` (one) and ``insert`` (a batch).
+
+Each job inherits the queue's options where it gives none, and a policy index decides
+what is dropped.
+"""
 
 from __future__ import annotations
 
@@ -24,10 +27,12 @@ from qcore.sql.jobs.columns import (
 
 
 def _new_job(q: str, *, next_slot: bool, created_on: str) -> tuple[str, dict[str, str]]:
-    """A new job's column values from a send record ``r`` and its queue's row ``q``:
-    the ``start_after`` expression (given to the row as ``t.start_after``) and
-    every column's expression. ``next_slot`` is debounce's second attempt: the
-    next throttle slot, starting about a second after that slot begins."""
+    """A new job's column values from a send record ``r`` and its queue's row ``q``.
+
+    The ``start_after`` expression (given to the row as ``t.start_after``) and every
+    column's expression. ``next_slot`` is debounce's second attempt: the next throttle
+    slot, starting about a second after that slot begins.
+    """
     now = job_now(q)
     epoch = f"extract(epoch FROM {now})::float8"
     if next_slot:

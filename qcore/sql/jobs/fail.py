@@ -1,5 +1,8 @@
-"""Failing jobs: retry with backoff while retries are left, else failed with a copy to
-the dead letter queue; and expiry, the monitor's failing of jobs past their time."""
+"""Failing jobs: retry with backoff, else failed with a dead letter copy; and expiry.
+
+Retry with backoff while retries are left, else failed with a copy to the dead letter
+queue; and expiry, the monitor's failing of jobs past their time.
+"""
 
 from __future__ import annotations
 
@@ -42,17 +45,22 @@ MAX_RETRY_DELAY_SECONDS = 2**31 - 1
 
 
 def _capped(seconds: str) -> str:
-    """A delay in seconds, never above :data:`MAX_RETRY_DELAY_SECONDS` (a NULL delay
-    gives the cap: LEAST ignores NULLs)."""
+    """A delay in seconds, never above :data:`MAX_RETRY_DELAY_SECONDS`.
+
+    A NULL delay gives the cap: LEAST ignores NULLs.
+    """
     return f"LEAST({seconds}, {MAX_RETRY_DELAY_SECONDS}::float8)"
 
 
 def _retry_delay(alias: str) -> str:
-    """Seconds until a failed attempt runs again: retry_delay, or with retry_backoff a
-    random delay in [d*2^k, d*2^(k+1)) for attempt k (exponent at most 16, d at least 1),
-    capped by retry_delay_max (LEAST ignores a NULL cap), and whatever the row holds by
-    :data:`MAX_RETRY_DELAY_SECONDS`. The exponent is bounded before the increment, so
-    not even a retry_count at the integer maximum can overflow it."""
+    """Seconds until a failed attempt runs again: retry_delay, or a capped random backoff.
+
+    retry_delay, or with retry_backoff a random delay in [d*2^k, d*2^(k+1)) for attempt k
+    (exponent at most 16, d at least 1), capped by retry_delay_max (LEAST ignores a NULL
+    cap), and whatever the row holds by :data:`MAX_RETRY_DELAY_SECONDS`. The exponent is
+    bounded before the increment, so not even a retry_count at the integer maximum can
+    overflow it.
+    """
     a = alias
     exp = f"2 ^ (LEAST(15, {a}.retry_count) + 1)"
     return _capped(
@@ -63,8 +71,10 @@ def _retry_delay(alias: str) -> str:
 
 
 def _failed_copy(q: str, src: str, output: str, now: str | None = None) -> dict[str, str]:
-    """A deleted job inserted again as failed: completed now (``now``: the clock, by
-    default ``job_now()``), everything else kept."""
+    """A deleted job inserted again as failed, everything else kept.
+
+    Completed now (``now``: the clock, by default ``job_now()``), everything else kept.
+    """
     values = {c: f"{src}.{c}" for c in REINSERT_COLUMNS}
     values.update(
         state=f"'failed'::{q}.job_state",
@@ -78,9 +88,11 @@ def _failed_copy(q: str, src: str, output: str, now: str | None = None) -> dict[
 def _dead_letter_copy(
     q: str, src: str, dlq: str, output: str, now: str | None = None
 ) -> dict[str, str]:
-    """A new job in the dead letter queue ``dlq`` for the failed job ``src``: its payload,
-    the dead letter queue's settings, and ``source_*`` saying where it came from. Columns
-    pg-boss leaves at their defaults are given those defaults."""
+    """A new job in the dead letter queue ``dlq`` for the failed job ``src``.
+
+    Its payload, the dead letter queue's settings, and ``source_*`` saying where it came
+    from. Columns pg-boss leaves at their defaults are given those defaults.
+    """
     now = now or job_now(q)
     return {
         "id": "gen_random_uuid()",
@@ -129,13 +141,15 @@ def _insert(q: str, values: Mapping[str, str]) -> str:
 def fail_removed_ctes(
     q: str, p: Params, output: str, terminal: bool = False, now: str | None = None
 ) -> str:
-    """The CTEs that fail the jobs a preceding ``removed`` CTE deleted (``RETURNING j.*``):
-    each is inserted again with the same id as retry (after its delay) or, out of retries,
+    """The CTEs that fail the jobs a preceding ``removed`` CTE deleted (``RETURNING j.*``).
+
+    Each is inserted again with the same id as retry (after its delay) or, out of retries,
     as failed; a re-insert a policy index refuses becomes failed too; every failed job
     with an existing dead letter queue gets a copy there. Ends with ``settled``: the ids
     inserted again. Shared by :func:`fail_jobs` and :func:`expire_jobs`. ``terminal``:
     no job is retried, whatever its retries left (each is failed and dead-lettered).
-    ``now``: the clock the failure is stamped with (by default ``job_now()``)."""
+    ``now``: the clock the failure is stamped with (by default ``job_now()``).
+    """
     now = now or job_now(q)
     left = "false" if terminal else "x.retry_count < x.retry_limit"
     spent = "true" if terminal else "x.retry_count = x.retry_limit"
@@ -174,9 +188,10 @@ settled AS (SELECT id FROM again UNION ALL SELECT id FROM refused)"""
 
 @lru_cache(maxsize=8)
 def fail_jobs(q: str, *, fenced: bool = False, terminal: bool = False) -> Statement:
-    """Fail jobs in one statement (MutationStrategy.CTE): delete them, then fail what was
-    deleted as :func:`fail_removed_ctes` does (retry, failed, dead letter copy; with
-    ``terminal`` failed and dead-lettered without a retry).
+    """Fail jobs in one statement (MutationStrategy.CTE): delete them, then fail what was deleted.
+
+    What was deleted is failed as :func:`fail_removed_ctes` does (retry, failed, dead
+    letter copy; with ``terminal`` failed and dead-lettered without a retry).
 
     Rows ``queue, id``: the ids of the jobs inserted again (retry or failed).
     """
@@ -192,9 +207,11 @@ SELECT q.name AS queue, settled.id FROM q LEFT JOIN settled ON true"""
 
 
 def _expired(q: str, p: Params, alias: str, heartbeat: bool) -> str:
-    """Active jobs of the queues ``names`` past their expiry (``expire_seconds`` after
-    they started) or, with ``heartbeat``, whose heartbeat is older than
-    ``heartbeat_seconds``."""
+    """Active jobs of the queues ``names`` past their expiry or, with ``heartbeat``, silent.
+
+    Past their expiry: ``expire_seconds`` after they started; with ``heartbeat``, those
+    whose heartbeat is older than ``heartbeat_seconds``.
+    """
     a, now = alias, job_now(q)
     where = f"{a}.name = ANY({p('names')}::text[]) AND {a}.state = 'active'"
     if heartbeat:
@@ -206,9 +223,11 @@ def _expired(q: str, p: Params, alias: str, heartbeat: bool) -> str:
 
 
 def _expired_batch(q: str, p: Params, table: str, heartbeat: bool) -> str:
-    """At most ``limit`` expired jobs of one physical job table, unordered (nothing
-    indexes the predicate, and a failed job no longer matches it, so the next batch
-    cannot pick it again)."""
+    """At most ``limit`` expired jobs of one physical job table, unordered.
+
+    Nothing indexes the predicate, and a failed job no longer matches it, so the next
+    batch cannot pick it again.
+    """
     return (
         f"SELECT e.name, e.id FROM {q}.{quote(table)} e"
         f" WHERE {_expired(q, p, 'e', heartbeat)} LIMIT {p('limit')}::int"
@@ -217,11 +236,12 @@ def _expired_batch(q: str, p: Params, table: str, heartbeat: bool) -> str:
 
 @lru_cache(maxsize=64)
 def expire_jobs(q: str, table: str, *, heartbeat: bool = False) -> Statement:
-    """One expiry batch in one statement (MutationStrategy.CTE): pick at most ``limit``
-    expired jobs of the queues ``names`` in the physical job table ``table``
-    (``job_common``, ``j<hash>`` or ``job``), delete those still expired (the predicate
-    is checked again, so a job settled meanwhile is left alone) and fail them with
-    ``output`` as :func:`fail_jobs` fails jobs.
+    """One expiry batch in one statement (MutationStrategy.CTE): pick, delete and fail.
+
+    Pick at most ``limit`` expired jobs of the queues ``names`` in the physical job table
+    ``table`` (``job_common``, ``j<hash>`` or ``job``), delete those still expired (the
+    predicate is checked again, so a job settled meanwhile is left alone) and fail them
+    with ``output`` as :func:`fail_jobs` fails jobs.
 
     One row: ``picked`` (the batch was full when it equals ``limit``), ``failed``.
     """
@@ -240,10 +260,12 @@ SELECT (SELECT count(*) FROM picked)::int AS picked,
 
 @lru_cache(maxsize=64)
 def expire_remove(q: str, table: str, *, heartbeat: bool = False) -> Statement:
-    """Split expiry, step 1 (MutationStrategy.SPLIT): delete at most ``limit`` expired
-    jobs of the queues ``names`` in ``table`` and return them whole; the client then
+    """Split expiry, step 1 (MutationStrategy.SPLIT): delete expired jobs and return them whole.
+
+    At most ``limit`` expired jobs of the queues ``names`` in ``table``; the client then
     fails them as a split fail does (:func:`fail_reinsert_retry`,
-    :func:`fail_reinsert_failed`). Rows: every job column."""
+    :func:`fail_reinsert_failed`). Rows: every job column.
+    """
     p = Params()
     sql = (
         f"DELETE FROM {q}.{quote(table)} j WHERE (j.name, j.id) IN"
@@ -255,9 +277,11 @@ def expire_remove(q: str, table: str, *, heartbeat: bool = False) -> Statement:
 
 @lru_cache(maxsize=8)
 def fail_remove(q: str, *, fenced: bool = False) -> Statement:
-    """Split fail, step 1 (MutationStrategy.SPLIT, one table mutation per statement):
-    delete the jobs to fail and return them whole, so the client can decide each one's
-    fate and insert it again. Rows ``queue, <every job column>``."""
+    """Split fail, step 1 (MutationStrategy.SPLIT): delete the jobs to fail, return them whole.
+
+    One table mutation per statement; returning them whole lets the client decide each
+    one's fate and insert it again. Rows ``queue, <every job column>``.
+    """
     p = Params()
     mutation = (
         f"DELETE FROM {q}.job j WHERE {target_jobs(p, 'j', fenced)} AND j.state < 'completed'"
@@ -274,10 +298,11 @@ def _row_columns(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 @lru_cache(maxsize=8)
 def fail_reinsert_retry(q: str) -> Statement:
-    """Split fail, step 2: insert the jobs with retries left again as retry, each
-    ``delay`` seconds (computed by the client, capped here as the one-statement fail
-    caps it) from now; a row a policy index refuses is skipped. Rows: the ids
-    inserted."""
+    """Split fail, step 2: insert the jobs with retries left again as retry.
+
+    Each ``delay`` seconds (computed by the client, capped here as the one-statement fail
+    caps it) from now; a row a policy index refuses is skipped. Rows: the ids inserted.
+    """
     p = Params()
     values = {c: f"r.{c}" for c in REINSERT_COLUMNS}
     values.update(
@@ -294,11 +319,13 @@ def fail_reinsert_retry(q: str) -> Statement:
 
 @lru_cache(maxsize=8)
 def fail_reinsert_failed(q: str) -> Statement:
-    """Split fail, step 3: insert the jobs out of retries (or refused as retry) again as
-    failed, and a copy of each in its dead letter queue, as one INSERT (one mutation of
-    the job table). A row's ``delay`` moves its start_after as a retry's would (capped
-    the same way; NULL keeps it). Rows ``id, name``: a failed job keeps its queue's
-    name."""
+    """Split fail, step 3: insert the jobs out of retries again as failed, with dead letter copies.
+
+    The jobs out of retries (or refused as retry) go in again as failed, and a copy of
+    each in its dead letter queue, as one INSERT (one mutation of the job table). A row's
+    ``delay`` moves its start_after as a retry's would (capped the same way; NULL keeps
+    it). Rows ``id, name``: a failed job keeps its queue's name.
+    """
     p = Params()
     output = f"{p('output')}::jsonb"
     failed = _failed_copy(q, "r", output)

@@ -1,7 +1,9 @@
-"""Locked claims: jobs locked, not marked, by the claiming transaction, and settled in
-it: the rows are still queued, so each is written once, straight to how it ended.
-Only on SKIP LOCKED engines that take several mutations in one statement (the fail's
-delete and inserts are one CTE)."""
+"""Locked claims: jobs locked, not marked, by the claiming transaction, and settled in it.
+
+The rows are still queued, so each is written once, straight to how it ended. Only on
+SKIP LOCKED engines that take several mutations in one statement (the fail's delete and
+inserts are one CTE).
+"""
 
 from __future__ import annotations
 
@@ -44,17 +46,19 @@ def claim_held(
     keyed: bool = False,
     limit: int = 1,
 ) -> Statement:
-    """A locked claim: lock up to ``limit`` ready jobs of the queue, in the fetch
-    index's order, as ``fetch_jobs`` picks them (the same ``spec``; no policy that
-    counts active jobs) and return them unchanged but read as running (this attempt
-    counted; with ``include_metadata`` active and started now). They stay queued,
-    held by this transaction until :func:`complete_held` or :func:`fail_held` settles
-    them or its end releases them. The statement also bounds the transaction's idle
-    time to the queue's expiry plus ``hold_grace`` seconds (``held_for``, in ms), so
-    the server frees the jobs of a client that froze. Rows come in index order
-    (ties unordered); no row when the queue is gone, one of NULLs when none is ready.
-    ``affinity``, ``patterned`` and ``keyed`` as in ``fetch_jobs`` (a keyed claim always records its
-    key: the held transaction commits it with the settle, or rolls it back)."""
+    """A locked claim: lock up to ``limit`` ready jobs of the queue and return them as running.
+
+    In the fetch index's order, as ``fetch_jobs`` picks them (the same ``spec``; no
+    policy that counts active jobs), returned unchanged but read as running (this
+    attempt counted; with ``include_metadata`` active and started now). They stay
+    queued, held by this transaction until :func:`complete_held` or :func:`fail_held`
+    settles them or its end releases them. The statement also bounds the transaction's
+    idle time to the queue's expiry plus ``hold_grace`` seconds (``held_for``, in ms),
+    so the server frees the jobs of a client that froze. Rows come in index order (ties
+    unordered); no row when the queue is gone, one of NULLs when none is ready.
+    ``affinity``, ``patterned`` and ``keyed`` as in ``fetch_jobs`` (a keyed claim always
+    records its key: the held transaction commits it with the settle, or rolls it back).
+    """
     if policy in ("singleton", "stately"):
         raise ValueError(f"the {policy} policy counts active jobs: no locked claim")
     p = Params()
@@ -99,8 +103,10 @@ SELECT c.*, q.held_for{extra} FROM q LEFT JOIN candidates c ON true"""
 
 @lru_cache(maxsize=1)
 def hold_longer() -> Statement:
-    """Raise the held transaction's idle limit to ``ms`` (a batch holding a job whose own
-    expiry is longer than its queue's)."""
+    """Raise the held transaction's idle limit to ``ms``.
+
+    For a batch holding a job whose own expiry is longer than its queue's.
+    """
     p = Params()
     sql = (
         "SELECT set_config('idle_in_transaction_session_timeout',"
@@ -110,17 +116,22 @@ def hold_longer() -> Statement:
 
 
 def _held(p: Params) -> str:
-    """The jobs a held settle may touch: the queue's, among ``ids``, still queued (the
-    claiming transaction holds their locks, so nobody else has moved them)."""
+    """The jobs a held settle may touch: the queue's, among ``ids``, still queued.
+
+    The claiming transaction holds their locks, so nobody else has moved them.
+    """
     return f"j.name = {p('queue')}::text AND {among_ids(p, 'j')} AND j.state < 'active'"
 
 
 @lru_cache(maxsize=256)
 def complete_held(q: str, *, table: str | None = None) -> Statement:
-    """Complete held jobs with ``output``: started when the transaction began (the
-    claim), the attempt counted as a claim counts it, completed at this statement.
-    One UPDATE of the queue's own ``table`` (see ``job_table``); its row as
-    :func:`settling_command`'s (the transaction holds the jobs: all are completed)."""
+    """Complete held jobs with ``output``, in one UPDATE of the queue's own ``table``.
+
+    Started when the transaction began (the claim), the attempt counted as a claim counts
+    it, completed at this statement. One UPDATE of the queue's own ``table`` (see
+    ``job_table``); its row as :func:`settling_command`'s (the transaction holds the jobs:
+    all are completed).
+    """
     p = Params()
     now = job_now(q)
     mutation = (
@@ -133,10 +144,12 @@ def complete_held(q: str, *, table: str | None = None) -> Statement:
 
 @lru_cache(maxsize=1)
 def lock_released(q: str) -> Statement:
-    """Lock again, in a transaction of its own, the jobs of a locked claim whose
-    transaction rolled back: those still queued and not taken meanwhile by another
-    claim (SKIP LOCKED: a job another worker holds is that worker's now), for
-    :func:`fail_held`. Rows ``id``."""
+    """Lock again, in a transaction of its own, the jobs of a rolled-back locked claim.
+
+    The jobs of a locked claim whose transaction rolled back: those still queued and not
+    taken meanwhile by another claim (SKIP LOCKED: a job another worker holds is that
+    worker's now), for :func:`fail_held`. Rows ``id``.
+    """
     p = Params()
     sql = f"SELECT j.id FROM {q}.job j WHERE {_held(p)} ORDER BY j.id FOR UPDATE OF j SKIP LOCKED"
     return p.statement(sql)
@@ -144,10 +157,11 @@ def lock_released(q: str) -> Statement:
 
 @lru_cache(maxsize=8)
 def fail_held(q: str, *, terminal: bool = False) -> Statement:
-    """Fail held jobs with ``output`` as :func:`qcore.sql.jobs.fail.fail_jobs` fails
-    running ones (retry after the delay, else failed and dead-lettered; ``terminal``:
-    no retry), each first read as the claim would have left it. One statement; rows
-    ``queue, id``."""
+    """Fail held jobs with ``output`` as :func:`qcore.sql.jobs.fail.fail_jobs` fails running ones.
+
+    Retry after the delay, else failed and dead-lettered; ``terminal``: no retry. Each is
+    first read as the claim would have left it. One statement; rows ``queue, id``.
+    """
     p = Params()
     as_claimed = returning_columns(JOB_COLUMNS, "j", values=held_as_running(q))
     sql = f"""WITH {queue_cte(q, p)},

@@ -11,8 +11,10 @@ from qcore.sql.jobs.columns import JOB_COLUMNS, queue_cte, returning_columns
 
 
 def _attribution(q: str, attributed: bool) -> tuple[str, str]:
-    """With ``attributed`` (qcore's attribution table exists): the column
-    ``processed_on_instance_key`` and its join onto ``j``."""
+    """With ``attributed``: the column ``processed_on_instance_key`` and its join onto ``j``.
+
+    ``attributed``: qcore's attribution table exists.
+    """
     if not attributed:
         return "", ""
     table = f"{q}.{quote(JOB_PROCESSED_TABLE)}"
@@ -47,9 +49,12 @@ def find_jobs(
     limited: bool = False,
     attributed: bool = True,
 ) -> Statement:
-    """A queue's jobs matching an id, a singleton key, data containing a JSON value
-    (``@>``), only queued ones and/or one of ``states`` (text), each with who claimed it;
-    oldest first, at most ``limit`` when ``limited`` (a plain read everywhere)."""
+    """A queue's jobs matching an id, a singleton key or data, each with who claimed it.
+
+    Matching an id, a singleton key, data containing a JSON value (``@>``), only queued
+    ones and/or one of ``states`` (text), each with who claimed it; oldest first, at most
+    ``limit`` when ``limited`` (a plain read everywhere).
+    """
     p = Params()
     column, joined = _attribution(q, attributed)
     conditions = ["j.name = q.name"]
@@ -83,12 +88,15 @@ def browse_jobs(
     by_data: bool = False,
     attributed: bool = True,
 ) -> Statement:
-    """A page of a queue's jobs, newest first, optionally in one of ``states``, with a
-    singleton ``key`` and/or ``data`` containing a JSON value, after the keyset
-    ``(before_created, before_id)`` of the previous page's last job: a walk down
-    ``(name, created_on)`` (``job_i15``, on every job table) that stops at ``limit``,
-    ties on ``created_on`` put in order by id as they come, so a page costs the same on
-    the first page and the thousandth (no OFFSET). A plain read on every backend."""
+    """A page of a queue's jobs, newest first, after the previous page's last job.
+
+    Optionally in one of ``states``, with a singleton ``key`` and/or ``data`` containing a
+    JSON value, after the keyset ``(before_created, before_id)`` of the previous page's
+    last job: a walk down ``(name, created_on)`` (``job_i15``, on every job table) that
+    stops at ``limit``, ties on ``created_on`` put in order by id as they come, so a page
+    costs the same on the first page and the thousandth (no OFFSET). A plain read on
+    every backend.
+    """
     p = Params()
     column, joined = _attribution(q, attributed)
     conditions = [f"j.name = {p('queue')}::text"]

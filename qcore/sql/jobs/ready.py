@@ -10,12 +10,14 @@ from qcore.sql.jobs.columns import job_now
 
 @lru_cache(maxsize=16)
 def ready_queues(q: str) -> Statement:
-    """For each name of ``queues`` (text[]): ``ready``, whether a claim could find a job
-    (queued, unblocked and due; due or not for the names also in ``anytime``, workers
-    that ignore ``start_after``), and the queue's ``notify`` (NULL: no such queue). A
-    name with no queue is ready: its worker's claim then reports the missing queue. A
-    superset of what a claim takes (policies, priority bounds, groups and affinity are
-    left to the claim), so a worker told nothing is ready could not have claimed anything.
+    """For each name of ``queues`` (text[]): ``ready``, whether a claim could find a job.
+
+    Ready: queued, unblocked and due (due or not for the names also in ``anytime``,
+    workers that ignore ``start_after``); and the queue's ``notify`` (NULL: no such
+    queue). A name with no queue is ready: its worker's claim then reports the missing
+    queue. A superset of what a claim takes (policies, priority bounds, groups and
+    affinity are left to the claim), so a worker told nothing is ready could not have
+    claimed anything.
 
     Same text on every backend: one read, no lock and no write. Each queue's look is
     ordered as the fetch index is and stops at its first row, so it reads that index

@@ -34,8 +34,10 @@ def complete_jobs(
 def complete_update(
     q: str, p: Params, *, fenced: bool, include_queued: bool = False, table: str | None
 ) -> str:
-    """The UPDATE of :func:`complete_jobs` (also the settling half of the worker's
-    settle-and-claim statement): the targeted jobs completed with ``output``; their ids."""
+    """The UPDATE of :func:`complete_jobs`: the targeted jobs completed with ``output``.
+
+    Also the settling half of the worker's settle-and-claim statement. Rows: their ids.
+    """
     where = target_jobs(p, "j", fenced)  # first: the ids are the leading parameters
     state = "j.state < 'completed'" if include_queued else in_state("j", "active")
     release = ", blocked = false, pending_dependencies = 0" if include_queued else ""
@@ -48,9 +50,11 @@ def complete_update(
 
 @lru_cache(maxsize=256)
 def complete_each(q: str, *, table: str | None = None) -> Statement:
-    """Complete active jobs each with its own output, from the JSON array ``outputs`` of
-    ``{id, output}`` (a per-job results batch: one statement whatever the batch size),
-    fenced as :func:`complete_jobs` is. One UPDATE on every backend."""
+    """Complete active jobs each with its own output, from the JSON array ``outputs``.
+
+    ``outputs`` holds ``{id, output}`` (a per-job results batch: one statement whatever
+    the batch size), fenced as :func:`complete_jobs` is. One UPDATE on every backend.
+    """
     p = Params()
     where = target_jobs(p, "j", True)
     outputs = recordset(p, "outputs", {"id": "uuid", "output": "jsonb"})
@@ -99,8 +103,9 @@ def resume_jobs(q: str, *, table: str | None = None) -> Statement:
 
 @lru_cache(maxsize=256)
 def retry_jobs(q: str, *, notify: bool = False, table: str | None = None) -> Statement:
-    """Give failed jobs one more attempt: back to retry with retry_limit + 1, unless it is
-    the integer's largest value already (one UPDATE).
+    """Give failed jobs one more attempt: back to retry with retry_limit + 1 (one UPDATE).
+
+    Unless retry_limit is the integer's largest value already.
 
     ``notify`` (where LISTEN/NOTIFY exists) also sends pg_notify(channel, queue) in
     the same statement when the queue has ``notify`` and a retried job is ready now, so
@@ -147,10 +152,12 @@ def delete_jobs(q: str, *, fenced: bool = False, table: str | None = None) -> St
 
 @lru_cache(maxsize=256)
 def restore_jobs(q: str, *, fenced: bool = False, table: str | None = None) -> Statement:
-    """Hand active jobs back unstarted: created, with no ``started_on``, so the next claim
-    does not count an attempt (pg-boss's restore, which a worker over its local group
-    limit uses; one UPDATE on every backend). Only active jobs, fenced on the attempts
-    given, so a claim that lapsed cannot hand back another worker's."""
+    """Hand active jobs back unstarted: created, with no ``started_on``.
+
+    So the next claim does not count an attempt (pg-boss's restore, which a worker over
+    its local group limit uses; one UPDATE on every backend). Only active jobs, fenced on
+    the attempts given, so a claim that lapsed cannot hand back another worker's.
+    """
     p = Params()
     mutation = (
         f"UPDATE {job_table(q, table)} j SET state = 'created', started_on = NULL,"

@@ -1,5 +1,4 @@
-"""A claim's options, checked once: the :class:`FetchSpec` that claim verbs and claim
-builders share.
+"""A claim's options, checked once: the :class:`FetchSpec` that claim verbs and builders share.
 
 A worker builds its spec when it is created; a one-off ``fetch``, ``complete_and_fetch``
 or ``locked_fetch`` at the top of the call. Past that point nothing checks the options
@@ -18,8 +17,10 @@ from qcore.options import GroupLimits, fetch_options
 
 @dataclass(frozen=True, slots=True)
 class FetchSpec:
-    """What a claim takes and how (``fetch``'s options, checked); build it with
-    :meth:`of`, which raises what ``fetch`` raises for bad options."""
+    """What a claim takes and how (``fetch``'s options, checked).
+
+    Build it with :meth:`of`, which raises what ``fetch`` raises for bad options.
+    """
 
     batch_size: int = 1
     priority: bool = True
@@ -33,8 +34,10 @@ class FetchSpec:
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> FetchSpec:
-        """The spec of a fetch's options (those left out take their defaults), checked:
-        ValidationError naming what is wrong."""
+        """The spec of a fetch's options (those left out take their defaults), checked.
+
+        Raises ValidationError naming what is wrong.
+        """
         return cls(**fetch_options(options))
 
     def sized(self, batch_size: int) -> FetchSpec:
@@ -42,8 +45,10 @@ class FetchSpec:
         return self if batch_size == self.batch_size else replace(self, batch_size=batch_size)
 
     def ignoring(self, groups: Iterable[str]) -> FetchSpec:
-        """This spec also leaving the jobs of ``groups`` (group ids read from jobs, so
-        already checked) to other claimers."""
+        """This spec also leaving the jobs of ``groups`` to other claimers.
+
+        The group ids are read from jobs, so already checked.
+        """
         return replace(self, ignore_groups=(*(self.ignore_groups or ()), *groups))
 
 
