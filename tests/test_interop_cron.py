@@ -9,6 +9,8 @@ import datetime as dt
 import itertools
 from typing import Any
 
+import pytest
+
 from qcore import Boss, cron
 from qcore.context import Context
 from qcore.services.timekeeper import SEND_IT, cron_pass, forward
@@ -155,15 +157,20 @@ def _on_the_test_clock(dsn: str) -> str:
     return f"{dsn}{separator}options=-c%20pgboss.test_clock%3Don"
 
 
+#: the simulated day in halves, each a test of its own, so that the two run side by side
+HALF_DAY_MINUTES = 12 * 60
+
+
+@pytest.mark.parametrize("starts_at_hour", [0, 12], ids=["morning", "evening"])
 async def test_three_qcore_instances_and_pgboss_for_a_simulated_day(
-    pg_dsn: str, shared: Context
+    pg_dsn: str, shared: Context, starts_at_hour: int
 ) -> None:
     """One pg-boss instance on its TestClock and three qcore instances reading that same
-    clock, stepped a minute at a time through a simulated day: pg-boss's timekeeper
-    runs its passes (every 45 s, so that its passes and qcore's, every 30 s, take
-    turns) and its send-it worker within each step, then each qcore instance tries a
-    pass and one of them forwards. Every schedule gets exactly one job per occurrence,
-    in every minute of the day."""
+    clock, stepped a minute at a time through half a simulated day (the other half is the
+    other parameter): pg-boss's timekeeper runs its passes (every 45 s, so that its
+    passes and qcore's, every 30 s, take turns) and its send-it worker within each step,
+    then each qcore instance tries a pass and one of them forwards. Every schedule gets
+    exactly one job per occurrence, in every minute."""
     ctx = shared
     await queues.create_queue(ctx, SEND_IT)
     for name in ("minutely", "five"):
@@ -171,7 +178,7 @@ async def test_three_qcore_instances_and_pgboss_for_a_simulated_day(
     await schedules.schedule(ctx, "minutely", "* * * * *")
     await schedules.schedule(ctx, "five", "*/5 * * * *", key="k")
     tomorrow = dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=1)
-    start = dt.datetime.combine(tomorrow, dt.time(0, 0, 30), dt.timezone.utc)
+    start = dt.datetime.combine(tomorrow, dt.time(starts_at_hour, 0, 30), dt.timezone.utc)
     spec = {
         "connectionString": pg_dsn,
         "schema": ctx.schema_spec,
@@ -188,7 +195,7 @@ async def test_three_qcore_instances_and_pgboss_for_a_simulated_day(
         for boss in fleet:
             await boss.start()
         warned: list[set[Any]] = [set() for _ in fleet]
-        for step in range(24 * 60):
+        for step in range(HALF_DAY_MINUTES):
             await asyncio.to_thread(node.tick, 60_000)
             for boss, seen in zip(fleet, warned, strict=True):
                 done = await cron_pass(boss.context(), None, interval_seconds=30, warned=seen)
@@ -203,12 +210,12 @@ async def test_three_qcore_instances_and_pgboss_for_a_simulated_day(
             await boss.stop()
         errors = await asyncio.to_thread(node.stop)
     assert errors == []
-    assert 0 < claimed < 24 * 60  # qcore took some of the passes, pg-boss the others
+    assert 0 < claimed < HALF_DAY_MINUTES  # qcore took some of the passes, pg-boss the others
     rows = await _send_it_rows(ctx)
     minutes = [r["slot"] for r in rows if r["singleton_key"] == "minutely__"]
     fives = [r["slot"] for r in rows if r["singleton_key"] == "five__k"]
     times = [dt.datetime.strptime(s, "%Y-%m-%d %H:%M:%S") for s in minutes]
-    assert len(minutes) >= 24 * 60 - 1 and len(set(minutes)) == len(minutes)
+    assert len(minutes) >= HALF_DAY_MINUTES - 1 and len(set(minutes)) == len(minutes)
     assert all(b - a == dt.timedelta(minutes=1) for a, b in itertools.pairwise(times))
     assert fives == [m for m in minutes if int(m[14:16]) % 5 == 0]
     # one job sent per occurrence, whichever runtime filed or forwarded it
