@@ -18,7 +18,7 @@ def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[st
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
     assert exit_.value.code == 0
-    assert capsys.readouterr().out.strip() == f"qcore {version('qcore')}"
+    assert capsys.readouterr().out.strip() == f"qcore {version('qcore-queue')}"
 
 
 def test_help_exits_0_and_names_the_commands(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,4 @@
-"""``qcore dashboard``: the web board (``qcore[web]``), served by uvicorn.
+"""``qcore dashboard``: the web board (``qcore-queue[web]``), served by uvicorn.
 
 Listens on 127.0.0.1:8080 by default. Anywhere else it needs credentials:
 ``QCORE_DASHBOARD_TOKEN`` (or ``--token``) or ``QCORE_DASHBOARD_BASIC_AUTH=user:password``
@@ -31,7 +31,7 @@ __all__ = ["add_parser", "run"]
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "dashboard",
-        help="serve the web dashboard (pip install 'qcore[web]')",
+        help="serve the web dashboard (pip install 'qcore-queue[web]')",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
     add_database_arguments(parser)
@@ -77,7 +77,10 @@ def run(args: argparse.Namespace) -> int:
         from qcore.web import combine, create_app
         from qcore.web.security import Access, AllowedHosts, check_bind, is_wildcard
     except ImportError as exc:
-        print(f"qcore dashboard: {exc.name} is missing: pip install 'qcore[web]'", file=sys.stderr)
+        print(
+            f"qcore dashboard: {exc.name} is missing: pip install 'qcore-queue[web]'",
+            file=sys.stderr,
+        )
         return 2
     for option, variable in (("token", "TOKEN"), ("basic_auth", "BASIC_AUTH")):
         if getattr(args, option) is not None:

@@ -1,7 +1,7 @@
 """qcore's conformance kit: the backend-neutral test suite a backend must pass, the
 pytest plugin that runs it once per backend, and the compatibility table it writes.
 
-It is loaded only when asked for (``pip install 'qcore[conformance]'`` for its test
+It is loaded only when asked for (``pip install 'qcore-queue[conformance]'`` for its test
 tools)::
 
     pytest -p qcore.conformance --backend foo [--dsn postgresql://...]

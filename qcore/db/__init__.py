@@ -188,7 +188,7 @@ async def connect(
             from qcore.db.asyncpg import AsyncpgDatabase
         except ImportError as exc:
             raise NotInstalledError(
-                "the asyncpg driver is not installed: pip install 'qcore[asyncpg]'"
+                "the asyncpg driver is not installed: pip install 'qcore-queue[asyncpg]'"
             ) from exc
         return await AsyncpgDatabase.connect(conninfo, max_size=size, timeout=timeout)
     from qcore.db.psycopg import PsycopgDatabase

@@ -15,7 +15,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     from qcore.errors import NotInstalledError
 
     raise NotInstalledError(
-        "the asyncpg driver is not installed: pip install 'qcore[asyncpg]'"
+        "the asyncpg driver is not installed: pip install 'qcore-queue[asyncpg]'"
     ) from exc
 
 from qcore.db._base import Bound, Database, Listener, OnMessage, OnReconnect, Rows

@@ -16,7 +16,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     from qcore.errors import NotInstalledError
 
     raise NotInstalledError(
-        "the psycopg2 driver is not installed: pip install 'qcore[cockroachdb]'"
+        "the psycopg2 driver is not installed: pip install 'qcore-queue[cockroachdb]'"
     ) from exc
 
 from qcore.db._base import Rows

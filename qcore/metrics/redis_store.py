@@ -1,7 +1,7 @@
 """The history in Redis: :class:`RedisMetricsStore`.
 
 It is for teams that keep metrics writes off the queues' own database (extra
-``qcore[redis]``, redis-py's asyncio client).
+``qcore-queue[redis]``, redis-py's asyncio client).
 
 Every key lives under the store's ``prefix`` (default ``qcore:metrics``; on a cluster
 connection wrapped in a hash tag, ``{qcore:metrics}``, unless it holds one already, so
@@ -65,7 +65,7 @@ def _import_redis() -> Any:
         import redis.asyncio as aioredis
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ConfigError(
-            "the Redis metrics store needs redis-py: pip install 'qcore[redis]'"
+            "the Redis metrics store needs redis-py: pip install 'qcore-queue[redis]'"
         ) from exc
     return aioredis
 

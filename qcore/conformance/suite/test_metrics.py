@@ -92,7 +92,7 @@ async def redis_client() -> Any:
     try:
         import redis.asyncio as aioredis
     except ImportError:
-        pytest.skip("redis-py is not installed (pip install 'qcore[redis]')")
+        pytest.skip("redis-py is not installed (pip install 'qcore-queue[redis]')")
     # a generous timeout: a busy week's first write is a long script on a busy machine
     client = aioredis.from_url(REDIS_URL, socket_timeout=120)
     try:
