@@ -18,6 +18,7 @@ a failing install is an error, not a skip.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import hashlib
@@ -245,3 +246,22 @@ def interop_marks() -> list[pytest.MarkDecorator]:
         pytest.mark.postgres,
         pytest.mark.skipif(missing is not None, reason=missing or ""),
     ]
+
+
+def run_actions(dsn: str, ctx: Any, *actions: dict[str, Any]) -> list[Any]:
+    """Run pg-boss actions (after ``start``) on a qcore ``Context``'s schema; each
+    action's result."""
+    results = run_ok(
+        {
+            "connectionString": dsn,
+            "schema": ctx.schema_spec,
+            "migrate": False,
+            "actions": [{"op": "start"}, *actions, {"op": "stop"}],
+        }
+    )
+    return [r.get("result") for r in results[1:-1]]
+
+
+async def in_thread(dsn: str, ctx: Any, *actions: dict[str, Any]) -> list[Any]:
+    """:func:`run_actions` off the event loop."""
+    return await asyncio.to_thread(run_actions, dsn, ctx, *actions)

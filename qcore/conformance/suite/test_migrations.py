@@ -2,7 +2,7 @@
 46 with the index builds queued for BAM, one-step rollback takes 46 back to 45 and
 only that far, and the single-table shape (which no older pg-boss release installed)
 refuses an older version before changing anything. The upgrades from real pg-boss 11
-schemas are proved against pg-boss itself in ``tests/test_interop_upgrades.py``."""
+schemas are proved against pg-boss itself in ``tests/interop/test_upgrades.py``."""
 
 from __future__ import annotations
 

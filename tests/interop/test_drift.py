@@ -15,8 +15,7 @@ from qcore import Boss, backends
 from qcore.context import Context
 from qcore.db import connect
 from qcore.verbs.drift import detect_schema_drift
-from tests.interop.pgboss import interop_marks, run_ok
-from tests.test_interop_jobs import in_thread
+from tests.interop.pgboss import in_thread, interop_marks, run_ok
 
 pytestmark = interop_marks()
 

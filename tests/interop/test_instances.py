@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from qcore import Boss
 from qcore.context import Context
-from tests.interop.pgboss import interop_marks
-from tests.test_interop_jobs import in_thread
+from tests.interop.pgboss import in_thread, interop_marks
 
 pytestmark = interop_marks()
 

@@ -7,8 +7,7 @@ import uuid
 
 from qcore.context import Context
 from qcore.verbs import jobs, pubsub, queues
-from tests.interop.pgboss import interop_marks
-from tests.test_interop_jobs import in_thread
+from tests.interop.pgboss import in_thread, interop_marks
 
 pytestmark = interop_marks()
 

@@ -15,8 +15,7 @@ from qcore import Boss, cron
 from qcore.context import Context
 from qcore.services.timekeeper import SEND_IT, cron_pass, forward
 from qcore.verbs import jobs, queues, schedules
-from tests.interop.pgboss import Stepped, interop_marks
-from tests.test_interop_jobs import in_thread
+from tests.interop.pgboss import Stepped, in_thread, interop_marks
 
 pytestmark = interop_marks()
 

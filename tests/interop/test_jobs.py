@@ -15,26 +15,9 @@ from qcore.context import Context
 from qcore.job import JobState
 from qcore.sql.locks import notify_channel
 from qcore.verbs import jobs, queues
-from tests.interop.pgboss import interop_marks, run_ok
+from tests.interop.pgboss import in_thread, interop_marks
 
 pytestmark = interop_marks()
-
-
-def pgboss(dsn: str, ctx: Context, *actions: dict[str, Any]) -> list[Any]:
-    """Run pg-boss actions (after ``start``) on qcore's schema; each action's result."""
-    results = run_ok(
-        {
-            "connectionString": dsn,
-            "schema": ctx.schema_spec,
-            "migrate": False,
-            "actions": [{"op": "start"}, *actions, {"op": "stop"}],
-        }
-    )
-    return [r.get("result") for r in results[1:-1]]
-
-
-async def in_thread(dsn: str, ctx: Context, *actions: dict[str, Any]) -> list[Any]:
-    return await asyncio.to_thread(pgboss, dsn, ctx, *actions)
 
 
 async def test_pgboss_sends_qcore_works(pg_dsn: str, shared: Context) -> None:

@@ -10,8 +10,7 @@ import collections
 from qcore.context import Context
 from qcore.options import GroupConcurrency
 from qcore.verbs import jobs, queues
-from tests.interop.pgboss import interop_marks
-from tests.test_interop_jobs import in_thread
+from tests.interop.pgboss import in_thread, interop_marks
 
 pytestmark = interop_marks()
 
