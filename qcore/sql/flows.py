@@ -105,7 +105,7 @@ def _locked_children(q: str) -> str:
 def _unblock(q: str) -> str:
     """Those children counted down, and released at zero.
 
-    Release moves ``start_after`` up to the release, so their wait counts from when they
+    ``start_after`` is moved up to the release, so their wait counts from when they
     could first run.
     """
     left = "GREATEST(j.pending_dependencies - c.n, 0)"

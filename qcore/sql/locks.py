@@ -99,15 +99,20 @@ def _bytea_input(text: str) -> bytes:
 
 
 def lock_key(database: str, schema_spec: str, suffix: str = "") -> int:
-    """The advisory lock key pg-boss uses in ``database`` for ``schema_spec`` and ``suffix``,
-    computed here (the same number :func:`lock_key_expression` computes in the server)."""
+    """The advisory lock key pg-boss uses in ``database`` for ``schema_spec`` and ``suffix``.
+
+    Computed here: the same number :func:`lock_key_expression` computes in the server.
+    """
     digest = hashlib.sha224(_bytea_input(database + lock_key_text(schema_spec, suffix))).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
 def lock_key_expression(param: str = "$1") -> str:
-    """A SQL expression computing the key in the server from ``current_database()`` and a
-    text parameter holding :func:`lock_key_text`; same on every engine that has advisory locks."""
+    """A SQL expression computing the key in the server.
+
+    From ``current_database()`` and a text parameter holding :func:`lock_key_text`; same
+    on every engine that has advisory locks.
+    """
     return (
         f"('x' || encode(sha224((current_database() || {param}::text)::bytea), 'hex'))"
         "::bit(64)::bigint"
@@ -122,8 +127,10 @@ advisory_xact_lock = Statement(
 
 
 def set_lock_timeout(seconds: float) -> Statement:
-    """Bound every lock wait of the current transaction (the same on every engine; SET
-    takes no parameters, so the milliseconds are an integer literal)."""
+    """Bound every lock wait of the current transaction (the same on every engine).
+
+    SET takes no parameters, so the milliseconds are an integer literal.
+    """
     millis = max(1, int(seconds * 1000))
     return Statement(f"SET LOCAL lock_timeout = {millis}")
 
@@ -164,8 +171,9 @@ def _lease_table(schema: str) -> str:
 
 @functools.lru_cache(maxsize=16)
 def acquire_lease(schema: str) -> Statement:
-    """Take lease ``name`` for ``holder`` for ``seconds`` if nobody holds it or the
-    holder's lease ran out.
+    """Take lease ``name`` for ``holder`` for ``seconds`` if it is free or ran out.
+
+    Taken if nobody holds it or the holder's lease ran out.
 
     One mutation of one table, so it runs on every engine; a row comes back when the
     lease is ours, none when someone else holds it.
@@ -184,8 +192,10 @@ def acquire_lease(schema: str) -> Statement:
 
 @functools.lru_cache(maxsize=16)
 def renew_lease(schema: str) -> Statement:
-    """Push the expiry of lease ``name`` held by ``holder`` out to ``seconds`` from now;
-    no row back means it was lost."""
+    """Push the expiry of lease ``name`` held by ``holder`` out to ``seconds`` from now.
+
+    No row back means it was lost.
+    """
     p = Params()
     return p.statement(
         f"UPDATE {_lease_table(schema)} SET expires_on = clock_timestamp()"

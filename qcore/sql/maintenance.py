@@ -1,5 +1,7 @@
-"""SQL for maintenance: the per-queue retention claim, the retention walk, and the
-pruning of warnings and queue-stat snapshots.
+"""SQL for maintenance: the retention claim and walk, and the pruning of old rows.
+
+The per-queue retention claim, the retention walk, and the pruning of warnings and
+queue-stat snapshots.
 
 The claim is pg-boss's (``maintain_on`` on the queue row, gated by
 ``maintenanceIntervalSeconds``), so qcore and pg-boss instances on one schema delete
@@ -41,17 +43,21 @@ _RETAINED = "state IN ('completed', 'cancelled')"
 
 
 def claim_maintenance(q: str, *, gated: bool = True, skip_locked: bool = False) -> Statement:
-    """Claim the queues ``names`` for a retention pass (:func:`claim_queues` on
-    ``maintain_on``, pg-boss's deletion claim); ``claimed_on`` is what
-    :func:`release_maintenance` hands back."""
+    """Claim the queues ``names`` for a retention pass.
+
+    :func:`claim_queues` on ``maintain_on``, pg-boss's deletion claim; ``claimed_on`` is
+    what :func:`release_maintenance` hands back.
+    """
     return claim_queues(q, "maintain_on", ("maintain_on",), gated=gated, skip_locked=skip_locked)
 
 
 @lru_cache(maxsize=4)
 def release_maintenance(q: str, *, skip_locked: bool = False) -> Statement:
-    """Hand back the claim on queues ``names`` a pass did not finish (stopped or failed),
-    so the next pass takes them; a claim another instance made since (a different
-    ``claimed_on``) stays."""
+    """Hand back the claim on queues ``names`` a pass did not finish (stopped or failed).
+
+    So the next pass takes them; a claim another instance made since (a different
+    ``claimed_on``) stays.
+    """
     p = Params()
     sql = (
         f"UPDATE {q}.queue SET maintain_on = NULL FROM (SELECT name FROM {q}.queue"
@@ -63,11 +69,13 @@ def release_maintenance(q: str, *, skip_locked: bool = False) -> Statement:
 
 @lru_cache(maxsize=64)
 def retention_batch(q: str, table: str, *, after: bool) -> Statement:
-    """Delete queue ``name``'s jobs past retention among its next ``batch`` primary keys
-    (after the cursor ``after`` when given): finished jobs ``deletion_seconds`` after
-    they finished, and jobs never started once ``keep_until`` has passed. One row:
+    """Delete queue ``name``'s jobs past retention among its next ``batch`` primary keys.
+
+    After the cursor ``after`` when given: finished jobs ``deletion_seconds`` after they
+    finished, and jobs never started once ``keep_until`` has passed. One row:
     ``walk_cursor`` (the batch's last key, null when the queue is done), ``deleted``,
-    and ``deleted_retained`` (of those, how many the queue's ``retained_count`` held)."""
+    and ``deleted_retained`` (of those, how many the queue's ``retained_count`` held).
+    """
     p = Params()
     t = f"{q}.{quote(table)}"
     now = f"{q}.job_now()"
@@ -99,9 +107,11 @@ def retention_batch(q: str, table: str, *, after: bool) -> Statement:
 
 @lru_cache(maxsize=4)
 def reduce_counts(q: str) -> Statement:
-    """Take what a retention walk deleted off queue ``name``'s cached counts at once:
+    """Take what a retention walk deleted off queue ``name``'s cached counts at once.
+
     ``retained`` off ``retained_count`` (when it is counted), ``deleted`` off
-    ``total_count``, as pg-boss does, rather than wait for the next stats pass."""
+    ``total_count``, as pg-boss does, rather than wait for the next stats pass.
+    """
     p = Params()
     sql = (
         f"UPDATE {q}.queue SET retained_count = CASE WHEN retained_count IS NULL THEN NULL"
@@ -125,8 +135,11 @@ def insert_warning(q: str) -> Statement:
 
 @lru_cache(maxsize=8)
 def recent_warnings(q: str, *, paged: bool) -> Statement:
-    """Persisted warnings, newest first, after the keyset ``(before_created, before_id)``
-    of the previous page (``warning_i1`` serves the order; a plain read everywhere)."""
+    """Persisted warnings, newest first, after the keyset ``(before_created, before_id)``.
+
+    The keyset of the previous page (``warning_i1`` serves the order; a plain read
+    everywhere).
+    """
     p = Params()
     where = f" WHERE {before_keyset(p)}" if paged else ""
     sql = (
@@ -149,9 +162,11 @@ def prune_warnings(q: str) -> Statement:
 
 @lru_cache(maxsize=4)
 def prune_queue_stats(q: str) -> Statement:
-    """Delete at most ``batch`` queue-stat snapshots older than ``days`` days, oldest
-    first (the single-table shape, where no daily partition can be dropped). Rows
-    ``deleted``: a full batch means there may be more."""
+    """Delete at most ``batch`` queue-stat snapshots older than ``days`` days, oldest first.
+
+    The single-table shape, where no daily partition can be dropped. Rows ``deleted``: a
+    full batch means there may be more.
+    """
     p = Params()
     sql = (
         f"WITH batch AS (SELECT id FROM {q}.queue_stats"
@@ -178,8 +193,10 @@ def literal(text: str) -> str:
 
 @lru_cache(maxsize=8)
 def ensure_queue_stats_partitions(q: str, schema: str) -> str:
-    """Create the ``queue_stats`` partitions of today and tomorrow on the database clock
-    (UTC days) when missing (the partitioned shape only; one DO block)."""
+    """Create the ``queue_stats`` partitions of today and tomorrow when missing.
+
+    Days on the database clock (UTC days); the partitioned shape only; one DO block.
+    """
     return (
         "DO $qcore$ DECLARE d date; part text; BEGIN"
         " FOR i IN 0..1 LOOP"
@@ -196,8 +213,10 @@ def ensure_queue_stats_partitions(q: str, schema: str) -> str:
 
 @lru_cache(maxsize=8)
 def drop_old_queue_stats_partitions(q: str, schema: str, days: int) -> str:
-    """Drop the daily ``queue_stats`` partitions of days more than ``days`` before today
-    on the database clock (the partitioned shape only; one DO block)."""
+    """Drop the daily ``queue_stats`` partitions of days more than ``days`` before today.
+
+    Days on the database clock; the partitioned shape only; one DO block.
+    """
     return (
         "DO $qcore$ DECLARE r record; part_day date; BEGIN"
         f" FOR r IN {_partitions_of_queue_stats(schema)} LOOP"

@@ -1,5 +1,7 @@
-"""The metrics history's statements: its own tables (never pg-boss's), what it reads
-from the job tables, and the additive writes of a snapshot.
+"""The metrics history's statements: its tables, its job-table reads, its snapshot writes.
+
+Its own tables (never pg-boss's), what it reads from the job tables, and the additive
+writes of a snapshot.
 
 Every table is named ``<prefix><name>`` in the store's schema. A queue key is its
 source's namespace and the queue's name (``pgboss:<schema>:<queue>``; the namespace's
@@ -65,9 +67,11 @@ def _table(schema: str, prefix: str, name: str) -> str:
 
 
 def create_tables(schema: str, prefix: str) -> list[str]:
-    """The store's tables, idempotent (the schema itself is created by the caller if
-    missing). The series columns are ordered so no byte is lost to alignment; counts,
-    like histogram slots, saturate at the ``integer`` maximum per bucket."""
+    """The store's tables, idempotent (the schema itself is created by the caller if missing).
+
+    The series columns are ordered so no byte is lost to alignment; counts, like
+    histogram slots, saturate at the ``integer`` maximum per bucket.
+    """
     meta, series = _table(schema, prefix, "meta"), _table(schema, prefix, "series")
     key, lease = _table(schema, prefix, "key"), _table(schema, prefix, "lease")
     return [
@@ -85,9 +89,12 @@ def create_tables(schema: str, prefix: str) -> list[str]:
 
 
 def _upgrade(schema: str, prefix: str, key: str, columns: str, values: str) -> list[str]:
-    """An older series table to this layout: renamed aside, the tables created, its keys
-    (the expression ``key`` over its rows ``o``) given ids, its rows copied (``values``
-    into ``columns``, grouped by key, tier and bucket), the old table dropped."""
+    """An older series table to this layout: renamed aside, its rows copied, then dropped.
+
+    Renamed aside, the tables created, its keys (the expression ``key`` over its rows
+    ``o``) given ids, its rows copied (``values`` into ``columns``, grouped by key, tier
+    and bucket), the old table dropped.
+    """
     series, keys = _table(schema, prefix, "series"), _table(schema, prefix, "key")
     old = f"{quote(schema)}.{quote(prefix + 'series_old')}"
     return [
@@ -109,15 +116,20 @@ _CAPPED_SUMS = f"least(sum(completed), {_SLOT_MAX}), least(sum(failed), {_SLOT_M
 
 
 def upgrade_from_1(schema: str, prefix: str, namespace: str) -> list[str]:
-    """Layout 1 (a ``namespace`` column, bare queue names, counts only): its rows kept
-    under their source's key prefix ``namespace`` (instead of :func:`create_tables`)."""
+    """Layout 1 (a ``namespace`` column, bare queue names, counts only) to this layout.
+
+    Its rows kept under their source's key prefix ``namespace`` (instead of
+    :func:`create_tables`).
+    """
     literal = "'" + namespace.replace("'", "''") + "'"
     return _upgrade(schema, prefix, f"{literal} || o.queue", "completed, failed", _CAPPED_SUMS)
 
 
 def upgrade_from_2(schema: str, prefix: str) -> list[str]:
-    """Layout 2 (the queue key as text in every row; one row per group, so the
-    aggregates pick it; instead of :func:`create_tables`)."""
+    """Layout 2 (the queue key as text in every row) to this layout.
+
+    One row per group, so the aggregates pick it; instead of :func:`create_tables`.
+    """
     return _upgrade(
         schema,
         prefix,
@@ -151,9 +163,12 @@ def recorded_queues(q: str) -> Statement:
 
 
 def clock(now: str) -> Statement:
-    """The schema's clock (``now``: qcore's ``job_now()``, or ``now()`` in a schema pg-boss
-    installed) as minutes: the first minute not yet closed ``margin`` seconds back (late
-    commits land before it), and the current one."""
+    """The schema's clock as minutes: the first minute not yet closed, and the current one.
+
+    ``now``: qcore's ``job_now()``, or ``now()`` in a schema pg-boss installed. The first
+    minute not yet closed ``margin`` seconds back (late commits land before it), and the
+    current one.
+    """
     p = Params()
     return p.statement(
         f"SELECT floor((extract(epoch FROM {now}) - {p('margin')}) / 60)::bigint"
@@ -175,9 +190,11 @@ def database_minute() -> Statement:
 
 
 def finished_per_minute(q: str) -> Statement:
-    """Completed and failed jobs of one queue per UTC minute of ``completed_on``, for the
-    minutes ``first`` (inclusive) to ``last`` (exclusive); served by ``job_i16``
-    ``(name, completed_on)``."""
+    """Completed and failed jobs of one queue per UTC minute of ``completed_on``.
+
+    For the minutes ``first`` (inclusive) to ``last`` (exclusive); served by ``job_i16``
+    ``(name, completed_on)``.
+    """
     p = Params()
     return p.statement(
         "SELECT floor(extract(epoch FROM completed_on) / 60)::bigint AS minute,"
@@ -191,12 +208,15 @@ def finished_per_minute(q: str) -> Statement:
 
 
 def latency_samples(q: str) -> Statement:
-    """Wait and run times of one queue's jobs finished in each of ``minutes``, counted per
-    histogram slot (``bounds`` in milliseconds): each minute is read in ``slices[i]``
-    equal parts, at most ``per_slice[i]`` jobs from each, in ``completed_on`` order on
-    ``job_i16``, so a sample is spread over the minute and costs the same however busy
-    it was. Wait time counts first attempts only (``retry_count = 0``: a retried job's
-    ``started_on`` is its last attempt's); run time counts every finished job."""
+    """Wait and run times of one queue's jobs finished in each of ``minutes``, per slot.
+
+    Counted per histogram slot (``bounds`` in milliseconds): each minute is read in
+    ``slices[i]`` equal parts, at most ``per_slice[i]`` jobs from each, in
+    ``completed_on`` order on ``job_i16``, so a sample is spread over the minute and
+    costs the same however busy it was. Wait time counts first attempts only
+    (``retry_count = 0``: a retried job's ``started_on`` is its last attempt's); run time
+    counts every finished job.
+    """
     p = Params()
     return p.statement(
         "SELECT m.minute, s.metric, width_bucket(s.ms, "
@@ -220,10 +240,12 @@ def latency_samples(q: str) -> Statement:
 
 
 def oldest_waiting(q: str, now: str) -> Statement:
-    """Per queue of ``queues``, seconds since the oldest waiting job was created (ready,
-    not blocked; null when none waits), from a few probes on the fetch index
-    ``job_i11`` ``(name, priority DESC, created_on)``: the distinct priorities by a
-    skip scan (at most ``levels``), then the oldest job of each. Never a backlog scan."""
+    """Per queue of ``queues``, seconds since the oldest waiting job was created.
+
+    Waiting: ready, not blocked; null when none waits. From a few probes on the fetch
+    index ``job_i11`` ``(name, priority DESC, created_on)``: the distinct priorities by a
+    skip scan (at most ``levels``), then the oldest job of each. Never a backlog scan.
+    """
     p = Params()
     ready = "j.name = n.name AND j.state < 'active' AND NOT j.blocked"
     return p.statement(
@@ -243,10 +265,12 @@ def oldest_waiting(q: str, now: str) -> Statement:
 
 
 def usable_completed_index(q: str) -> Statement:
-    """Per queue, whether a valid btree index leads with ``(name, completed_on)`` on its
-    own job table or on ``job``, with no predicate or ``completed_on IS NOT NULL``
-    (both keep completed and failed jobs): what the counts and the latency scan need.
-    Catalog only; ``schema`` is the stored (unquoted) schema name."""
+    """Per queue, whether a valid btree index leads with ``(name, completed_on)``.
+
+    On its own job table or on ``job``, with no predicate or ``completed_on IS NOT
+    NULL`` (both keep completed and failed jobs): what the counts and the latency scan
+    need. Catalog only; ``schema`` is the stored (unquoted) schema name.
+    """
     p = Params()
     return p.statement(
         "SELECT qu.name, EXISTS (SELECT 1 FROM pg_index i"
@@ -273,9 +297,11 @@ def queue_tables(q: str) -> Statement:
 
 
 def completed_index(q: str, table: str) -> str:
-    """pg-boss's own ``job_i16`` on one job table, built without blocking writes (run
-    outside a transaction); named as pg-boss names it there, so the drift report sees
-    its own index."""
+    """pg-boss's own ``job_i16`` on one job table, built without blocking writes.
+
+    Run outside a transaction; named as pg-boss names it there, so the drift report sees
+    its own index.
+    """
     name = "job_i16" if table == "job" else f"{table}_i16"
     return (
         f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {quote(name)} ON {q}.{quote(table)}"
@@ -284,9 +310,11 @@ def completed_index(q: str, table: str) -> str:
 
 
 def take_leases(schema: str, prefix: str) -> Statement:
-    """The sampling lease of each of ``queues`` for ``holder`` until ``seconds`` from now
-    on the database clock, taken where it is free, expired or already the holder's;
-    returns the keys held."""
+    """Take the sampling lease of each of ``queues`` for ``holder``; returns the keys held.
+
+    Until ``seconds`` from now on the database clock, taken where it is free, expired or
+    already the holder's.
+    """
     p = Params()
     return p.statement(
         f"INSERT INTO {_table(schema, prefix, 'lease')} AS l (queue, holder, until)"
@@ -341,8 +369,10 @@ def stored_minutes(schema: str, prefix: str) -> Statement:
 
 
 def newest_minute(schema: str, prefix: str) -> Statement:
-    """The newest minute holding finished jobs stored for a key (where a restarted
-    recorder resumes)."""
+    """The newest minute holding finished jobs stored for a key.
+
+    Where a restarted recorder resumes.
+    """
     p = Params()
     return p.statement(
         f"SELECT max(bucket) AS minute FROM {_table(schema, prefix, 'series')}"
@@ -351,8 +381,10 @@ def newest_minute(schema: str, prefix: str) -> Statement:
 
 
 def _rows(p: Params, *columns: tuple[str, str]) -> str:
-    """``unnest`` of parallel arrays, one entry per row: key id, tier, bucket, then
-    ``columns`` (name, SQL type)."""
+    """``unnest`` of parallel arrays, one entry per row.
+
+    Key id, tier, bucket, then ``columns`` (name, SQL type).
+    """
     arrays = ", ".join(f"{p(name)}::{kind}[]" for name, kind in columns)
     names = ", ".join(name for name, _ in columns)
     return (
@@ -362,8 +394,10 @@ def _rows(p: Params, *columns: tuple[str, str]) -> str:
 
 
 def _array_sum(a: str, b: str, sign: str = "+") -> str:
-    """Slot-wise ``a sign b`` of two histogram arrays (a missing one counts as zeros),
-    held within ``0..integer max``."""
+    """Slot-wise ``a sign b`` of two histogram arrays, held within ``0..integer max``.
+
+    A missing one counts as zeros.
+    """
     return (
         f"ARRAY(SELECT least(greatest(coalesce(x, 0)::bigint {sign} coalesce(y, 0), 0),"
         f" {_SLOT_MAX})::integer FROM unnest({a}, {b}) WITH ORDINALITY AS u(x, y, i)"
@@ -372,8 +406,11 @@ def _array_sum(a: str, b: str, sign: str = "+") -> str:
 
 
 def add_measures(schema: str, prefix: str) -> Statement:
-    """Add completed and failed counts and histograms (``latency``: array literals, null
-    for none) to rows (key id, tier, bucket), creating them: one write per row."""
+    """Add completed and failed counts and histograms to rows (key id, tier, bucket).
+
+    ``latency``: array literals, null for none. Rows are created where missing: one write
+    per row.
+    """
     p = Params()
     return p.statement(
         f"INSERT INTO {_table(schema, prefix, 'series')} AS s"
@@ -391,8 +428,10 @@ def add_measures(schema: str, prefix: str) -> Statement:
 
 
 def add_ages(schema: str, prefix: str) -> Statement:
-    """Raise the queue-age gauge (seconds, the bucket's maximum) of rows (key id, tier,
-    bucket), creating them."""
+    """Raise the queue-age gauge of rows (key id, tier, bucket), creating them.
+
+    The gauge is in seconds, the bucket's maximum.
+    """
     p = Params()
     return p.statement(
         f"INSERT INTO {_table(schema, prefix, 'series')} AS s (key_id, tier, bucket, age)"
@@ -413,8 +452,10 @@ def prune_tier(schema: str, prefix: str) -> Statement:
 
 
 def read_series(schema: str, prefix: str) -> Statement:
-    """The rows of a tier from bucket ``first`` to ``last`` of every key id in ``keys``
-    (one read for a page of every queue), each key's oldest first."""
+    """The rows of a tier from bucket ``first`` to ``last`` of every key id in ``keys``.
+
+    One read for a page of every queue, each key's oldest first.
+    """
     p = Params()
     return p.statement(
         "SELECT key_id, bucket, completed, failed, latency, age"
@@ -425,8 +466,10 @@ def read_series(schema: str, prefix: str) -> Statement:
 
 
 def _ends_before(p: Params, alias: str) -> str:
-    """Rows (of table ``alias``) whose bucket ends by the minute ``before`` (null: every
-    bucket)."""
+    """Rows (of table ``alias``) whose bucket ends by the minute ``before``.
+
+    ``before`` null: every bucket.
+    """
     return (
         f"({p('before')}::bigint IS NULL OR ({alias}.bucket + 1)::bigint * CASE {alias}.tier"
         f" WHEN 'm' THEN 1 WHEN 'h' THEN 60 ELSE 1440 END <= {p('before')}::bigint)"
@@ -442,9 +485,11 @@ def _in_namespace(p: Params, schema: str, prefix: str, alias: str) -> str:
 
 
 def subtract_from_rollup(schema: str, prefix: str) -> Statement:
-    """Take the rows of key id ``key`` (its buckets ending before ``before``) out of the
-    rollup's, ``rollup``: counts and histograms subtracted (the age gauge, a maximum,
-    cannot be)."""
+    """Take the rows of key id ``key`` out of the rollup's, ``rollup``.
+
+    Its buckets ending before ``before``; counts and histograms subtracted (the age
+    gauge, a maximum, cannot be).
+    """
     p = Params()
     series = _table(schema, prefix, "series")
     return p.statement(
@@ -458,8 +503,10 @@ def subtract_from_rollup(schema: str, prefix: str) -> Statement:
 
 
 def purge_keys(schema: str, prefix: str) -> Statement:
-    """Delete the rows of key id ``key`` (null: every key of ``namespace``) whose bucket
-    ends before the minute ``before`` (null: all of them)."""
+    """Delete the rows of key id ``key`` whose bucket ends before the minute ``before``.
+
+    ``key`` null: every key of ``namespace``; ``before`` null: all of them.
+    """
     p = Params()
     return p.statement(
         f"DELETE FROM {_table(schema, prefix, 'series')} AS s"
@@ -469,8 +516,10 @@ def purge_keys(schema: str, prefix: str) -> Statement:
 
 
 def series_usage(schema: str, prefix: str) -> Statement:
-    """Per key of ``namespace`` and tier: rows, their bytes (``pg_column_size`` of the
-    row) and the oldest and newest bucket."""
+    """Per key of ``namespace`` and tier: rows, their bytes and the oldest and newest bucket.
+
+    The bytes are ``pg_column_size`` of the row.
+    """
     p = Params()
     return p.statement(
         "SELECT k.key AS queue, s.tier::text AS tier, count(*) AS rows,"

@@ -1,5 +1,6 @@
-"""SQL for the monitor pass: which queues to look at, the per-queue monitor claim, and
-the stamp a finished pass leaves.
+"""SQL for the monitor pass: the queues to look at, the per-queue claim, the finished stamp.
+
+Which queues to look at, the per-queue monitor claim, and the stamp a finished pass leaves.
 
 The claim is pg-boss's (reference 6.13, 6.14): every instance tries it on its own
 timer, and the conditional UPDATE lets one of them per ``monitorIntervalSeconds``
@@ -30,8 +31,10 @@ CLAIM_CHUNK_SIZE = 100
 
 @lru_cache(maxsize=4)
 def monitor_queues(q: str, *, by_name: bool = False) -> Statement:
-    """The queues a pass covers, each with its physical job table, in table then name
-    order; with ``by_name`` only the queue ``name``. Rows ``name, table_name``."""
+    """The queues a pass covers, each with its physical job table, in table then name order.
+
+    With ``by_name`` only the queue ``name``. Rows ``name, table_name``.
+    """
     p = Params()
     where = f" WHERE name = {p('name')}::text" if by_name else ""
     return p.statement(f"SELECT name, table_name FROM {q}.queue{where} ORDER BY table_name, name")
@@ -43,10 +46,12 @@ def utc_text(column: str) -> str:
 
 
 def queue_row_lock(skip_locked: bool) -> str:
-    """How every multi-row writer of the queue table locks: in name order (no deadlock
-    between instances), ``FOR NO KEY UPDATE`` (``FOR UPDATE`` would block the key-share
-    lock a job insert takes through the queue foreign key), with ``skip_locked``
-    skipping rows another claim holds."""
+    """How every multi-row writer of the queue table locks.
+
+    In name order (no deadlock between instances), ``FOR NO KEY UPDATE`` (``FOR UPDATE``
+    would block the key-share lock a job insert takes through the queue foreign key),
+    with ``skip_locked`` skipping rows another claim holds.
+    """
     return "ORDER BY name FOR NO KEY UPDATE" + (" SKIP LOCKED" if skip_locked else "")
 
 
@@ -54,12 +59,14 @@ def queue_row_lock(skip_locked: bool) -> str:
 def claim_queues(
     q: str, column: str, since: tuple[str, ...], *, gated: bool, skip_locked: bool
 ) -> Statement:
-    """pg-boss's per-queue claim of a step: stamp ``column`` = now on the queues
-    ``names`` and return them, rows ``name, claimed_on`` (UTC text). ``gated`` (a
-    background pass) claims only queues whose first non-null of the ``since`` columns
-    (none: a week ago, so a new queue is due at once) is at least ``seconds`` old, so
-    instances sharing the schema do the step once per interval between them; an
-    explicit pass claims every named queue. Rows locked by :func:`queue_row_lock`."""
+    """pg-boss's per-queue claim of a step: stamp ``column`` = now on the queues ``names``.
+
+    And return them, rows ``name, claimed_on`` (UTC text). ``gated`` (a background pass)
+    claims only queues whose first non-null of the ``since`` columns (none: a week ago,
+    so a new queue is due at once) is at least ``seconds`` old, so instances sharing the
+    schema do the step once per interval between them; an explicit pass claims every
+    named queue. Rows locked by :func:`queue_row_lock`.
+    """
     p = Params()
     now = f"{q}.job_now()"
     due = ""
@@ -76,10 +83,12 @@ def claim_queues(
 
 
 def claim_monitor(q: str, *, gated: bool = True, skip_locked: bool = False) -> Statement:
-    """Claim the queues ``names`` for one monitor pass (:func:`claim_queues` on
-    ``monitor_claim_on``; never claimed, a queue is due from its last finished pass,
-    ``monitor_on``). Without ``gated`` (an explicit ``supervise()``) the stamp still
-    spares the other instances' background passes."""
+    """Claim the queues ``names`` for one monitor pass.
+
+    :func:`claim_queues` on ``monitor_claim_on``; never claimed, a queue is due from its
+    last finished pass, ``monitor_on``. Without ``gated`` (an explicit ``supervise()``)
+    the stamp still spares the other instances' background passes.
+    """
     since = ("monitor_claim_on", "monitor_on")
     return claim_queues(q, "monitor_claim_on", since, gated=gated, skip_locked=skip_locked)
 

@@ -1,5 +1,7 @@
-"""Read-only questions the install asks: is the schema there, which version is it at,
-does an object exist (for idempotent DDL), the server's date. The same on every backend.
+"""Read-only questions the install asks, the same on every backend.
+
+Is the schema there, which version is it at, does an object exist (for idempotent DDL),
+the server's date.
 """
 
 from __future__ import annotations
@@ -66,8 +68,10 @@ def select_version(schema: str) -> Statement:
 
 @lru_cache(maxsize=16)
 def update_version(schema: str) -> Statement:
-    """Move the version row from ``from_version`` to ``to_version``; a row comes back only
-    if it was at ``from_version``. The same on every backend."""
+    """Move the version row from ``from_version`` to ``to_version``.
+
+    A row comes back only if it was at ``from_version``. The same on every backend.
+    """
     return Statement(
         f"UPDATE {quote(schema)}.version SET version = $1::integer"
         " WHERE version = $2::integer RETURNING version",
@@ -77,9 +81,12 @@ def update_version(schema: str) -> Statement:
 
 @lru_cache(maxsize=64)
 def claim_interval(q: str, column: str) -> Statement:
-    """pg-boss's interval gate on the version row: ``column`` (``flow_on``, ``bam_on``,
-    ``reindex_on``) moves to now when at least ``seconds`` old (or never set); a row
-    back (``claimed``) means this instance owns the interval. Every backend."""
+    """pg-boss's interval gate on the version row: ``column`` moves to now when due.
+
+    ``column`` (``flow_on``, ``bam_on``, ``reindex_on``) moves to now when at least
+    ``seconds`` old (or never set); a row back (``claimed``) means this instance owns the
+    interval. Every backend.
+    """
     p = Params()
     now = f"{q}.job_now()"
     return p.statement(

@@ -1,5 +1,6 @@
-"""SQL for publish/subscribe: the ``subscription`` table as pg-boss writes it, one row
-per (event, queue), removed with its queue (ON DELETE CASCADE).
+"""SQL for publish/subscribe: the ``subscription`` table as pg-boss writes it.
+
+One row per (event, queue), removed with its queue (ON DELETE CASCADE).
 
 The same on every backend: plain single-row statements on a fixed table.
 """

@@ -120,9 +120,12 @@ def _column(name: str) -> str:
 
 @lru_cache(maxsize=8)
 def call_create_queue(q: str) -> Statement:
-    """Create a queue with the schema's ``create_queue(name, options)``: it inserts the
-    row (nothing if it exists) and, in the partitioned shape with ``partition``, the
-    queue's own table. Same call on every backend; the function is shape-specific."""
+    """Create a queue with the schema's ``create_queue(name, options)``.
+
+    It inserts the row (nothing if it exists) and, in the partitioned shape with
+    ``partition``, the queue's own table. Same call on every backend; the function is
+    shape-specific.
+    """
     p = Params()
     return p.statement(
         f"SELECT {q}.create_queue({p('name')}::text, {p('options')}::jsonb) IS NULL AS done"
@@ -131,8 +134,10 @@ def call_create_queue(q: str) -> Statement:
 
 @lru_cache(maxsize=8)
 def call_delete_queue(q: str) -> Statement:
-    """Delete a queue with the schema's ``delete_queue(name)``: its jobs (or its own
-    table) and its row. Same call on every backend."""
+    """Delete a queue with the schema's ``delete_queue(name)``: its jobs (or table) and its row.
+
+    Its jobs, or its own table. Same call on every backend.
+    """
     p = Params()
     return p.statement(f"SELECT {q}.delete_queue({p('name')}::text) IS NULL AS done")
 
@@ -143,9 +148,11 @@ def _counts_age(q: str, monitor_on: str) -> str:
 
 @lru_cache(maxsize=8)
 def get_queues(q: str, *, by_name: bool = False) -> Statement:
-    """Queue rows ordered by name, all or those named in ``names`` (a plain read), with
-    the counts the monitor cached and their age on the schema's clock
-    (``counts_age_seconds``, null if never counted)."""
+    """Queue rows ordered by name, all or those named in ``names`` (a plain read).
+
+    With the counts the monitor cached and their age on the schema's clock
+    (``counts_age_seconds``, null if never counted).
+    """
     p = Params()
     where = f" WHERE name = ANY({p('names')}::text[])" if by_name else ""
     columns = ", ".join(_column(c) for c in QUEUE_COLUMNS)
@@ -156,10 +163,11 @@ def get_queues(q: str, *, by_name: bool = False) -> Statement:
 
 @lru_cache(maxsize=8)
 def get_queues_live(q: str, *, by_name: bool = False) -> Statement:
-    """Queue rows as :func:`get_queues` reads them, but with the counts counted now from
-    the job table (the monitor's own expressions: :func:`qcore.sql.stats.gauge_columns`),
-    ``monitor_on`` now and ``counts_age_seconds`` 0. Nothing is written: the cache stays
-    the monitor's.
+    """Queue rows as :func:`get_queues` reads them, but with the counts counted now.
+
+    Counted from the job table (the monitor's own expressions:
+    :func:`qcore.sql.stats.gauge_columns`), ``monitor_on`` now and
+    ``counts_age_seconds`` 0. Nothing is written: the cache stays the monitor's.
 
     Why a second read: the cached counts are as old as the last monitor pass (up to a
     minute by default), so a queue sent to a moment ago reads empty while its jobs are
@@ -200,9 +208,11 @@ def queue_names(q: str) -> Statement:
 
 @lru_cache(maxsize=128)
 def update_queue(q: str, columns: tuple[str, ...]) -> Statement:
-    """Set some of a queue's settings (``columns``, named as in the queue table) and
-    ``updated_on``; existing jobs keep theirs. Rows: the queue's policy and partition
-    flag as they stand (none for an unknown queue)."""
+    """Set some of a queue's settings and ``updated_on``; existing jobs keep theirs.
+
+    ``columns`` are named as in the queue table. Rows: the queue's policy and partition
+    flag as they stand (none for an unknown queue).
+    """
     p = Params()
     sets = [f"{c} = {p(c)}::{_COLUMN_TYPES[c]}" for c in columns]
     sets.append(f"updated_on = {q}.job_now()")
@@ -214,8 +224,11 @@ def update_queue(q: str, columns: tuple[str, ...]) -> Statement:
 
 @lru_cache(maxsize=8)
 def dead_letter_references(q: str) -> Statement:
-    """What still names a queue as its dead letter queue: other queues, and jobs of
-    other queues (a plain read; run before deleting a queue in a shared table)."""
+    """What still names a queue as its dead letter queue: other queues, and their jobs.
+
+    Other queues, and jobs of other queues (a plain read; run before deleting a queue in
+    a shared table).
+    """
     p = Params()
     name = f"{p('name')}::text"
     return p.statement(
@@ -227,10 +240,12 @@ def dead_letter_references(q: str) -> Statement:
 
 @lru_cache(maxsize=16)
 def delete_jobs_batch(q: str, which: str) -> Statement:
-    """Delete up to ``limit`` of a queue's jobs (``which``: queued, stored or all), lowest
-    ids first; callers repeat until a batch comes back short. One DELETE on every
+    """Delete up to ``limit`` of a queue's jobs (``which``: queued, stored or all).
+
+    Lowest ids first; callers repeat until a batch comes back short. One DELETE on every
     backend. Rows: how many went, and how many of those the queue's cached
-    ``retained_count`` held."""
+    ``retained_count`` held.
+    """
     if which not in _WHICH:
         raise ValueError(f"which must be one of {', '.join(_WHICH)}, got {which!r}")
     p = Params()
@@ -252,9 +267,11 @@ FROM gone"""
 
 @lru_cache(maxsize=8)
 def reduce_cached_counts(q: str) -> Statement:
-    """Take jobs a delete or resume moved out of a queue's cached counts off them now
-    rather than at the next monitor pass: ``retained`` off retained_count (unless it is
-    not counted yet) and ``total`` off total_count."""
+    """Take jobs a delete or resume moved out of a queue's cached counts off them now.
+
+    Rather than at the next monitor pass: ``retained`` off retained_count (unless it is
+    not counted yet) and ``total`` off total_count.
+    """
     p = Params()
     return p.statement(
         f"UPDATE {q}.queue SET retained_count = CASE WHEN retained_count IS NULL THEN NULL"
@@ -266,8 +283,10 @@ def reduce_cached_counts(q: str) -> Statement:
 
 @lru_cache(maxsize=8)
 def zero_cached_counts(q: str, *, one: bool = True) -> Statement:
-    """A queue's cached counts after its jobs were truncated: all zero, counted from
-    ten seconds ago (the monitor's lag). ``one=False``: every queue."""
+    """A queue's cached counts after its jobs were truncated: all zero.
+
+    Counted from ten seconds ago (the monitor's lag). ``one=False``: every queue.
+    """
     p = Params()
     now = f"{q}.job_now()"
     where = f" WHERE name = {p('name')}::text" if one else ""
@@ -280,8 +299,10 @@ def zero_cached_counts(q: str, *, one: bool = True) -> Statement:
 
 
 def truncate_table(q: str, table: str) -> Statement:
-    """Empty a job table at once (``table`` already quoted: the queue's own partition,
-    or the whole job table)."""
+    """Empty a job table at once.
+
+    ``table`` is already quoted: the queue's own partition, or the whole job table.
+    """
     return Statement(f"TRUNCATE {q}.{table}")
 
 
@@ -293,9 +314,12 @@ def table_exists(q: str) -> Statement:
 
 
 def lock_job_tables(q: str, table: str) -> Statement:
-    """Partitioned shape only: lock ``job_common``, a queue's own partition ``table``
-    (quoted) and ``job`` before dropping the partition, without waiting (55P03 if
-    busy), in the order every job statement takes them, so the drop cannot deadlock."""
+    """Partitioned shape only: lock the job tables before dropping a queue's partition.
+
+    Lock ``job_common``, a queue's own partition ``table`` (quoted) and ``job`` before
+    dropping the partition, without waiting (55P03 if busy), in the order every job
+    statement takes them, so the drop cannot deadlock.
+    """
     return Statement(
         f"LOCK TABLE {q}.job_common, {q}.{table}, {q}.job IN ACCESS EXCLUSIVE MODE NOWAIT"
     )
@@ -312,9 +336,11 @@ def delete_unfinished_bam(q: str) -> Statement:
 
 @lru_cache(maxsize=8)
 def select_blocked_keys(q: str) -> Statement:
-    """The singleton keys of a key_strict_fifo queue that a failed job blocks (until it is
-    retried or deleted). Rows ``queue, key``: none for an unknown queue, one with a NULL
-    key when nothing is blocked."""
+    """The singleton keys of a key_strict_fifo queue that a failed job blocks.
+
+    Blocked until it is retried or deleted. Rows ``queue, key``: none for an unknown
+    queue, one with a NULL key when nothing is blocked.
+    """
     p = Params()
     name = f"{p('name')}::text"
     return p.statement(

@@ -1,5 +1,7 @@
-"""SQL for the index bloat check: the job tables' indexes with the figures the check
-reads, the interval claim of the background rebuild, and the rebuild statements.
+"""SQL for the index bloat check: the indexes and their figures, the claim, the rebuilds.
+
+The job tables' indexes with the figures the check reads, the interval claim of the
+background rebuild, and the rebuild statements.
 
 PostgreSQL's catalog only (``pg_class``, ``pg_index``, ``pg_stats``): backends
 without the ``reindex`` capability (CockroachDB, YugabyteDB) never run these.
@@ -18,11 +20,13 @@ __all__ = ["claim_reindex", "drop_stub", "job_indexes", "rebuild"]
 
 @lru_cache(maxsize=4)
 def job_indexes(q: str) -> Statement:
-    """Every index of schema ``schema``'s job tables (``job`` and its partitions): its
-    name, pages, live entries, bytes, whether it is valid (an interrupted concurrent
+    """Every index of schema ``schema``'s job tables (``job`` and its partitions), with figures.
+
+    Its name, pages, live entries, bytes, whether it is valid (an interrupted concurrent
     rebuild leaves an invalid ``*_ccnew`` stub), whether the connected role owns it,
     and ``needed_pages``: the pages its live entries need, from the average width of
-    its columns in ``pg_stats`` (16 bytes per entry of overhead, 90 % full pages)."""
+    its columns in ``pg_stats`` (16 bytes per entry of overhead, 90 % full pages).
+    """
     p = Params()
     sql = (
         "SELECT i.relname AS index, t.relname AS table_name, i.relpages::bigint AS pages,"
@@ -43,9 +47,11 @@ def job_indexes(q: str) -> Statement:
 
 
 def claim_reindex(q: str) -> Statement:
-    """The rebuild's interval claim, pg-boss's: ``reindex_on`` on the version row moves
-    to now when at least ``seconds`` old (or never set); a row back means this
-    instance owns the interval."""
+    """The rebuild's interval claim, pg-boss's: ``reindex_on`` on the version row.
+
+    ``reindex_on`` moves to now when at least ``seconds`` old (or never set); a row back
+    means this instance owns the interval.
+    """
     return claim_interval(q, "reindex_on")
 
 
@@ -55,6 +61,8 @@ def rebuild(q: str, index: str) -> str:
 
 
 def drop_stub(q: str, index: str) -> str:
-    """Drop the invalid stub an interrupted concurrent rebuild left (outside any
-    transaction)."""
+    """Drop the invalid stub an interrupted concurrent rebuild left.
+
+    Run outside any transaction.
+    """
     return f"DROP INDEX CONCURRENTLY IF EXISTS {q}.{quote(index)}"

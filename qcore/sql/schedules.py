@@ -1,5 +1,7 @@
-"""SQL for cron schedules and the timekeeper: the ``schedule`` table as pg-boss writes it,
-the ``cron_on`` claim that picks one instance per interval, and the database's clock.
+"""SQL for cron schedules and the timekeeper: schedules, the cron claim, the clock.
+
+The ``schedule`` table as pg-boss writes it, the ``cron_on`` claim that picks one
+instance per interval, and the database's clock.
 
 The same on every backend: single statements on fixed tables (the claim is one UPDATE
 of the ``version`` row, which engines without advisory locks take as well).
@@ -30,9 +32,11 @@ SCHEDULE_COLUMNS = (
 
 @lru_cache(maxsize=16)
 def upsert_schedule(q: str) -> Statement:
-    """Create or replace schedule (name, key), as pg-boss's ``schedule()`` does (kept
-    ``created_on``, a new ``updated_on``); fails on the queue's foreign key if the
-    queue does not exist."""
+    """Create or replace schedule (name, key), as pg-boss's ``schedule()`` does.
+
+    Kept ``created_on``, a new ``updated_on``; fails on the queue's foreign key if the
+    queue does not exist.
+    """
     p = Params()
     return p.statement(
         f"INSERT INTO {q}.schedule (name, key, kind, cron, timezone, data, options,"
@@ -58,8 +62,11 @@ def delete_schedule(q: str) -> Statement:
 
 @lru_cache(maxsize=64)
 def get_schedules(q: str, *, by_name: bool, by_key: bool, after: bool, limited: bool) -> Statement:
-    """Schedules in (name, key) order: of one queue (``by_name``), one of them
-    (``by_key``), after a (name, key) (``after``), at most ``limit`` (``limited``)."""
+    """Schedules in (name, key) order, optionally filtered, after a point and limited.
+
+    Of one queue (``by_name``), one of them (``by_key``), after a (name, key)
+    (``after``), at most ``limit`` (``limited``).
+    """
     p = Params()
     where = []
     if by_name:
@@ -79,13 +86,16 @@ def get_schedules(q: str, *, by_name: bool, by_key: bool, after: bool, limited: 
 
 @lru_cache(maxsize=16)
 def claim_cron_pass(q: str) -> Statement:
-    """Take this interval's cron pass: move ``version.cron_on`` to now when it is at least
-    ``seconds`` old (pg-boss's claim, so qcore and pg-boss instances share one pass per
-    interval). Answers either way: ``claimed``, the stamp it replaced (``prior_cron_on``:
-    when a pass last ran), its age in seconds (``elapsed``), the database's ``now``,
-    which the pass judges every schedule against, and whether cron is in use at all
-    (``in_use``: a schedule exists or an occurrence waits on the ``send_it`` queue; every
-    instance learns it, so a forwarder idles while it is not)."""
+    """Take this interval's cron pass: move ``version.cron_on`` to now when it is due.
+
+    Due when it is at least ``seconds`` old (pg-boss's claim, so qcore and pg-boss
+    instances share one pass per interval). Answers either way: ``claimed``, the stamp
+    it replaced (``prior_cron_on``: when a pass last ran), its age in seconds
+    (``elapsed``), the database's ``now``, which the pass judges every schedule against,
+    and whether cron is in use at all (``in_use``: a schedule exists or an occurrence
+    waits on the ``send_it`` queue; every instance learns it, so a forwarder idles while
+    it is not).
+    """
     p = Params()
     seconds = p("seconds")
     return p.statement(
@@ -103,8 +113,11 @@ def claim_cron_pass(q: str) -> Statement:
 
 @lru_cache(maxsize=16)
 def set_last_job_ids(q: str) -> Statement:
-    """Record the job each schedule last produced (one row per (name, key) given, as a
-    JSON array of {name, key, jobId}); ``updated_on`` stays: the definition did not change."""
+    """Record the job each schedule last produced.
+
+    One row per (name, key) given, as a JSON array of {name, key, jobId}; ``updated_on``
+    stays: the definition did not change.
+    """
     p = Params()
     return p.statement(
         f'UPDATE {q}.schedule s SET last_job_id = x."jobId"'
@@ -115,6 +128,8 @@ def set_last_job_ids(q: str) -> Statement:
 
 @lru_cache(maxsize=16)
 def database_time(q: str) -> Statement:
-    """The schema's clock (``job_now()``) in milliseconds since the epoch, as pg-boss
-    reads it for its clock-skew check."""
+    """The schema's clock (``job_now()``) in milliseconds since the epoch.
+
+    As pg-boss reads it for its clock-skew check.
+    """
     return Statement(f"SELECT round(date_part('epoch', {q}.job_now()) * 1000)::float8 AS time")

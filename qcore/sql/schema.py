@@ -131,8 +131,11 @@ QCORE_TABLES = (LOCK_TABLE, INSTANCE_KEY_TABLE, JOB_PATTERN_TABLE, JOB_PROCESSED
 
 
 def qcore_tables(schema: str) -> list[DDL]:
-    """qcore's own tables, which pg-boss neither has nor reads: the lock table (first: the
-    first lease needs it), instance keys, job patterns and attribution. Idempotent."""
+    """qcore's own tables, which pg-boss neither has nor reads. Idempotent.
+
+    The lock table (first: the first lease needs it), instance keys, job patterns and
+    attribution.
+    """
     return [
         create_lock_table(schema),
         create_instance_key_table(schema),
@@ -156,8 +159,10 @@ def _job_state(schema: str) -> DDL:
 
 
 def queue_stats_partition(backend: Backend, schema: str, day: dt.date) -> str:
-    """The partition of ``queue_stats`` for one UTC day (partitioned shape only; the
-    single-table shape keeps ``queue_stats`` plain and needs none)."""
+    """The partition of ``queue_stats`` for one UTC day (partitioned shape only).
+
+    The single-table shape keeps ``queue_stats`` plain and needs none.
+    """
     if not backend.schema.partitioned:
         raise ConfigError(f"the {backend.name} backend keeps queue_stats unpartitioned")
     q = quote(schema)
@@ -252,8 +257,10 @@ def job_common_table(schema: str) -> str:
 
 
 def function_statements(backend: Backend, schema: str) -> dict[str, str]:
-    """The schema's functions by name, each the statement that (re)creates it, in the
-    order the install makes them; the shape follows ``backend.schema``."""
+    """The schema's functions by name, each the statement that (re)creates it.
+
+    In the order the install makes them; the shape follows ``backend.schema``.
+    """
     q = quote(schema)
     if backend.schema.partitioned:
         return {

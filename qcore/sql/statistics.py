@@ -1,5 +1,7 @@
-"""SQL for the statistics step: the job tables whose planner statistics describe a table
-far smaller than the one there is now, and the ``ANALYZE`` that refreshes them.
+"""SQL for the statistics step: the job tables with stale planner statistics, and ANALYZE.
+
+The job tables whose planner statistics describe a table far smaller than the one there
+is now, and the ``ANALYZE`` that refreshes them.
 
 PostgreSQL's statistics views only (``pg_stat_user_tables``): backends without the
 ``vacuum_stats`` capability never run these.
@@ -17,11 +19,14 @@ __all__ = ["analyze", "stale_job_tables"]
 
 @lru_cache(maxsize=4)
 def stale_job_tables(q: str) -> Statement:
-    """The physical job tables of schema ``schema`` (every queue's ``table_name``, a
-    partitioned queue's own included) this role may analyze, whose rows changed since
-    their last analyze number at least ``min_rows`` and ``growth`` times the rows their
-    statistics count (a table never analyzed counts none): a plan made on those
-    statistics is a plan for a different table. Its changed rows and counted rows."""
+    """The physical job tables of schema ``schema`` whose statistics are out of date.
+
+    Every queue's ``table_name``, a partitioned queue's own included, that this role may
+    analyze, whose rows changed since their last analyze number at least ``min_rows``
+    and ``growth`` times the rows their statistics count (a table never analyzed counts
+    none): a plan made on those statistics is a plan for a different table. Its changed
+    rows and counted rows.
+    """
     p = Params()
     sql = (
         "SELECT t.relname AS table_name, s.n_mod_since_analyze::bigint AS changed,"
@@ -39,6 +44,9 @@ def stale_job_tables(q: str) -> Statement:
 
 
 def analyze(q: str, table: str) -> str:
-    """Refresh one job table's statistics; skipped, not waited for, while another
-    analyze or a vacuum holds the table (two instances' passes never queue up)."""
+    """Refresh one job table's statistics; skipped, not waited for, while the table is busy.
+
+    Skipped while another analyze or a vacuum holds the table (two instances' passes
+    never queue up).
+    """
     return f"ANALYZE (SKIP_LOCKED) {q}.{quote(table)}"

@@ -1,5 +1,7 @@
-"""SQL for the counts cached on each queue row, their snapshots in ``queue_stats``, and
-the series ``get_queue_stats`` reads back.
+"""SQL for the counts cached on each queue row, their snapshots, and the series read back.
+
+The counts cached on each queue row, their snapshots in ``queue_stats``, and the series
+``get_queue_stats`` reads back.
 
 The cached columns mean what pg-boss 12.38 gives them, so either runtime's readers
 (pg-boss's dashboard included) see one set of numbers:
@@ -89,11 +91,13 @@ def _histogram(t: str, seconds: str, window: str) -> str:
 
 
 def gauge_columns(q: str) -> str:
-    """The gauges of one queue's jobs ``j`` (in a query grouped by queue), as the cached
-    columns mean them: ``deferred``, ``blocked``, ``ready``, ``queued``, ``active``,
-    ``failed``, ``ready_oldest`` (seconds, null when nothing is ready) and
+    """The gauges of one queue's jobs ``j`` (in a query grouped by queue), as cached.
+
+    As the cached columns mean them: ``deferred``, ``blocked``, ``ready``, ``queued``,
+    ``active``, ``failed``, ``ready_oldest`` (seconds, null when nothing is ready) and
     ``singletons``. Shared by the monitor's count and the live read of
-    :func:`qcore.sql.queues.get_queues_live`, so both count alike."""
+    :func:`qcore.sql.queues.get_queues_live`, so both count alike.
+    """
     now = f"{q}.job_now()"
     queued = "j.state < 'active'"
     waiting = f"{queued} AND NOT j.blocked AND j.start_after"
@@ -115,12 +119,14 @@ def gauge_columns(q: str) -> str:
 def cache_queue_stats(
     q: str, table: str, *, throughput: bool, try_lock: bool, sample: bool = True
 ) -> Statement:
-    """Count the queues ``names`` of job table ``table`` and write the counts on their rows
-    (``monitor_on`` = now). Rows ``name, queued_count, warning_queued`` per queue written;
+    """Count the queues ``names`` of job table ``table`` and write the counts on their rows.
+
+    ``monitor_on`` = now. Rows ``name, queued_count, warning_queued`` per queue written;
     none when ``try_lock`` and another instance holds the stats key (its monitor claim
     is then handed back). ``throughput`` also counts the window (``reset_seconds``: a
     window starting further back starts afresh); ``sample`` (the monitor's pass, not a
-    read's refresh) adds the ready count to ``ready_history``."""
+    read's refresh) adds the ready count to ``ready_history``.
+    """
     p = Params()
     t = f"{q}.{quote(table)}"
     now = f"{q}.job_now()"
@@ -216,8 +222,10 @@ _SERIES = f"{_COUNTS}, captured_on"
 
 @lru_cache(maxsize=4)
 def queue_stats_cache(q: str) -> Statement:
-    """Queue ``name``'s cached counts (``captured_on`` = ``monitor_on``, null if never
-    counted), their age in seconds, and its job table; no row for a missing queue."""
+    """Queue ``name``'s cached counts, their age in seconds, and its job table.
+
+    ``captured_on`` = ``monitor_on``, null if never counted; no row for a missing queue.
+    """
     p = Params()
     sql = (
         f"SELECT {_COUNTS}, monitor_on AS captured_on, table_name,"
@@ -232,8 +240,10 @@ _SNAPSHOT_COLUMNS = f"name, {_COUNTS}"
 
 @lru_cache(maxsize=4)
 def insert_queue_stats(q: str) -> Statement:
-    """A ``queue_stats`` snapshot of each queue ``names`` from its cached counts, captured
-    now (pg-boss's row: its ``getQueueStats`` reads qcore's snapshots)."""
+    """A ``queue_stats`` snapshot of each queue ``names`` from its cached counts, captured now.
+
+    pg-boss's row: its ``getQueueStats`` reads qcore's snapshots.
+    """
     p = Params()
     sql = (
         f"INSERT INTO {q}.queue_stats ({_SNAPSHOT_COLUMNS}, captured_on)"
@@ -245,8 +255,10 @@ def insert_queue_stats(q: str) -> Statement:
 
 @lru_cache(maxsize=4)
 def queue_stats_history(q: str) -> Statement:
-    """Queue ``name``'s snapshots captured between ``from_`` and ``to`` (each may be
-    null), newest first, at most ``limit``."""
+    """Queue ``name``'s snapshots captured between ``from_`` and ``to``, newest first.
+
+    Each bound may be null; at most ``limit``.
+    """
     p = Params()
     sql = (
         f"SELECT {_SERIES} FROM {q}.queue_stats WHERE name = {p('name')}::text"
@@ -270,11 +282,14 @@ def queue_stats_extent(q: str) -> Statement:
 
 @lru_cache(maxsize=16)
 def queue_stats_bucketed(q: str, aggregate: str) -> Statement:
-    """Queue ``name``'s snapshots grouped in buckets of ``seconds`` (aligned to the Unix
-    epoch), newest first, at most ``limit``: each gauge collapsed with ``aggregate``
-    (one of :data:`AGGREGATES`), the counters and their seconds summed (a counter is a
-    number of jobs, never averaged), the histograms added slot by slot. Gauges are
-    bucketed by ``captured_on``, counters by the window end ``delta_on`` they count."""
+    """Queue ``name``'s snapshots grouped in buckets of ``seconds``, newest first.
+
+    Buckets are aligned to the Unix epoch; at most ``limit``: each gauge collapsed with
+    ``aggregate`` (one of :data:`AGGREGATES`), the counters and their seconds summed (a
+    counter is a number of jobs, never averaged), the histograms added slot by slot.
+    Gauges are bucketed by ``captured_on``, counters by the window end ``delta_on`` they
+    count.
+    """
     if aggregate not in AGGREGATES:
         raise ValueError(f"aggregate must be one of {', '.join(AGGREGATES)}")
     p = Params()

@@ -107,8 +107,10 @@ def _enqueue(
     table: str | None = None,
     policy: str | None = None,
 ) -> str:
-    """A background command per job table: every one, one ``table``, or job_common and the
-    partitions of queues with ``policy``."""
+    """A background command per job table.
+
+    Every one, one ``table``, or job_common and the partitions of queues with ``policy``.
+    """
     args = f"{literal(name)}, {version}, {literal(command)}"
     if table is not None:
         return f"SELECT {q}.job_table_run_async({args}, {literal(table)}) AS queued"
@@ -360,17 +362,21 @@ def _check_shape(backend: Backend) -> None:
 
 
 def upgrade(backend: Backend, schema: str, version: int) -> list[str]:
-    """The statements that take the install of ``schema`` from ``version - 1`` to
-    ``version`` (26..46), the version row excepted."""
+    """The statements that take the install of ``schema`` from ``version - 1`` to ``version``.
+
+    For versions 26..46, the version row excepted.
+    """
     _check_shape(backend)
     return _UPGRADES[version](backend, schema, quote(schema))
 
 
 def downgrade(backend: Backend, schema: str, version: int) -> list[str]:
-    """The statements that take the install of ``schema`` from ``version`` back to
-    ``version - 1``, the version row excepted: only from 46, the version qcore runs at.
-    Unfinished background commands of that version go first, or a BAM worker would build
-    again what the rollback drops."""
+    """The statements that take the install of ``schema`` from ``version`` back one version.
+
+    Back to ``version - 1``, the version row excepted: only from 46, the version qcore runs
+    at. Unfinished background commands of that version go first, or a BAM worker would
+    build again what the rollback drops.
+    """
     _check_shape(backend)
     if version != SCHEMA_VERSION:
         raise SchemaVersionError(

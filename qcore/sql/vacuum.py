@@ -1,5 +1,7 @@
-"""SQL for the vacuum checks: the dead rows of the job tables against the point where
-PostgreSQL itself would vacuum them, and who holds the MVCC horizon back.
+"""SQL for the vacuum checks: the job tables' dead rows, and who holds the horizon back.
+
+The dead rows of the job tables against the point where PostgreSQL itself would vacuum
+them, and who holds the MVCC horizon back.
 
 PostgreSQL's statistics views only (``pg_stat_user_tables``, ``pg_stat_activity``,
 ``pg_replication_slots``, ``pg_stat_replication``, ``pg_prepared_xacts``): backends
@@ -17,10 +19,13 @@ __all__ = ["HORIZON_SOURCES", "horizon", "job_table_garbage"]
 
 @lru_cache(maxsize=4)
 def job_table_garbage(q: str) -> Statement:
-    """Per job table of schema ``schema`` (``job`` or its partitions): live and dead rows,
-    the epoch seconds of its last vacuum (manual or auto; null: never) and how long
-    ago, and the vacuum threshold it is measured against, the table's own storage
-    parameters over the server's settings (``threshold + scale_factor × live``)."""
+    """Per job table of schema ``schema`` (``job`` or its partitions): dead rows and vacuums.
+
+    Live and dead rows, the epoch seconds of its last vacuum (manual or auto; null:
+    never) and how long ago, and the vacuum threshold it is measured against, the
+    table's own storage parameters over the server's settings (``threshold +
+    scale_factor × live``).
+    """
     p = Params()
 
     def option(name: str, cast: str, default: str) -> str:
@@ -78,9 +83,11 @@ HORIZON_SOURCES = {
 
 @lru_cache(maxsize=32)
 def horizon(sources: tuple[str, ...]) -> Statement:
-    """The age of each of ``sources``' oldest xmin (null: none holds it), and, with
-    ``backends``, the oldest such backend (pid, application name, role, state, how long
-    its transaction has run: never its query text, which may hold secrets)."""
+    """The age of each of ``sources``' oldest xmin (null: none holds it), and its backend.
+
+    With ``backends``, the oldest such backend (pid, application name, role, state, how
+    long its transaction has run: never its query text, which may hold secrets).
+    """
     p = Params()
     since = p("since")
     columns = [f"({HORIZON_SOURCES[s].format(since=since)}) AS {s}" for s in sources]
