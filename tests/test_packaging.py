@@ -1,6 +1,7 @@
-"""What ``pip install qcore`` puts in a user's environment, tried as a user and as a
-backend vendor would: a wheel built from this checkout, installed into a fresh virtual
-environment, used from scratch projects outside the checkout.
+"""What ``pip install qcore-queue`` puts in a user's environment, tried as a user and as
+a backend vendor would: a wheel built from this checkout, installed into a fresh virtual
+environment, used from scratch projects outside the checkout; the README's quickstart
+among them, run as written against a database of its own.
 
 Slow by nature (a wheel build, a venv, packages from the index), so everything runs on
 one venv, built once for the module.
@@ -10,21 +11,36 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
 import venv
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from email.parser import Parser
 from pathlib import Path
 
+import psycopg
 import pytest
 
-from tests.conftest import ADMIN_DSN
+from qcore import __version__
+from tests.conftest import ADMIN_DSN, admin_execute, with_database
 
 pytestmark = [pytest.mark.feature("packaging"), pytest.mark.postgres]
 
 ROOT = Path(__file__).resolve().parent.parent
+#: the distribution's name on the package index (``qcore`` there is another project's);
+#: the import package and the command stay ``qcore``
+DISTRIBUTION = "qcore-queue"
 #: what a user install must never bring: qcore's development and test toolchain
 DEV_TOOLS = {
     "pytest",
@@ -39,7 +55,7 @@ DEV_TOOLS = {
     "selenium",
     "httpx",
 }
-#: what only the dashboard extra (``qcore[web]``) brings
+#: what only the dashboard extra (``qcore-queue[web]``) brings
 WEB_ONLY = {"starlette", "uvicorn", "jinja2", "prometheus-client", "python-multipart"}
 
 
@@ -65,9 +81,13 @@ class Env:
 
     def __init__(self, root: Path, wheel: Path) -> None:
         self.root, self.wheel = root, wheel
-        self.python = str(root / "venv" / "bin" / "python")
+        self.python = self.bin("python")
         self.scratch = root / "scratch"
         self.scratch.mkdir()
+
+    def bin(self, name: str) -> str:
+        """A program of the environment (``python``, a console script)."""
+        return str(self.root / "venv" / "bin" / name)
 
     def pip(self, *args: str) -> str:
         return _ok(_run([self.python, "-m", "pip", "install", "-q", *args], self.scratch))
@@ -86,7 +106,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             out,
         )
     )
-    (built,) = out.glob("qcore-*.whl")
+    (built,) = out.glob("*.whl")
     return built
 
 
@@ -116,9 +136,45 @@ def test_the_wheel_holds_qcore_packages_and_no_self_loading_plugin(wheel: Path) 
     assert groups == {"console_scripts", "qcore.backends"}  # no pytest11
 
 
+def test_the_wheel_is_published_as_qcore_queue_and_imports_as_qcore(wheel: Path) -> None:
+    assert wheel.name.startswith(f"qcore_queue-{__version__}-"), wheel.name
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        dist_info = f"qcore_queue-{__version__}.dist-info"
+        metadata = Parser().parsestr(archive.read(f"{dist_info}/METADATA").decode())
+        entry_points = archive.read(f"{dist_info}/entry_points.txt").decode()
+    assert metadata["Name"] == DISTRIBUTION and metadata["Version"] == __version__
+    urls: dict[str, str] = {}
+    for line in metadata.get_all("Project-URL") or []:
+        label, _, url = line.partition(",")
+        urls[label.strip()] = url.strip()
+    assert set(urls) == {"Homepage", "Documentation", "Repository", "Changelog", "Issues"}
+    assert all(url.startswith("https://") for url in urls.values()), urls
+    # ``all`` names the distribution itself (``qcore-queue[...]``), which the build
+    # resolves into every other extra's requirements; ``qcore[...]`` would have stayed a
+    # requirement on the index's other qcore
+    requires = metadata.get_all("Requires-Dist") or []
+    assert not [r for r in requires if r.startswith("qcore")], requires
+    by_extra: dict[str, set[str]] = {}
+    for requirement in requires:
+        extra = re.search(r"extra == ['\"]([\w-]+)['\"]", requirement)
+        if extra:
+            by_extra.setdefault(extra[1], set()).add(requirement.split(";")[0].strip())
+    extras = set(metadata.get_all("Provides-Extra") or [])
+    assert {"web", "conformance", "redis", "dev", "docs", "all"} <= extras == set(by_extra)
+    assert set().union(*(r for e, r in by_extra.items() if e != "all")) == by_extra["all"]
+    # the command and the import package keep the name qcore
+    scripts = entry_points.split("[console_scripts]", 1)[1].split("[", 1)[0]
+    assert [line.strip() for line in scripts.splitlines() if line.strip()] == [
+        "qcore = qcore.cli:main"
+    ]
+    assert "qcore/__init__.py" in names and "qcore_queue/__init__.py" not in names
+
+
 def test_a_user_install_pulls_no_dev_tools(user_env: Env) -> None:
     installed = user_env.installed()
-    assert "qcore" in installed and "psycopg" in installed
+    assert DISTRIBUTION in installed and "psycopg" in installed
+    assert "qcore" not in installed  # the index's qcore is another project
     assert not installed & DEV_TOOLS
     assert not installed & WEB_ONLY
     where = _ok(
@@ -128,6 +184,12 @@ def test_a_user_install_pulls_no_dev_tools(user_env: Env) -> None:
     assert _ok(_run([user_env.python, "-m", "qcore", "--version"], user_env.scratch)).startswith(
         "qcore "
     )
+    # the console script, and the installed distribution's metadata under its own name
+    assert _ok(_run([user_env.bin("qcore"), "--version"], user_env.scratch)).strip() == (
+        f"qcore {__version__}"
+    )
+    read = f"from importlib.metadata import version; print(version({DISTRIBUTION!r}))"
+    assert _ok(_run([user_env.python, "-c", read], user_env.scratch)).strip() == __version__
 
 
 def test_a_users_own_pytest_options_do_not_clash(user_env: Env) -> None:
@@ -149,7 +211,7 @@ def test_a_users_own_pytest_options_do_not_clash(user_env: Env) -> None:
 def test_a_vendor_backend_passes_the_conformance_suite_and_is_marked_emulated(
     user_env: Env,
 ) -> None:
-    user_env.pip(f"qcore[conformance] @ {user_env.wheel.as_uri()}")
+    user_env.pip(f"qcore-queue[conformance] @ {user_env.wheel.as_uri()}")
     vendor = user_env.root / "qcore-backend-example"
     shutil.copytree(
         ROOT / "matrix" / "example_backend",
@@ -211,3 +273,177 @@ def test_a_vendor_backend_passes_the_conformance_suite_and_is_marked_emulated(
     ]
     assert example_cells and all("🟡" in c or "⛔" in c or "—" in c for c in example_cells)
     assert "✅" not in "".join(example_cells)
+
+
+# -- the README's quickstart, as a new user runs it ---------------------------------------
+
+#: a generous deadline for anything that waits on a server (two shared cores, busy)
+DEADLINE = 180.0
+
+
+@dataclass(frozen=True)
+class Quickstart:
+    """The README's quickstart: the module it says to save, and the commands it runs."""
+
+    filename: str
+    code: str
+    commands: list[list[str]]
+
+    def command(self, *start: str) -> list[str]:
+        """The README's command that begins with ``start`` (there must be one)."""
+        found = [c for c in self.commands if c[: len(start)] == list(start)]
+        assert found, f"the README's quickstart runs no {' '.join(start)!r}: {self.commands}"
+        return found[0]
+
+
+def readme_quickstart() -> Quickstart:
+    """The ``## Quickstart`` section of README.md: its first ```python block (whose first
+    line, ``# name.py``, names the file it is saved as) and the commands of its ```sh
+    blocks, comments off, but the ``pip install`` and ``export`` lines (the test
+    installs from the wheel and points ``DATABASE_URL`` at a database of its own)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    heading = re.search(r"^## Quickstart$", text, re.MULTILINE)
+    assert heading, "README.md has no '## Quickstart' section"
+    section = re.split(r"^## ", text[heading.end() :], maxsplit=1, flags=re.MULTILINE)[0]
+    blocks = re.findall(r"^```(\w+)\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
+    python = [code for lang, code in blocks if lang == "python"]
+    assert python, "the quickstart has no python block"
+    first = python[0].splitlines()[0]
+    named = re.fullmatch(r"# (\w+\.py)", first.strip())
+    assert named, f"the quickstart's block does not open with '# name.py': {first!r}"
+    commands = []
+    for lang, code in blocks:
+        if lang != "sh":
+            continue
+        for line in code.splitlines():
+            words = shlex.split(line, comments=True)
+            if words and words[0] not in ("pip", "export"):
+                commands.append(words)
+    return Quickstart(named[1], python[0], commands)
+
+
+def _wait_for(what: str, ready: Callable[[], bool], proc: subprocess.Popen[str], log: Path) -> None:
+    """Until ``ready()``; fails with the process's output if it ends or the deadline passes."""
+    deadline = time.monotonic() + DEADLINE
+    while not ready():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(
+                f"{what}: not within {DEADLINE:.0f} s (exit status {proc.returncode}):\n"
+                + log.read_text(errors="replace")
+            )
+        time.sleep(1)
+
+
+def _stop(proc: subprocess.Popen[str]) -> int:
+    """SIGTERM, as a supervisor sends it; the exit status (killed if it never exits)."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError("no exit within the deadline after SIGTERM") from None
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+@pytest.fixture
+def fresh_database() -> Iterator[str]:
+    """An empty database on the local PostgreSQL, dropped afterwards."""
+    name = f"qcore_readme_{uuid.uuid4().hex[:10]}"
+    admin_execute(f"CREATE DATABASE {name}")
+    try:
+        yield with_database(ADMIN_DSN, name)
+    finally:
+        admin_execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def test_the_readmes_quickstart_runs_as_written(user_env: Env, fresh_database: str) -> None:
+    """A new user's first hour: install with the dashboard extra, save the quickstart,
+    run it, work its job with ``qcore work``, and look at it with ``qcore dashboard``."""
+    quickstart = readme_quickstart()
+    module = quickstart.filename.removesuffix(".py")
+    user_env.pip(f"{DISTRIBUTION}[web] @ {user_env.wheel.as_uri()}")
+    project = user_env.scratch / "quickstart"
+    project.mkdir()
+    (project / quickstart.filename).write_text(quickstart.code, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env |= {
+        # the environment's python and qcore first, as an activated venv has them
+        "PATH": f"{Path(user_env.python).parent}{os.pathsep}{env.get('PATH', '')}",
+        "DATABASE_URL": fresh_database,
+        "PYTHONUNBUFFERED": "1",
+    }
+    for variable in ("QCORE_DATABASE_URL", "PGHOST", "PGDATABASE", "PGUSER", "PGPORT"):
+        env.pop(variable, None)
+
+    def jobs() -> list[str]:
+        with psycopg.connect(fresh_database, autocommit=True) as conn:
+            return [str(row[0]) for row in conn.execute("SELECT state FROM pgboss.job")]
+
+    # 1. the script: creates its queue, sends its job (nothing works it yet)
+    send = quickstart.command("python", quickstart.filename)
+    sent = subprocess.run(
+        send, cwd=project, env=env, capture_output=True, text=True, timeout=DEADLINE, check=False
+    )
+    assert sent.returncode == 0, sent.stdout + sent.stderr
+    assert jobs() == ["created"]
+
+    # 2. qcore work on the quickstart's module, until the job is completed; then SIGTERM
+    work = quickstart.command("qcore", "work")
+    assert work[2].split(":")[0] == module, work
+    log = project / "work.log"
+    with log.open("w") as out:
+        worker = subprocess.Popen(
+            work, cwd=project, env=env, stdout=out, stderr=subprocess.STDOUT, text=True
+        )
+        try:
+            _wait_for("the job completed", lambda: jobs() == ["completed"], worker, log)
+        finally:
+            status = _stop(worker)
+    output = log.read_text(errors="replace")
+    assert status == 0, output  # a graceful stop
+    assert "qcore work: pid" in output and "stopped" in output, output
+
+    # 3. the dashboard, on a free port: the overview, and the quickstart's queue listed
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    board = [*quickstart.command("qcore", "dashboard"), "--port", str(port)]
+    base = f"http://127.0.0.1:{port}"
+    log = project / "dashboard.log"
+    answers: dict[str, tuple[int, str]] = {}
+
+    def answering() -> bool:
+        try:
+            answers["/"] = _get(f"{base}/")
+        except OSError:
+            return False
+        return True
+
+    with log.open("w") as out:
+        server = subprocess.Popen(
+            board, cwd=project, env=env, stdout=out, stderr=subprocess.STDOUT, text=True
+        )
+        try:
+            _wait_for("the dashboard answering", answering, server, log)
+            answers["/queues"] = _get(f"{base}/queues")
+        finally:
+            status = _stop(server)
+    output = log.read_text(errors="replace")
+    code, page = answers["/"]
+    assert code == 200 and "Overview" in page, (code, page[:2000], output)
+    code, page = answers["/queues"]
+    with psycopg.connect(fresh_database, autocommit=True) as conn:
+        queues = [str(row[0]) for row in conn.execute("SELECT name FROM pgboss.queue")]
+    assert code == 200 and queues and all(q in page for q in queues), (code, queues, output)
+    # uvicorn shuts down cleanly on SIGTERM, then ends by the signal it caught (so its
+    # parent knows why), as newer versions do; older ones exit 0
+    assert status in (0, -signal.SIGTERM), output
+    assert "shutdown complete" in output.lower(), output
