@@ -17,6 +17,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from qcore import Boss
 from qcore.errors import DatabaseError
+from qcore.job import Job
 from tests.conftest import admin_execute
 
 pytestmark = [pytest.mark.postgres, pytest.mark.feature("permissions")]
@@ -77,9 +78,9 @@ async def test_the_pages_grants_run_the_core_and_their_absence_is_a_clear_error(
             assert retried.id == job.id
             await boss.complete("perm", retried)
 
-            done: list[str] = []
+            done: list[uuid.UUID] = []
 
-            async def handler(jobs: list) -> None:
+            async def handler(jobs: list[Job]) -> None:
                 done.extend(j.id for j in jobs)
 
             ids = await boss.insert("perm", [{"data": {"n": n}} for n in range(3)])
