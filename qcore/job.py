@@ -378,6 +378,36 @@ class InstancePage(list[Instance]):
         self.total = total
 
 
+class InstanceListing(list[Instance]):
+    """A page of :meth:`~qcore.Boss.list_instances`: live rows first, then the latest heard.
+
+    ``next`` is the cursor of the following page (None on the last).
+    """
+
+    next: str | None
+
+    def __init__(self, rows: list[Instance], next: str | None) -> None:
+        super().__init__(rows)
+        self.next = next
+
+
+@dataclass(frozen=True)
+class InstanceCounts:
+    """The registry in numbers, counted in one statement.
+
+    ``total`` rows; ``live`` ones; ``keyed`` rows (a server with an instance key) and the
+    live ones of them; live anonymous ones (no key: qcore scripts and pg-boss); live
+    paused ones.
+    """
+
+    total: int
+    live: int
+    keyed: int
+    keyed_live: int
+    anonymous_live: int
+    paused: int
+
+
 #: the outcomes a per-job results handler may give a job
 JOB_RESULT_STATUSES = ("completed", "failed", "dead_letter")
 

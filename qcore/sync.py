@@ -299,6 +299,8 @@ class SyncBoss:
     supervise = _blocking(Boss.supervise)
     get_queue_stats = _blocking(Boss.get_queue_stats)
     get_instances = _blocking(Boss.get_instances)
+    list_instances = _blocking(Boss.list_instances)
+    instance_counts = _blocking(Boss.instance_counts)
     pause_instance = _blocking(Boss.pause_instance)
     resume_instance = _blocking(Boss.resume_instance)
     remove_instance = _blocking(Boss.remove_instance)

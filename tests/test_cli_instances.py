@@ -34,9 +34,17 @@ async def test_it_lists_a_live_fleet(pg_dsn: str, capsys: pytest.CaptureFixture[
             await registry.exclusive(registry.run_pass)
             async with Boss(pg_dsn, schema=SCHEMA, supervise=False, instance_name="api-2"):
                 argv = ["instances", "--url", pg_dsn, "--schema", SCHEMA]
-                status = await asyncio.to_thread(main, argv)
+                assert await asyncio.to_thread(main, argv) == 0
+                hidden = capsys.readouterr().out.splitlines()
+                status = await asyncio.to_thread(main, [*argv, "--all"])
+        # anonymous servers (no instance key) are behind --all; the count line says so
+        assert hidden[1:] == [
+            "0 shown; the registry holds 2 rows, 2 live: 0 keyed (0 paused),"
+            " 2 anonymous (shown with --all)"
+        ]
         assert status == 0
-        lines = capsys.readouterr().out.splitlines()
+        *lines, counted = capsys.readouterr().out.splitlines()
+        assert counted.startswith("2 shown; the registry holds 2 rows, 2 live")
         assert tuple(lines[0].split()) == COLUMNS
         rows = {line.split()[1]: line.split() for line in lines[1:]}
         workers = COLUMNS.index("workers")

@@ -4,11 +4,14 @@
 pause-instance KEY``, ``qcore resume-instance KEY``, ``qcore remove-instance
 --instance-key KEY`` act on the servers with an instance key.
 
-The table has one line per row of the registry, oldest start first: whether it is
-live, its name, instance key and whether it is paused, host and pid, the CPU cores it
-used and its memory against its container's limit at its last heartbeat, its worker
-loops, its crash restarts, the jobs its key's servers have claimed (a keyed server) and
-how long ago it was heard from. The database is
+The table has one line per server with an instance key (``--all`` adds the anonymous
+ones: qcore scripts and pg-boss instances; ``--anonymous`` shows only those), live ones
+first, then the latest heard; ``--live``, ``--paused`` and ``--search TEXT`` (a piece of
+the key, name or host) narrow it, and a last line counts the whole registry. Each line
+tells whether it is live, its name, instance key and whether it is paused, host and
+pid, the CPU cores it used and its memory against its container's limit at its last
+heartbeat, its worker loops, its crash restarts, the jobs its key's servers have claimed
+(a keyed server) and how long ago it was heard from. The database is
 ``--url``, ``$QCORE_DATABASE_URL`` or ``$DATABASE_URL``, libpq's ``PG*`` variables, or
 ``[tool.qcore]`` in pyproject.toml; the table writes nothing (no row of its own, no
 migration). Exit status 0; 1 when the database cannot be read or the change is refused
@@ -23,9 +26,9 @@ from typing import Any
 
 from qcore.cli.connection import Target, add_database_arguments, observer, run_command
 from qcore.cli.table import format_table
-from qcore.job import Instance
+from qcore.job import Instance, InstanceCounts
 
-__all__ = ["add_parser", "format_instances", "run"]
+__all__ = ["add_parser", "format_counts", "format_instances", "run"]
 
 COLUMNS = (
     "live",
@@ -52,6 +55,14 @@ def add_parser(commands: Any) -> None:
     )
     add_database_arguments(instances)
     instances.add_argument("--live", action="store_true", help="only the live instances")
+    instances.add_argument("--paused", action="store_true", help="only the paused servers")
+    shown = instances.add_mutually_exclusive_group()
+    shown.add_argument("--all", action="store_true", help="the anonymous instances too")
+    shown.add_argument("--anonymous", action="store_true", help="only the anonymous ones")
+    instances.add_argument("--search", metavar="TEXT", help="a piece of the key, name or host")
+    instances.add_argument(
+        "--limit", type=int, default=1000, metavar="N", help="at most N lines (default 1000)"
+    )
     instances.set_defaults(run=run)
     for verb, what in (("pause", "stop claiming"), ("resume", "claim again")):
         command = commands.add_parser(
@@ -62,7 +73,7 @@ def add_parser(commands: Any) -> None:
         command.set_defaults(run=_change, verb=f"{verb}_instance")
     remove = commands.add_parser(
         "remove-instance",
-        help="forget a server's key and pause state (once it has been gone 30 minutes)",
+        help="remove a server's rows, key and pause state (once it has been gone 30 minutes)",
     )
     remove.add_argument("--instance-key", required=True, metavar="KEY")
     add_database_arguments(remove)
@@ -102,11 +113,38 @@ def format_instances(instances: list[Instance], now: dt.datetime) -> str:
     return format_table(COLUMNS, [_row(i, now) for i in instances])
 
 
-async def _read(target: Target) -> tuple[list[Instance], dt.datetime]:
+def format_counts(counts: InstanceCounts, shown: int) -> str:
+    """The line under the table: what the whole registry holds, and what is hidden."""
+    return (
+        f"{shown} shown; the registry holds {counts.total:,} rows, {counts.live:,} live:"
+        f" {counts.keyed_live:,} keyed ({counts.paused:,} paused),"
+        f" {counts.anonymous_live:,} anonymous (shown with --all)"
+    )
+
+
+async def _read(
+    target: Target, args: argparse.Namespace
+) -> tuple[list[Instance], InstanceCounts, dt.datetime]:
+    keyed = None if args.all else not args.anonymous
     async with observer(target) as boss:
-        instances = await boss.get_instances(limit=100_000)
+        instances: list[Instance] = []
+        after = None
+        while len(instances) < args.limit:
+            page = await boss.list_instances(
+                live=True if args.live else None,
+                keyed=keyed,
+                paused=True if args.paused else None,
+                search=args.search,
+                limit=min(1000, args.limit - len(instances)),
+                after=after,
+            )
+            instances.extend(page)
+            if page.next is None:
+                break
+            after = page.next
+        counts = await boss.instance_counts()
         [row] = await boss.db.execute(f"SELECT {boss.context().q}.job_now() AS now")
-    return instances, row["now"]
+    return instances, counts, row["now"]
 
 
 def _change(args: argparse.Namespace) -> int:
@@ -114,8 +152,11 @@ def _change(args: argparse.Namespace) -> int:
 
     async def apply(target: Target) -> int:
         async with observer(target) as boss:
-            await getattr(boss, args.verb)(args.instance_key)
-        print(f"{args.verb.removesuffix('_instance')}d: {args.instance_key}")
+            removed = await getattr(boss, args.verb)(args.instance_key)
+        done = f"{args.verb.removesuffix('_instance')}d: {args.instance_key}"
+        if args.verb == "remove_instance":
+            done += f" ({removed} registry row{'' if removed == 1 else 's'} deleted)"
+        print(done)
         return 0
 
     return run_command(args, apply)
@@ -123,10 +164,9 @@ def _change(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     async def show(target: Target) -> int:
-        instances, now = await _read(target)
-        if args.live:
-            instances = [i for i in instances if i.live]
+        instances, counts, now = await _read(target, args)
         print(format_instances(instances, now))
+        print(format_counts(counts, len(instances)))
         return 0
 
     return run_command(args, show)

@@ -34,7 +34,9 @@ __all__ = [
     "delete_old_instances",
     "get_instances",
     "heartbeat_instance",
+    "instance_counts",
     "instance_exists",
+    "list_instances",
     "prune_instance_lives",
     "register_instance",
     "remove_instance_key",
@@ -270,40 +272,119 @@ def crash_recount_at(q: str) -> Statement:
     return p.statement(sql)
 
 
+def _key_columns(q: str, keys: bool) -> tuple[str, str]:
+    """The key columns of a registry row, and the join that gives them.
+
+    A keyed server records its key in its row's ``config`` (``instanceKey``), so every
+    life of a key shows it, its pause and its count; ``keys=False`` (the schema has no key
+    table, an install pg-boss made that qcore never migrated) gives every row none.
+    """
+    if not keys:
+        return "NULL::text AS instance_key, false AS paused, 0 AS jobs_processed", ""
+    return (
+        "k.instance_key, COALESCE(k.paused, false) AS paused,"
+        " COALESCE(k.jobs_processed, 0) AS jobs_processed",
+        f" LEFT JOIN {_keys(q)} k ON k.instance_key = i.config ->> 'instanceKey'",
+    )
+
+
+def _registry_rows(q: str, keys: bool) -> str:
+    """Every registry row with ``live`` and its key's columns, as a subquery."""
+    key_columns, joined = _key_columns(q, keys)
+    return (
+        f"(SELECT i.*, i.stopped_on IS NULL AND NOT ({_quiet(q, 'i')}) AS live, {key_columns}"
+        f" FROM {q}.instance i{joined}) r"
+    )
+
+
 @lru_cache(maxsize=16)
 def get_instances(
     q: str, *, after: bool = False, offset: bool = False, keys: bool = True
 ) -> Statement:
     """The rows, oldest start first, at most ``limit``, each with ``live`` and ``total``.
 
-    ``total`` is the registry's row count; for a keyed server, each also has its
-    ``instance_key``, ``paused`` and ``jobs_processed`` (``keys=False``: the schema has no
-    key table, an install pg-boss made that qcore never migrated); with ``after``, those
-    past the row of the instance id ``after``; with ``offset``, after the first ``offset``
-    rows.
+    pg-boss's order and paging. ``total`` is the registry's row count; a keyed server's
+    rows also carry its ``instance_key``, ``paused`` and ``jobs_processed``; with
+    ``after``, those past the row of the instance id ``after``; with ``offset``, after
+    the first ``offset`` rows.
     """
     p = Params()
     where = ""
     if after:
         where = (
-            f" WHERE (i.started_on, i.id) > ((SELECT started_on FROM {q}.instance"
+            f" WHERE (r.started_on, r.id) > ((SELECT started_on FROM {q}.instance"
             f" WHERE id = {p('after')}::uuid), {p('after')}::uuid)"
         )
-    key_columns, joined = "NULL::text AS instance_key, false AS paused, 0 AS jobs_processed", ""
-    if keys:
-        key_columns = (
-            "k.instance_key, COALESCE(k.paused, false) AS paused,"
-            " COALESCE(k.jobs_processed, 0) AS jobs_processed"
-        )
-        joined = f" LEFT JOIN {_keys(q)} k ON k.instance_id = i.id"
     skip = f" OFFSET {p('offset')}::int" if offset else ""
     sql = (
-        f"SELECT i.*, i.stopped_on IS NULL AND NOT ({_quiet(q, 'i')}) AS live, {key_columns},"
-        f" (SELECT count(*) FROM {q}.instance) AS total"
-        f" FROM {q}.instance i{joined}{where} ORDER BY i.started_on, i.id"
+        f"SELECT r.*, (SELECT count(*) FROM {q}.instance) AS total"
+        f" FROM {_registry_rows(q, keys)}{where} ORDER BY r.started_on, r.id"
         f" LIMIT {p('limit')}::int{skip}"
     )
     return p.statement(sql)
+
+
+def _fleet_filter(p: Params) -> str:
+    """The operator's filters, each NULL for "any".
+
+    ``live``, ``keyed`` (has an instance key), ``paused``, and ``search``: a
+    case-insensitive piece of the key, name or host.
+    """
+    return (
+        f"({p('live')}::boolean IS NULL OR r.live = {p('live')}::boolean)"
+        f" AND ({p('keyed')}::boolean IS NULL"
+        f" OR (r.instance_key IS NOT NULL) = {p('keyed')}::boolean)"
+        f" AND ({p('paused')}::boolean IS NULL OR r.paused = {p('paused')}::boolean)"
+        f" AND ({p('search')}::text IS NULL OR strpos(lower(concat_ws(' ', r.instance_key,"
+        f" r.name, r.host)), lower({p('search')}::text)) > 0)"
+    )
+
+
+@lru_cache(maxsize=16)
+def list_instances(q: str, *, after: bool, keys: bool = True) -> Statement:
+    """The operator's page of the registry: live rows first, then the most recently heard.
+
+    Filtered by :func:`_fleet_filter`, at most ``limit``; with ``after``, past the
+    previous page's last ``(after_dead, after_heard, after_id)`` (``after_dead`` 0 for a
+    live row, 1 for a dead one). The same on every backend: the registry is small (dead
+    rows are bounded by maintenance), so the page reads it whole and sorts.
+    """
+    p = Params()
+    rank = "CASE WHEN r.live THEN 0 ELSE 1 END"
+    past = ""
+    if after:
+        dead, heard, last = p("after_dead"), p("after_heard"), p("after_id")
+        past = (
+            f" AND ({rank} > {dead}::int OR ({rank} = {dead}::int"
+            f" AND (r.heartbeat_on < {heard}::timestamptz"
+            f" OR (r.heartbeat_on = {heard}::timestamptz AND r.id > {last}::uuid))))"
+        )
+    return p.statement(
+        f"SELECT r.* FROM {_registry_rows(q, keys)} WHERE {_fleet_filter(p)}{past}"
+        f" ORDER BY {rank}, r.heartbeat_on DESC, r.id LIMIT {p('limit')}::int"
+    )
+
+
+@lru_cache(maxsize=16)
+def instance_counts(q: str, *, keys: bool = True) -> Statement:
+    """The registry's counts in one pass: every row, and the live, keyed and paused ones.
+
+    One row: ``total``, ``live``, ``keyed``, ``keyed_live``, ``anonymous_live``,
+    ``paused`` (live and paused). Sums of CASE rather than FILTER, which not every
+    engine parses.
+    """
+
+    def count(condition: str) -> str:
+        return f"COALESCE(sum(CASE WHEN {condition} THEN 1 ELSE 0 END), 0)::int"
+
+    return Statement(
+        f"SELECT count(*)::int AS total, {count('r.live')} AS live,"
+        f" {count('r.instance_key IS NOT NULL')} AS keyed,"
+        f" {count('r.live AND r.instance_key IS NOT NULL')} AS keyed_live,"
+        f" {count('r.live AND r.instance_key IS NULL')} AS anonymous_live,"
+        f" {count('r.live AND r.paused')} AS paused"
+        f" FROM {_registry_rows(q, keys)}"
+    )
 
 
 @lru_cache(maxsize=16)
@@ -402,18 +483,31 @@ def set_instance_paused(q: str, *, create: bool) -> Statement:
 
 @lru_cache(maxsize=16)
 def remove_instance_key(q: str) -> Statement:
-    """Forget ``key`` unless a server with it was seen within ``minutes``.
+    """Forget ``key`` and delete its servers' registry rows, unless one was seen lately.
 
-    Row: ``found`` (the key exists), ``seen_minutes_ago``, ``removed``.
+    Seen: the key's last beat or any of its rows' heartbeats, within ``minutes``. Jobs
+    are never touched (they name a server by its key, as text). Row: ``found`` (the key
+    or a row of it exists), ``seen_minutes_ago``, ``removed``, ``rows_removed``.
     """
     p = Params()
+    key, now = p("key"), _now(q)
     return p.statement(
-        f"WITH k AS (SELECT instance_key, seen_on FROM {_keys(q)}"
-        f" WHERE instance_key = {p('key')}::text),"
-        f" gone AS (DELETE FROM {_keys(q)} WHERE instance_key = {p('key')}::text"
-        f" AND (seen_on IS NULL OR seen_on < {_now(q)} - {p('minutes')}::int"
-        " * interval '1 minute') RETURNING instance_key)"
-        " SELECT EXISTS (SELECT 1 FROM k) AS found,"
-        f" (SELECT EXTRACT(EPOCH FROM ({_now(q)} - seen_on)) / 60 FROM k)::float8"
-        " AS seen_minutes_ago, EXISTS (SELECT 1 FROM gone) AS removed"
+        f"WITH k AS (SELECT seen_on FROM {_keys(q)} WHERE instance_key = {key}::text),"
+        f" lives AS (SELECT heartbeat_on FROM {q}.instance"
+        f" WHERE config ->> 'instanceKey' = {key}::text),"
+        " seen AS (SELECT max(t) AS at FROM (SELECT seen_on AS t FROM k"
+        " UNION ALL SELECT heartbeat_on FROM lives) s),"
+        " allowed AS (SELECT (EXISTS (SELECT 1 FROM k) OR EXISTS (SELECT 1 FROM lives))"
+        f" AND ((SELECT at FROM seen) IS NULL OR (SELECT at FROM seen) < {now}"
+        f" - {p('minutes')}::int * interval '1 minute') AS ok),"
+        f" gone AS (DELETE FROM {_keys(q)} WHERE instance_key = {key}::text"
+        " AND (SELECT ok FROM allowed) RETURNING instance_key),"
+        f" gone_rows AS (DELETE FROM {q}.instance WHERE config ->> 'instanceKey' = {key}::text"
+        " AND (SELECT ok FROM allowed) RETURNING id)"
+        " SELECT EXISTS (SELECT 1 FROM k) OR EXISTS (SELECT 1 FROM lives) AS found,"
+        f" (EXTRACT(EPOCH FROM ({now} - (SELECT at FROM seen))) / 60)::float8"
+        " AS seen_minutes_ago, (SELECT ok FROM allowed) AS removed,"
+        " (SELECT count(*) FROM gone_rows)::int AS rows_removed"
     )
+
+

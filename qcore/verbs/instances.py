@@ -7,12 +7,13 @@ removal of a keyed server (qcore's own ``qcore_instance_key`` table).
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 
 from qcore import retry
 from qcore.context import Context
 from qcore.errors import ValidationError
-from qcore.job import Instance, InstancePage
+from qcore.job import Instance, InstanceCounts, InstanceListing, InstancePage
 from qcore.options import check_count, check_int, check_text
 from qcore.sql import instances as sql
 from qcore.sql.probes import table_in_schema
@@ -22,7 +23,9 @@ __all__ = [
     "MAX_INSTANCES_PAGE",
     "REMOVE_AFTER_MINUTES",
     "get_instances",
+    "instance_counts",
     "instance_key",
+    "list_instances",
     "pause_instance",
     "remove_instance",
     "resume_instance",
@@ -36,6 +39,10 @@ REMOVE_AFTER_MINUTES = 30
 INSTANCE_KEY_ENV = "QCORE_INSTANCE_KEY"
 #: the longest instance key
 MAX_INSTANCE_KEY_LENGTH = 200
+#: the most rows one page of ``list_instances`` returns
+MAX_LISTING_PAGE = 1000
+#: the longest ``search`` text
+MAX_SEARCH_LENGTH = 200
 
 
 def instance_key(value: object) -> str:
@@ -102,6 +109,82 @@ async def get_instances(
     return InstancePage([Instance.from_row(r) for r in rows], total)
 
 
+def _flag(name: str, value: object) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise ValidationError(f"{name} must be True, False or None (either), got {value!r}")
+    return value
+
+
+def _listing_cursor(row: Instance) -> str:
+    """The cursor of the page after ``row``: its rank (live first), heartbeat and id."""
+    return f"{0 if row.live else 1}|{row.heartbeat_on.isoformat()}|{row.id}"
+
+
+def _parse_listing_cursor(value: object) -> dict[str, object]:
+    try:
+        assert isinstance(value, str)
+        dead, heard, last = value.split("|")
+        parsed = {
+            "after_dead": int(dead),
+            "after_heard": dt.datetime.fromisoformat(heard),
+            "after_id": uuid.UUID(last),
+        }
+        assert parsed["after_dead"] in (0, 1)
+    except (AssertionError, ValueError):
+        raise ValidationError(
+            f"after must be the next cursor of a previous page, got {value!r}"
+        ) from None
+    return parsed
+
+
+async def list_instances(
+    ctx: Context,
+    *,
+    live: bool | None = None,
+    keyed: bool | None = None,
+    paused: bool | None = None,
+    search: str | None = None,
+    limit: int = 50,
+    after: str | None = None,
+) -> InstanceListing:
+    """The registry as an operator reads it: live servers first, then the latest heard.
+
+    Filters (None: either): ``live``; ``keyed``, a server with an instance key (False:
+    the anonymous ones, qcore scripts and pg-boss instances); ``paused``; ``search``, a
+    case-insensitive piece of the key, name or host. At most ``limit`` rows (1 to
+    1,000); ``after`` is the previous page's ``next``. A page of a thousand-row registry
+    costs one statement.
+    """
+    check_count("limit", limit, MAX_LISTING_PAGE)
+    if search is not None:
+        if not isinstance(search, str) or len(search) > MAX_SEARCH_LENGTH:
+            raise ValidationError(
+                f"search must be a string of at most {MAX_SEARCH_LENGTH} characters,"
+                f" got {search!r:.60}"
+            )
+        search = check_text("search", search) or None
+    cursor = {} if after is None else _parse_listing_cursor(after)
+    statement = sql.list_instances(ctx.q, after=after is not None, keys=await _has_key_table(ctx))
+    rows = await retry.run(
+        ctx,
+        statement,
+        live=_flag("live", live),
+        keyed=_flag("keyed", keyed),
+        paused=_flag("paused", paused),
+        search=search,
+        limit=limit + 1,
+        **cursor,
+    )
+    page = [Instance.from_row(r) for r in rows[:limit]]
+    return InstanceListing(page, _listing_cursor(page[-1]) if len(rows) > limit else None)
+
+
+async def instance_counts(ctx: Context) -> InstanceCounts:
+    """The registry's counts (every row, live, keyed, anonymous live, paused) in one read."""
+    [row] = await retry.run(ctx, sql.instance_counts(ctx.q, keys=await _has_key_table(ctx)))
+    return InstanceCounts(**{k: int(v) for k, v in row.items()})
+
+
 async def pause_instance(ctx: Context, key: str) -> None:
     """Pause the server with ``key`` until it is resumed.
 
@@ -127,11 +210,11 @@ async def resume_instance(ctx: Context, key: str) -> None:
         raise ValidationError(f"no server has instance key {key!r}: nothing to resume")
 
 
-async def remove_instance(ctx: Context, key: str) -> None:
-    """Forget ``key``, its pause state with it.
+async def remove_instance(ctx: Context, key: str) -> int:
+    """Forget ``key`` and its pause state, and delete its servers' rows from the registry.
 
     Refused with ``ValidationError`` while a server with it was seen within the last 30
-    minutes, or for an unknown key. Jobs are never touched.
+    minutes, or for an unknown key. Jobs are never touched. Returns the rows deleted.
     """
     [row] = await retry.run(
         ctx, sql.remove_instance_key(ctx.q), key=instance_key(key), minutes=REMOVE_AFTER_MINUTES
@@ -144,3 +227,4 @@ async def remove_instance(ctx: Context, key: str) -> None:
             f" minutes ago; it can be removed once it has been gone {REMOVE_AFTER_MINUTES}"
             " minutes (stop it first)"
         )
+    return int(row["rows_removed"])

@@ -7,7 +7,7 @@ from typing import Any
 
 from qcore.arguments import verb
 from qcore.boss.verbs.parts import BossParts
-from qcore.job import InstancePage
+from qcore.job import InstanceCounts, InstanceListing, InstancePage
 from qcore.verbs import instances as instance_ops
 
 __all__ = ["InstanceVerbs"]
@@ -40,6 +40,39 @@ class InstanceVerbs:
         )
 
     @verb()
+    async def list_instances(
+        self: BossParts,
+        *,
+        live: bool | None = None,
+        keyed: bool | None = None,
+        paused: bool | None = None,
+        search: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+        db: Any = None,
+    ) -> InstanceListing:
+        """The registry as an operator reads it: live servers first, then the latest heard.
+
+        Filters (None: either): ``live``, ``keyed`` (has an instance key), ``paused``,
+        ``search`` (a piece of the key, name or host). At most ``limit`` (1 to 1,000);
+        ``after``: the previous page's ``next``.
+        """
+        return await instance_ops.list_instances(
+            self.context(db),
+            live=live,
+            keyed=keyed,
+            paused=paused,
+            search=search,
+            limit=limit,
+            after=after,
+        )
+
+    @verb()
+    async def instance_counts(self: BossParts, *, db: Any = None) -> InstanceCounts:
+        """The registry's counts: rows, live, keyed, anonymous live and paused servers."""
+        return await instance_ops.instance_counts(self.context(db))
+
+    @verb()
     async def pause_instance(self: BossParts, instance_key: str, *, db: Any = None) -> None:
         """Pause the server with ``instance_key``, from any process.
 
@@ -60,11 +93,12 @@ class InstanceVerbs:
         self.events.emit("instance_resumed", {"instance_key": instance_key})
 
     @verb()
-    async def remove_instance(self: BossParts, instance_key: str, *, db: Any = None) -> None:
-        """Forget a server's key and pause state once it has been gone 30 minutes.
+    async def remove_instance(self: BossParts, instance_key: str, *, db: Any = None) -> int:
+        """Remove a server from the registry once it has been gone 30 minutes.
 
-        Before that, a ``ValidationError``; jobs are never touched. Emits
-        ``instance_removed``.
+        Its key, pause state and registry rows go (the number of rows is returned); jobs
+        are never touched. Before that, a ``ValidationError``. Emits ``instance_removed``.
         """
-        await instance_ops.remove_instance(self.context(db), instance_key)
+        removed = await instance_ops.remove_instance(self.context(db), instance_key)
         self.events.emit("instance_removed", {"instance_key": instance_key})
+        return removed
