@@ -38,6 +38,12 @@ def statements(names: dict[str, str]) -> tuple[list[str], list[str]]:
     return owner, app
 
 
+def schema_for_owner(names: dict[str, str]) -> str:
+    """The page's other way: the schema created for the owner (one inline statement)."""
+    [sql] = re.findall(r"`(CREATE SCHEMA \w+ AUTHORIZATION \w+);`", PAGE.read_text("utf-8"))
+    return re.sub(r"\b(" + "|".join(map(re.escape, names)) + r")\b", lambda m: names[m[1]], sql)
+
+
 def as_role(dsn: str, role: str) -> str:
     p = conninfo_to_dict(dsn)
     return f"postgresql://{role}@{p.get('host', '127.0.0.1')}:{p.get('port', 5432)}/{p['dbname']}"
@@ -120,3 +126,25 @@ async def test_the_pages_grants_run_the_core_and_their_absence_is_a_clear_error(
             if admin_execute(f"SELECT 1 FROM pg_roles WHERE rolname = '{role}'", pg_dsn):
                 admin_execute(f'DROP OWNED BY "{role}"', pg_dsn)
                 admin_execute(f'DROP ROLE "{role}"', pg_dsn)
+
+
+async def test_an_owner_given_the_schema_installs_with_create_schema_false(pg_dsn: str) -> None:
+    tag = uuid.uuid4().hex[:10]
+    owner, schema = f"qo_{tag}", f"perm_{tag}"
+    try:
+        admin_execute(f'CREATE ROLE "{owner}" LOGIN', pg_dsn)
+        admin_execute(schema_for_owner({"qcore_owner": owner, "pgboss": schema}), pg_dsn)
+        url = as_role(pg_dsn, owner)
+        with pytest.raises(DatabaseError) as denied:  # IF NOT EXISTS still needs the grant
+            await Boss(url, schema=schema, supervise=False, schedule=False).start()
+        assert denied.value.sqlstate == "42501"
+        async with Boss(
+            url, schema=schema, create_schema=False, supervise=False, schedule=False
+        ) as boss:
+            await boss.create_queue("part", partition=True)  # the owner may create tables
+            assert await boss.send("part", {"n": 1})
+    finally:
+        admin_execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE', pg_dsn)
+        if admin_execute(f"SELECT 1 FROM pg_roles WHERE rolname = '{owner}'", pg_dsn):
+            admin_execute(f'DROP OWNED BY "{owner}"', pg_dsn)
+            admin_execute(f'DROP ROLE "{owner}"', pg_dsn)
