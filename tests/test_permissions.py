@@ -120,6 +120,7 @@ async def test_the_pages_grants_run_the_core_and_their_absence_is_a_clear_error(
                 await stranger.stop(graceful=False)
         assert denied.value.sqlstate == "42501", denied.value
         assert "permission denied" in str(denied.value)
+        assert not denied.value.retryable
     finally:
         admin_execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE', pg_dsn)
         for role in (app, bare, owner):
