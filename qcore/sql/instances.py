@@ -509,5 +509,3 @@ def remove_instance_key(q: str) -> Statement:
         " AS seen_minutes_ago, (SELECT ok FROM allowed) AS removed,"
         " (SELECT count(*) FROM gone_rows)::int AS rows_removed"
     )
-
-

@@ -118,3 +118,13 @@ case_variants = Statement(
 # The server's current UTC date as YYYY-MM-DD text (names the first queue_stats
 # partition; text so that every adapter returns the same type); every backend.
 server_today = Statement("SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS today")
+
+
+def job_tables(q: str, column: str) -> str:
+    """A condition: ``column`` names one of the schema's physical job tables.
+
+    Every queue's ``table_name`` (the common table, and a partitioned queue's own
+    ``j<hash>`` table), and ``job`` itself where it is a plain table (the engines without
+    partitioning). What the maintenance checks read, as pg-boss's own checks do.
+    """
+    return f"({column} = 'job' OR {column} IN (SELECT table_name FROM {q}.queue))"

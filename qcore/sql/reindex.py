@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from qcore.identifiers import quote
 from qcore.sql._statement import Params, Statement
-from qcore.sql.probes import claim_interval
+from qcore.sql.probes import claim_interval, job_tables
 
 __all__ = ["claim_reindex", "drop_stub", "job_indexes", "rebuild"]
 
@@ -40,7 +40,7 @@ def job_indexes(q: str) -> Statement:
         " FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid"
         " JOIN pg_class t ON t.oid = x.indrelid JOIN pg_namespace n ON n.oid = t.relnamespace"
         f" WHERE n.nspname = {p('schema')}::text AND t.relkind = 'r'"
-        " AND (t.relname = 'job' OR t.relname LIKE 'job\\_%') AND t.relname <> 'job_dependency'"
+        f" AND {job_tables(q, 't.relname')}"
         " ORDER BY t.relname, i.relname"
     )
     return p.statement(sql)

@@ -13,6 +13,7 @@ from functools import lru_cache
 
 from qcore.identifiers import quote
 from qcore.sql._statement import Params, Statement
+from qcore.sql.probes import job_tables
 
 __all__ = ["analyze", "stale_job_tables"]
 
@@ -34,7 +35,7 @@ def stale_job_tables(q: str) -> Statement:
         " FROM pg_class t JOIN pg_namespace n ON n.oid = t.relnamespace"
         " JOIN pg_stat_user_tables s ON s.relid = t.oid"
         f" WHERE n.nspname = {p('schema')}::text AND t.relkind = 'r'"
-        f" AND t.relname IN (SELECT table_name FROM {q}.queue)"
+        f" AND {job_tables(q, 't.relname')}"
         " AND pg_has_role(t.relowner, 'USAGE')"
         f" AND s.n_mod_since_analyze >= GREATEST({p('min_rows')}::bigint,"
         f" {p('growth')}::float8 * GREATEST(t.reltuples, 0))"

@@ -13,6 +13,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from qcore.sql._statement import Params, Statement
+from qcore.sql.probes import job_tables
 
 __all__ = ["HORIZON_SOURCES", "horizon", "job_table_garbage"]
 
@@ -53,7 +54,7 @@ def job_table_garbage(q: str) -> Statement:
         " FROM pg_class t JOIN pg_namespace n ON n.oid = t.relnamespace"
         " JOIN pg_stat_user_tables s ON s.relid = t.oid"
         f" WHERE n.nspname = {p('schema')}::text AND t.relkind = 'r'"
-        " AND (t.relname = 'job' OR t.relname LIKE 'job\\_%') AND t.relname <> 'job_dependency'"
+        f" AND {job_tables(q, 't.relname')}"
     )
     return p.statement(sql)
 

@@ -23,15 +23,16 @@ pytestmark = pytest.mark.feature("reindex")
 SMALL: dict[str, Any] = {"min_pages": 10}
 
 
-async def _drained_backlog(boss: Boss) -> None:
+async def _drained_backlog(boss: Boss, name: str = "q") -> None:
     """10,000 jobs inserted and all but ten deleted, then vacuumed: the job indexes keep
     their pages while their entries are gone."""
     ctx = boss.context()
     for _ in range(10):
-        await jobs.insert(ctx, "q", [{"data": i} for i in range(1000)])
+        await jobs.insert(ctx, name, [{"data": i} for i in range(1000)])
     await ctx.db.execute(
-        f"DELETE FROM {ctx.q}.job WHERE name = 'q' AND id NOT IN"
-        f" (SELECT id FROM {ctx.q}.job WHERE name = 'q' ORDER BY id LIMIT 10)"
+        f"DELETE FROM {ctx.q}.job WHERE name = $1 AND id NOT IN"
+        f" (SELECT id FROM {ctx.q}.job WHERE name = $1 ORDER BY id LIMIT 10)",
+        [name],
     )
     await ctx.db.execute(f"VACUUM ANALYZE {ctx.q}.job")
 
@@ -68,6 +69,31 @@ async def test_a_bloated_index_is_found_warned_and_rebuilt(
         assert await boss.get_reindex_commands(min_pages=10) != []
         await boss.supervise(reindex={"force": True})  # force: now, bloated or not
         assert await boss.get_reindex_commands(min_pages=10) == []
+
+
+@pytest.mark.requires("reindex")
+async def test_a_partitioned_queues_own_table_is_checked_too(
+    db: Any, backend: Backend, schema: str
+) -> None:
+    """The busiest queues are the partitioned ones: their own tables' indexes are read
+    like the common table's, beside an unpartitioned queue."""
+    boss = Boss(db=db, backend=backend, schema=schema, supervise=False, reindex=SMALL)
+    async with running(boss):
+        await boss.create_queue("plain")
+        await boss.create_queue("own", partition=True)
+        ctx = boss.context()
+        [row] = await ctx.db.execute(f"SELECT table_name FROM {ctx.q}.queue WHERE name = 'own'")
+        own = await ctx.db.execute(
+            "SELECT c.relname FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid"
+            " JOIN pg_class t ON t.oid = x.indrelid JOIN pg_namespace n ON n.oid = t.relnamespace"
+            " WHERE n.nspname = $1 AND t.relname = $2",
+            [ctx.schema, row["table_name"]],
+        )
+        own_indexes = {r["relname"] for r in own}
+        assert own_indexes
+        await _drained_backlog(boss, "own")
+        bloated = " ".join(await boss.get_reindex_commands(min_pages=10))
+        assert any(index in bloated for index in own_indexes), bloated
 
 
 async def test_reindex_arguments_are_checked_and_unsupported_backends_list_nothing(

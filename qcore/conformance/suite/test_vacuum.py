@@ -22,10 +22,11 @@ pytestmark = [pytest.mark.feature("warnings"), pytest.mark.requires("vacuum_stat
 STATS_DEADLINE = 60.0
 
 
-async def _watched_queue(ctx: Context, *, autovacuum: bool) -> str:
+async def _watched_queue(ctx: Context, *, autovacuum: bool, partition: bool = False) -> str:
     """Queue ``q``, its job table over PostgreSQL's vacuum line past 10 dead rows; the
-    table's name."""
-    await queues.create_queue(ctx, "q")
+    table's name (the queue's own with ``partition``, beside an unpartitioned queue)."""
+    await queues.create_queue(ctx, "plain")
+    await queues.create_queue(ctx, "q", partition=partition)
     [row] = await ctx.db.execute(f"SELECT table_name FROM {ctx.q}.queue WHERE name = 'q'")
     table = str(row["table_name"])
     await ctx.db.execute_script(
@@ -59,10 +60,11 @@ def _watching() -> tuple[Events, list[WarningEvent]]:
     return events, seen
 
 
+@pytest.mark.parametrize("partition", [False, True], ids=["common-table", "partitioned"])
 async def test_autovacuum_disabled_warns_on_the_second_pass_as_garbage_grows(
-    ctx: Context,
+    ctx: Context, partition: bool
 ) -> None:
-    table = await _watched_queue(ctx, autovacuum=False)
+    table = await _watched_queue(ctx, autovacuum=False, partition=partition)
     events, seen = _watching()
     watch = VacuumWatch()
     await _churn(ctx, 50)
