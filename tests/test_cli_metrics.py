@@ -107,3 +107,62 @@ async def _drop(prefix: str) -> None:
         await drop_prefix(client, prefix)
     finally:
         await client.aclose()
+
+
+def _series_rows(dsn: str, schema: str) -> int:
+    """The rows of the store's series table in ``schema``, counted in SQL."""
+    [(n,)] = admin_execute(f"SELECT count(*) FROM {schema}.qcore_metrics_series", dsn)
+    return int(n)
+
+
+def test_a_store_in_another_schema_reads_and_purges_the_queues_history(
+    pg_dsn: str, filled: str
+) -> None:
+    store = f"{filled}_store"
+    common = ["--url", pg_dsn, "--schema", filled, "--store-schema", store]
+    try:
+        done = run_qcore("metrics", "record", "--once", *common)
+        assert done.returncode == 0, done.stderr
+        assert "1 queue-minute(s) changed" in done.stdout
+        assert _series_rows(pg_dsn, store) == 6
+
+        stats = run_qcore("metrics", "stats", *common)
+        assert stats.returncode == 0, stats.stderr
+        assert {line.split()[0] for line in stats.stdout.splitlines()[1:-1]} == {
+            "mail",
+            "__global__",
+        }
+        usage = json.loads(run_qcore("metrics", "stats", "--json", *common).stdout)
+        assert usage["rows"] == 6 and usage["tiers"]["minute"]["rows"] == 2
+
+        one = run_qcore("metrics", "purge", "mail", "--yes", *common)
+        assert one.returncode == 0, one.stderr
+        assert "deleted 3 rows" in one.stdout
+        assert _series_rows(pg_dsn, store) == 3
+        purged = run_qcore("metrics", "purge", "--yes", *common)
+        assert purged.returncode == 0, purged.stderr
+        assert "deleted 3 rows" in purged.stdout
+        assert _series_rows(pg_dsn, store) == 0
+
+        again = run_qcore("metrics", "purge", "--yes", *common)
+        assert again.returncode == 3, (again.stdout, again.stderr)
+        assert "nothing to purge" in again.stdout and "deleted" not in again.stdout
+        assert filled in again.stdout and store in again.stdout
+        empty = run_qcore("metrics", "stats", *common)
+        assert empty.returncode == 0 and "no history rows" in empty.stdout
+    finally:
+        admin_execute(f"DROP SCHEMA IF EXISTS {store} CASCADE", pg_dsn)
+
+
+def test_a_purge_beside_the_queues_counts_what_it_deleted(pg_dsn: str, filled: str) -> None:
+    common = ["--url", pg_dsn, "--schema", filled]
+    assert run_qcore("metrics", "record", "--once", *common).returncode == 0
+    assert _series_rows(pg_dsn, filled) == 6
+    old = run_qcore("metrics", "purge", "--before", "2001-01-01", "--yes", *common)
+    assert old.returncode == 3 and "nothing to purge" in old.stdout
+    purged = run_qcore("metrics", "purge", "--yes", *common)
+    assert purged.returncode == 0, purged.stderr
+    assert "deleted 6 rows" in purged.stdout
+    assert _series_rows(pg_dsn, filled) == 0
+    again = run_qcore("metrics", "purge", "mail", "--yes", *common)
+    assert again.returncode == 3 and "nothing to purge" in again.stdout

@@ -8,7 +8,8 @@ DNS names given with ``--allowed-host`` (repeatable; ``--host`` when it is a nam
 any other ``Host`` is refused, so a rebound DNS name cannot reach it from a browser.
 ``--read-only`` hides and refuses every action;
 ``--history`` adds the metrics-history views, read from the store in
-``--store-schema`` (default: the queues' schema). ``--database NAME=URL`` (repeatable)
+``--store-schema`` (default: the queues' schema): the history of the queues' schema
+(``--schema``) wherever its store lives. ``--database NAME=URL`` (repeatable)
 puts more databases on the same board, switched from its sidebar. Exit status 2 when the extra is
 missing or the options are refused, 1 when the database cannot be used.
 """
@@ -25,7 +26,7 @@ from typing import Any
 from qcore.cli.connection import Target, add_database_arguments, observer, run_command
 from qcore.errors import ConfigError
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "open_board", "run"]
 
 
 def add_parser(commands: Any) -> None:
@@ -39,7 +40,12 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--read-only", action="store_true", help="no actions")
     parser.add_argument("--history", action="store_true", help="metrics-history views")
-    parser.add_argument("--store-schema", default=None, help="the metrics store's schema")
+    parser.add_argument(
+        "--store-schema",
+        default=None,
+        help="the schema holding the metrics store's tables (default: --schema); the history"
+        " shown is still that of --schema's queues",
+    )
     parser.add_argument(
         "--token",
         default=None,
@@ -74,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from qcore.web import combine, create_app
+        from qcore.web import combine
         from qcore.web.security import Access, AllowedHosts, check_bind, is_wildcard
     except ImportError as exc:
         print(
@@ -110,37 +116,15 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
 
-    async def board(target: Target, stack: contextlib.AsyncExitStack) -> Any:
-        from qcore.metrics import MetricsHistoryAdmin, MetricsHistoryProvider, PostgresMetricsStore
-
-        # four connections: a page reads while another does
-        boss = await stack.enter_async_context(observer(target, connections=4))
-        history = admin = None
-        if args.history:
-            store = PostgresMetricsStore(
-                boss.db,
-                schema=args.store_schema or target.schema,
-                backend=boss.backend,
-                migrate=not args.read_only,  # a read-only board creates nothing
-            )
-            history, admin = MetricsHistoryProvider(store), MetricsHistoryAdmin(store)
-        return create_app(
-            boss,
-            history=history,
-            admin=admin,
-            read_only=args.read_only,
-            token=token,
-            basic_auth=basic,
-            allowed_hosts=names,
-        )
-
     async def serve(target: Target) -> int:
+        options: dict[str, Any] = {"token": token, "basic_auth": basic, "allowed_hosts": names}
         async with contextlib.AsyncExitStack() as stack:
-            app = await board(target, stack)
+            app = await open_board(target, args, stack, **options)
             if others:
                 boards = {"main": app}
                 for name, url in others:
-                    boards[name] = await board(dataclasses.replace(target, url=url), stack)
+                    other = dataclasses.replace(target, url=url)
+                    boards[name] = await open_board(other, args, stack, **options)
                 app = combine(boards)
             config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
             print(f"qcore dashboard on http://{args.host}:{args.port}/", flush=True)
@@ -148,6 +132,34 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     return run_command(args, serve)
+
+
+async def open_board(
+    target: Target, args: argparse.Namespace, stack: contextlib.AsyncExitStack, **options: Any
+) -> Any:
+    """The board of one database as ``args`` ask (its connections closed with ``stack``).
+
+    With ``--history`` its metrics history is read from the store in ``--store-schema``
+    (default: the queues' schema); either way the history shown is that of the queues'
+    schema ``target.schema``, the job schema the store's rows are keyed by. ``options``
+    go to :func:`qcore.web.create_app` (credentials, allowed hosts).
+    """
+    from qcore.metrics import MetricsHistoryAdmin, MetricsHistoryProvider, PostgresMetricsStore
+    from qcore.web import create_app
+
+    # four connections: a page reads while another does
+    boss = await stack.enter_async_context(observer(target, connections=4))
+    history = admin = None
+    if args.history:
+        store = PostgresMetricsStore(
+            boss.db,
+            schema=args.store_schema or target.schema,
+            backend=boss.backend,
+            migrate=not args.read_only,  # a read-only board creates nothing
+            queue_schema=target.schema,
+        )
+        history, admin = MetricsHistoryProvider(store), MetricsHistoryAdmin(store)
+    return create_app(boss, history=history, admin=admin, read_only=args.read_only, **options)
 
 
 def _named(value: str) -> tuple[str, str]:

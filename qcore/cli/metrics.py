@@ -6,8 +6,11 @@ footprint by tier and queue, ``purge [QUEUE] [--before DATE] --yes`` deletes his
 ``index [QUEUE ...] [--run]`` prints (or runs) the statements that give queues the
 index their counts need. The store lives in ``--store-schema`` (default: the queues'
 schema), or in Redis with ``--redis URL`` (``--redis-prefix``, ``--redis-cluster``).
+Wherever it lives, the history is that of the job schema ``--schema`` (its queues are
+keyed ``pgboss:<schema>:`` in the store), so every verb reads and deletes the same rows
+whatever ``--store-schema`` is. A purge says how many rows the store deleted.
 Exit status 0; 1 when the database cannot be read or qcore refuses; 2 for a usage error
-(a purge without ``--yes``).
+(a purge without ``--yes``); 3 when a purge found nothing to delete.
 """
 
 from __future__ import annotations
@@ -58,7 +61,12 @@ def add_parser(commands: Any) -> None:
     )
     for verb in (record, stats, purge, index):
         add_database_arguments(verb)
-        verb.add_argument("--store-schema", default=None, help="the store's schema")
+        verb.add_argument(
+            "--store-schema",
+            default=None,
+            help="the schema holding the store's tables (default: --schema); the history"
+            " kept there is still that of --schema's queues",
+        )
         verb.add_argument("--redis", default=None, metavar="URL", help="keep history in Redis")
         verb.add_argument("--redis-prefix", default="qcore:metrics", help="its key prefix")
         verb.add_argument("--redis-cluster", action="store_true", help="URL is a cluster node")
@@ -73,8 +81,20 @@ def _store(ctx: Context, args: argparse.Namespace) -> MetricsStore:
             args.redis, prefix=args.redis_prefix, schema=ctx.schema, cluster=args.redis_cluster
         )
     return PostgresMetricsStore(
-        ctx.db, schema=args.store_schema or ctx.schema_spec, backend=ctx.backend
+        ctx.db,
+        schema=args.store_schema or ctx.schema_spec,
+        backend=ctx.backend,
+        queue_schema=ctx.schema_spec,
     )
+
+
+def _where(ctx: Context, store: MetricsStore) -> str:
+    """Whose history, in which store: for what a verb prints."""
+    if isinstance(store, PostgresMetricsStore):
+        return f"schema {ctx.schema!r} in the store in schema {store.schema!r}"
+    if isinstance(store, RedisMetricsStore):
+        return f"schema {ctx.schema!r} in the Redis store {store.prefix!r}"
+    return f"schema {ctx.schema!r}"
 
 
 async def _record(ctx: Context, store: MetricsStore, args: argparse.Namespace) -> int:
@@ -114,6 +134,8 @@ async def _stats(ctx: Context, store: MetricsStore, args: argparse.Namespace) ->
     print(format_table(("queue", "rows", "bytes", "minute", "hour", "day", "days"), rows))
     estimate = " (estimated from row sizes)" if usage.estimated else ""
     print(f"total: {usage.rows} rows, {usage.bytes:,} bytes{estimate}")
+    if not usage.rows:
+        print(f"no history rows for {_where(ctx, store)}")
     return 0
 
 
@@ -131,8 +153,12 @@ async def _purge(ctx: Context, store: MetricsStore, args: argparse.Namespace) ->
     if not args.yes:
         print(f"qcore metrics purge: this deletes the metrics history of {what}; add --yes")
         return 2
-    await MetricsHistoryAdmin(store).purge(args.queue, before=before)
-    print(f"deleted the metrics history of {what}")
+    deleted = await MetricsHistoryAdmin(store).purge(args.queue, before=before)
+    if not deleted:
+        print(f"nothing to purge: no history rows for {_where(ctx, store)} ({what})")
+        return 3
+    rows = "row" if deleted == 1 else "rows"
+    print(f"deleted {deleted} {rows} of the metrics history for {_where(ctx, store)} ({what})")
     return 0
 
 

@@ -9,9 +9,10 @@ indexes and TOAST included) and splits it between queues and tiers in proportion
 the size of their rows, so the parts add up to what the table occupies (where the
 backend cannot say a table's size, the rows' own sizes: an estimate, flagged
 ``estimated``); a Redis store sums ``MEMORY USAGE`` of its keys. ``purge()`` deletes history
-under the admin's namespace only; a purge of one queue first subtracts its counts and
-histograms from the rollup (the rollup's age gauge is a maximum and keeps its value).
-Both are idempotent. A store of a newer layout is refused before anything is deleted.
+under the admin's namespace only and answers how many buckets the store deleted (0:
+nothing was there); a purge of one queue first subtracts its counts and histograms from
+the rollup (the rollup's age gauge is a maximum and keeps its value). Both are
+idempotent. A store of a newer layout is refused before anything is deleted.
 """
 
 from __future__ import annotations
@@ -104,11 +105,13 @@ class MetricsHistoryAdmin:
 
     async def purge(
         self, queue: str | None = None, *, before: dt.date | dt.datetime | None = None
-    ) -> None:
+    ) -> int:
         """Delete history: everything, one ``queue``'s, or what ended before ``before``.
 
         ``before`` is a date (its midnight UTC) or an aware datetime. One queue's is
         first subtracted from the rollup. Recording carries on from the next snapshot.
+        Returns the number of buckets (rows) the store deleted: 0 when there was nothing
+        under the namespace to delete.
         """
         if queue is not None:
             queue_name(queue)
@@ -117,7 +120,7 @@ class MetricsHistoryAdmin:
         cutoff = _minute(before)
         await self.store.ready()
         key = None if queue is None else self.namespace + queue
-        await self.store.purge(self.namespace, key, cutoff)
+        return await self.store.purge(self.namespace, key, cutoff)
 
 
 def _minute(before: dt.date | dt.datetime | None) -> int | None:

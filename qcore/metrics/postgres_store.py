@@ -42,6 +42,11 @@ class PostgresMetricsStore:
     They are named with ``table_prefix`` (two boards with their own prefixes keep apart
     in one schema), on ``db_or_dsn`` (a URL: the store opens and closes its pool; an
     adapter: the caller's to close).
+
+    ``queue_schema`` is the job schema whose history readers (the provider, the admin)
+    show by default: its queues are keyed ``pgboss:<queue_schema>:`` in the store,
+    whichever schema holds the tables. It defaults to ``schema``, the store beside the
+    queues; a store in a schema of its own names the job schema it serves.
     """
 
     def __init__(
@@ -52,6 +57,7 @@ class PostgresMetricsStore:
         backend: Backend | str = "postgres",
         table_prefix: str = "qcore_metrics_",
         migrate: bool = True,
+        queue_schema: str | None = None,
     ) -> None:
         if not table_prefix or not set(table_prefix) <= _PREFIX_CHARS:
             raise ValidationError(
@@ -60,7 +66,9 @@ class PostgresMetricsStore:
             )
         self.schema = schema_name(schema)
         self.prefix = table_prefix
-        self.default_namespace = namespace_of(self.schema)
+        #: the job schema whose queues readers show by default
+        self.queue_schema = self.schema if queue_schema is None else schema_name(queue_schema)
+        self.default_namespace = namespace_of(self.queue_schema)
         self.migrate = migrate
         self._backend = backends.get(backend)
         self._given = db_or_dsn if not isinstance(db_or_dsn, str) else None
@@ -80,7 +88,9 @@ class PostgresMetricsStore:
             db = self._given if self._given is not None else await connect(str(self._dsn), max=4)
             ctx = Context(db=db, backend=self._backend, schema_spec=self.schema)
             try:
-                self._version = await _ready(ctx, self.prefix, migrate=self.migrate)
+                self._version = await _ready(
+                    ctx, self.prefix, self.default_namespace, migrate=self.migrate
+                )
             except BaseException:
                 if self._given is None:
                     await db.close()
@@ -275,25 +285,28 @@ class PostgresMetricsStore:
     async def _all_row_bytes(self) -> int:
         return sum(int(r["row_bytes"]) for r in await self._usage_rows("")) or 1
 
-    async def purge(self, namespace: str, key: str | None, before: int | None) -> None:
+    async def purge(self, namespace: str, key: str | None, before: int | None) -> int:
         values = {"namespace": namespace, "before": before}
         if key is None:
-            await self._write(sql.purge_keys(self.schema, self.prefix), key=None, **values)
-            return
+            statement = sql.purge_keys(self.schema, self.prefix)
+            [row] = await self._write(statement, key=None, **values)
+            return int(row["deleted"])
         rollup = namespace + GLOBAL
         ids = await self._key_ids([key, rollup], create=False)
         if key not in ids:
-            return  # never recorded
+            return 0  # never recorded
 
-        async def purge_one(db: Database) -> None:
+        async def purge_one(db: Database) -> int:
             if rollup in ids:
                 subtract = sql.subtract_from_rollup(self.schema, self.prefix)
                 bound = subtract.bind(rollup=ids[rollup], key=ids[key], before=before)
                 await db.execute(subtract.sql, bound)
             delete = sql.purge_keys(self.schema, self.prefix)
-            await db.execute(delete.sql, delete.bind(key=ids[key], **values))
+            [row] = await db.execute(delete.sql, delete.bind(key=ids[key], **values))
+            return int(row["deleted"])
 
-        await locks.run_locked(await self.context(), f"metrics:{self.prefix}:{key}", purge_one)
+        context = await self.context()
+        return await locks.run_locked(context, f"metrics:{self.prefix}:{key}", purge_one)
 
 
 #: (key id, tier, bucket)
@@ -337,10 +350,11 @@ def _refuse_newer(ctx: Context, version: int) -> None:
         )
 
 
-async def _ready(ctx: Context, prefix: str, *, migrate: bool) -> int:
+async def _ready(ctx: Context, prefix: str, namespace: str, *, migrate: bool) -> int:
     """Check the store's layout, creating or upgrading it where ``migrate`` allows.
 
     Returns the version found (a newer one is left for the caller to refuse or read).
+    Rows of layout 1, which kept bare queue names, are moved under ``namespace``.
     """
     version = await _layout_version(ctx, prefix)
     if version is not None and version >= sql.METRICS_LAYOUT_VERSION:
@@ -362,7 +376,7 @@ async def _ready(ctx: Context, prefix: str, *, migrate: bool) -> int:
         await db.execute(f"CREATE SCHEMA IF NOT EXISTS {ctx.q}")
         steps = sql.create_tables(ctx.schema, prefix)
         if found == 1:
-            steps = sql.upgrade_from_1(ctx.schema, prefix, namespace_of(ctx.schema))
+            steps = sql.upgrade_from_1(ctx.schema, prefix, namespace)
         elif found == 2:
             steps = sql.upgrade_from_2(ctx.schema, prefix)
         for statement in steps:
@@ -380,10 +394,19 @@ async def migrate_metrics(
     schema: str = "pgboss",
     backend: Backend | str = "postgres",
     table_prefix: str = "qcore_metrics_",
+    queue_schema: str | None = None,
 ) -> None:
-    """The deploy step: create (or check) the store's tables, then close what it opened."""
+    """The deploy step: create (or check) the store's tables, then close what it opened.
+
+    ``queue_schema`` as the store's (the job schema whose rows an old layout upgrades).
+    """
     store = PostgresMetricsStore(
-        db_or_dsn, schema=schema, backend=backend, table_prefix=table_prefix, migrate=True
+        db_or_dsn,
+        schema=schema,
+        backend=backend,
+        table_prefix=table_prefix,
+        migrate=True,
+        queue_schema=queue_schema,
     )
     try:
         await store.context()

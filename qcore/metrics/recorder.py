@@ -315,7 +315,10 @@ async def record_metrics(
     A :class:`MetricsRecorder` is started and stopped with it, its warnings and errors
     on the boss's events, into ``store`` (default: a :class:`PostgresMetricsStore` on
     the boss's connection, in ``schema``, default the queues' own, tables named with
-    ``table_prefix``). ``options`` are the recorder's, checked now.
+    ``table_prefix``). Its rows are keyed by the boss's job schema whatever schema holds
+    them, so a provider or admin reading a store in another schema is told that job
+    schema (``PostgresMetricsStore(db, schema=..., queue_schema=...)``). ``options``
+    are the recorder's, checked now.
     """
     if store is not None and (schema is not None or table_prefix != "qcore_metrics_"):
         raise ValidationError("give a store, or the schema and table_prefix of one, not both")
@@ -327,6 +330,7 @@ async def record_metrics(
             schema=schema or ctx.schema_spec,
             backend=ctx.backend,
             table_prefix=table_prefix,
+            queue_schema=ctx.schema_spec,
         )
         return MetricsRecorder(into, PgBossQueues(ctx, allow=allow), events=events, **options)
 

@@ -13,7 +13,15 @@ from __future__ import annotations
 
 from qcore.metrics.histogram import SLOTS
 
-__all__ = ["AGES", "LEASES", "PURGE_FIELDS", "RELEASE", "SNAPSHOT", "VALUE_FIELDS"]
+__all__ = [
+    "AGES",
+    "LEASES",
+    "PURGE_FIELDS",
+    "PURGE_HASHES",
+    "RELEASE",
+    "SNAPSHOT",
+    "VALUE_FIELDS",
+]
 
 #: numbers in one bucket's value: completed, failed, age, then both histograms
 VALUE_FIELDS = 3 + 2 * SLOTS
@@ -158,10 +166,12 @@ return 1
 
 # Remove fields ARGV of the queue hash KEYS[1], each first subtracted (counts and
 # histograms; the age is a maximum and stays) from the same field of the rollup hash
-# KEYS[2]. Idempotent: a field already gone subtracts nothing.
+# KEYS[2]; the number of fields removed. Idempotent: a field already gone subtracts
+# nothing.
 PURGE_FIELDS = (
     _CODEC
     + """
+local removed = 0
 for _, field in ipairs(ARGV) do
   local stored = redis.call('HGET', KEYS[1], field)
   if stored then
@@ -170,9 +180,19 @@ for _, field in ipairs(ARGV) do
       if i ~= 3 then r[i] = math.max(r[i] - v[i], 0) end
     end
     redis.call('HSET', KEYS[2], field, encode(r))
-    redis.call('HDEL', KEYS[1], field)
+    removed = removed + redis.call('HDEL', KEYS[1], field)
   end
 end
-return #ARGV
+return removed
 """
 )
+
+# Delete the hashes KEYS; the number of fields they held.
+PURGE_HASHES = """
+local removed = 0
+for _, key in ipairs(KEYS) do
+  removed = removed + redis.call('HLEN', key)
+  redis.call('DEL', key)
+end
+return removed
+"""

@@ -143,7 +143,7 @@ class RedisMetricsStore:
         self.default_namespace = namespace_of(schema)
         self._scripts = {
             name: self._client.register_script(getattr(lua, name))
-            for name in ("SNAPSHOT", "AGES", "LEASES", "RELEASE", "PURGE_FIELDS")
+            for name in ("SNAPSHOT", "AGES", "LEASES", "RELEASE", "PURGE_FIELDS", "PURGE_HASHES")
         }
         self._checked = False
         self._version = REDIS_METRICS_LAYOUT_VERSION
@@ -379,36 +379,40 @@ class RedisMetricsStore:
             for (k, t), v in sorted(totals.items())
         ], False
 
-    async def purge(self, namespace: str, key: str | None, before: int | None) -> None:
+    async def purge(self, namespace: str, key: str | None, before: int | None) -> int:
+        """Delete buckets (hash fields); how many the server removed."""
         if key is None:
-            await self._purge_namespace(namespace, before)
-            return
+            return await self._purge_namespace(namespace, before)
         rollup = namespace + "__global__"
         hashes = [name async for name, parsed in self._scan(key + ":") if parsed[0] == key]
+        removed = 0
         for name in hashes:
             _, tier, group = self._parse(name) or ("", "", None)
             fields = [_text(f) for f in await self._client.hkeys(name)]
             ended = [f for f in fields if _ended(self._bucket(tier, group, f), tier, before)]
             if ended:
                 target = name.replace(f"{self.prefix}:{key}:", f"{self.prefix}:{rollup}:", 1)
-                await self._scripts["PURGE_FIELDS"](keys=[name, target], args=ended)
+                removed += int(await self._scripts["PURGE_FIELDS"](keys=[name, target], args=ended))
         if before is None:
             await self._client.hdel(self._index, key)
+        return removed
 
-    async def _purge_namespace(self, namespace: str, before: int | None) -> None:
+    async def _purge_namespace(self, namespace: str, before: int | None) -> int:
         hashes = [(name, parsed) async for name, parsed in self._scan(namespace)]
+        removed = 0
         if before is None:
             for batch in _batches([name for name, _ in hashes]):
-                await self._client.delete(*batch)
+                removed += int(await self._scripts["PURGE_HASHES"](keys=batch))
             listed = await self.keys(namespace)
             for batch in _batches(listed):
                 await self._client.hdel(self._index, *batch)
-            return
+            return removed
         for name, (_, tier, group) in hashes:
             fields = [_text(f) for f in await self._client.hkeys(name)]
             ended = [f for f in fields if _ended(self._bucket(tier, group, f), tier, before)]
             if ended:
-                await self._client.hdel(name, *ended)
+                removed += int(await self._client.hdel(name, *ended))
+        return removed
 
     async def close(self) -> None:
         """Close the client if the store opened it."""

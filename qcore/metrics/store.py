@@ -167,11 +167,12 @@ class MetricsStore(Protocol):
         The parts add up to the store's real size where it can say.
         """
 
-    async def purge(self, namespace: str, key: str | None, before: int | None) -> None:
-        """Delete the buckets of ``key`` that ended by minute ``before``.
+    async def purge(self, namespace: str, key: str | None, before: int | None) -> int:
+        """Delete the buckets of ``key`` that ended by minute ``before``; how many went.
 
         ``key`` None: every key of ``namespace``; ``before`` None: all. One key's are first
-        subtracted from its rollup.
+        subtracted from its rollup (whose buckets are not counted as deleted). The count
+        is the store's own (the rows, or hash fields, it removed).
         """
 
     async def close(self) -> None:

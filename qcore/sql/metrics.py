@@ -505,13 +505,15 @@ def subtract_from_rollup(schema: str, prefix: str) -> Statement:
 def purge_keys(schema: str, prefix: str) -> Statement:
     """Delete the rows of key id ``key`` whose bucket ends before the minute ``before``.
 
-    ``key`` null: every key of ``namespace``; ``before`` null: all of them.
+    ``key`` null: every key of ``namespace``; ``before`` null: all of them. Answers
+    ``deleted``, the number of rows the database deleted.
     """
     p = Params()
     return p.statement(
-        f"DELETE FROM {_table(schema, prefix, 'series')} AS s"
+        f"WITH gone AS (DELETE FROM {_table(schema, prefix, 'series')} AS s"
         f" WHERE ({p('key')}::integer IS NULL OR s.key_id = {p('key')})"
         f" AND {_in_namespace(p, schema, prefix, 's')} AND {_ends_before(p, 's')}"
+        " RETURNING 1) SELECT count(*) AS deleted FROM gone"
     )
 
 
