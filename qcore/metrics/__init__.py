@@ -4,6 +4,7 @@ It sits above the core and uses it only through public verbs and ``qcore.sql`` b
 nothing in the core imports it (an import-linter contract says so).
 
 >>> store = PostgresMetricsStore(dsn)                       # tables in schema pgboss
+>>> PostgresMetricsStore(dsn, schema="metrics", queue_schema="pgboss")  # or apart
 >>> recorder = MetricsRecorder(store, PgBossQueues(ctx))    # counts finished jobs
 >>> await recorder.start()
 >>> await MetricsHistoryProvider(store).throughput("emails", window="7d")

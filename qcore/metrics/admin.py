@@ -84,7 +84,9 @@ def _usage(queue: str | None, rows: list[KeyUsage]) -> Usage:
 class MetricsHistoryAdmin:
     """The maintenance surface of ``store`` for keys under ``namespace``.
 
-    The namespace defaults to the queues of the store's own schema; ``""``: every key.
+    The namespace defaults to the queues of the job schema the store serves (its
+    ``default_namespace``: a PostgreSQL store's ``queue_schema``, which need not be the
+    schema of its tables); ``""``: every key.
     """
 
     def __init__(self, store: MetricsStore, *, namespace: str | None = None) -> None:

@@ -146,8 +146,9 @@ class MetricsHistoryProvider:
 
     ``retention`` bounds what a range can show (a minute series never reaches further
     back than minute rows are kept). ``namespace`` is the key prefix of the queues it
-    shows (default: the store's ``default_namespace``, ``pgboss:<schema>:``; ``""``
-    reads keys as stored); :meth:`namespaced` gives the view of another.
+    shows (default: the store's ``default_namespace``, ``pgboss:<schema>:`` of the job
+    schema the store serves, its ``queue_schema``, wherever its tables are; ``""`` reads
+    keys as stored); :meth:`namespaced` gives the view of another.
     """
 
     def __init__(
