@@ -134,7 +134,7 @@ async def _run_block(block: Block, namespace: dict[str, Any], url: str) -> None:
 @pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(DOCS)))
 async def test_docs_page_runs(page: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     database = f"docs_{uuid.uuid4().hex[:12]}"
-    admin_execute(f'CREATE DATABASE "{database}"', pg_dsn)
+    admin_execute(f'CREATE DATABASE "{database}" TEMPLATE template0', pg_dsn)
     url = with_database(pg_dsn, database)
     monkeypatch.setenv("DATABASE_URL", url)
     boss = qcore.Boss(url)
