@@ -38,6 +38,7 @@ from qcore.options import check_number
 from qcore.sql import affinity as affinity_sql
 from qcore.sql import instances as instance_sql
 from qcore.sql import maintenance as sql
+from qcore.sql._statement import Statement
 from qcore.verbs.reindex import Reindex
 
 __all__ = [
@@ -51,6 +52,8 @@ __all__ = [
 #: how long a retention batch waits for its advisory lock (pg-boss's lock_timeout)
 LOCK_TIMEOUT_SECONDS = 30.0
 DELETION_LOCK = "deletion"
+#: the orphaned flow edges' walk (pg-boss's key, so the runtimes take turns on a table)
+EDGES_LOCK = "cleanupDependencies"
 #: attribution rows a maintenance pass checks for a job that is gone
 PROCESSED_SWEEP_ROWS = 10_000
 #: the share of its time a retention walk may spend in its batches: a pause after each
@@ -156,6 +159,44 @@ async def retain(
     return RetentionResult(tuple(done), deleted)
 
 
+async def _walk_batches(
+    ctx: Context,
+    lock: str,
+    build: Callable[[bool], Statement],
+    values: dict[str, Any],
+    stopping: Callable[[], bool],
+    duty: float,
+    on_row: Callable[[dict[str, Any]], None],
+) -> bool:
+    """Run a walk's batches, each in its transaction under the advisory lock ``lock``.
+
+    ``build(after)`` is the batch statement (``after``: past a cursor); each batch's row
+    goes to ``on_row``, and its ``walk_cursor`` is the next batch's ``after`` (null: the
+    end). Busy ``duty`` of the time at most (a batch that took t seconds is followed by a
+    pause of t × (1 − duty) / duty). Returns whether it got to the end.
+    """
+    after: Any = None
+    pause = 0.0
+    while not stopping():
+        if pause:
+            await asyncio.sleep(pause)
+        started = time.monotonic()
+        statement = build(after is not None)
+
+        async def batch(tx: Database, statement: Statement = statement, after: Any = after) -> Any:
+            await locks.advisory_lock(ctx, tx, lock, timeout=LOCK_TIMEOUT_SECONDS)
+            rows = await tx.execute(statement.sql, statement.bind(**values, after=after))
+            return rows[0]
+
+        row = await retry.transaction(ctx, batch)
+        on_row(row)
+        after = row["walk_cursor"]
+        if after is None:
+            return True
+        pause = (time.monotonic() - started) * (1 - duty) / duty
+    return False
+
+
 async def _walk(
     ctx: Context,
     table: str,
@@ -164,43 +205,43 @@ async def _walk(
     stopping: Callable[[], bool],
     duty: float,
 ) -> tuple[bool, int]:
-    """Walk queue ``name`` a batch of keys at a time, deleting what retention lets go.
+    """Walk queue ``name``: delete what retention lets go, then the flow edges left orphaned.
 
-    It is busy ``duty`` of the time at most (a batch that took t seconds is followed by
-    a pause of t × (1 − duty) / duty). Returns whether it got to the end, and how many
-    jobs it deleted (taken off the cached counts, even when cut short).
+    A batch of keys at a time (see :func:`_walk_batches`). Returns whether it got to the
+    end, and how many jobs it deleted (taken off the cached counts, even when cut short).
     """
-    after: Any = None
     deleted = retained = 0
-    finished = False
-    pause = 0.0
+
+    def counted(row: dict[str, Any]) -> None:
+        nonlocal deleted, retained
+        deleted += int(row["deleted"])
+        retained += int(row["deleted_retained"])
+
+    values = {"name": name, "batch": batch_size}
     try:
-        while not stopping():
-            if pause:
-                await asyncio.sleep(pause)
-            started = time.monotonic()
-            statement = sql.retention_batch(ctx.q, table, after=after is not None)
-
-            async def batch(tx: Database, statement: Any = statement, after: Any = after) -> Any:
-                await locks.advisory_lock(
-                    ctx, tx, table + DELETION_LOCK, timeout=LOCK_TIMEOUT_SECONDS
-                )
-                values = {"name": name, "batch": batch_size, "after": after}
-                rows = await tx.execute(statement.sql, statement.bind(**values))
-                return rows[0]
-
-            row = await retry.transaction(ctx, batch)
-            deleted += int(row["deleted"])
-            retained += int(row["deleted_retained"])
-            after = row["walk_cursor"]
-            if after is None:
-                finished = True
-                break
-            pause = (time.monotonic() - started) * (1 - duty) / duty
+        finished = await _walk_batches(
+            ctx,
+            table + DELETION_LOCK,
+            lambda after: sql.retention_batch(ctx.q, table, after=after),
+            values,
+            stopping,
+            duty,
+            counted,
+        )
     finally:
         if deleted:
             reduce = sql.reduce_counts(ctx.q)
             await retry.run(ctx, reduce, name=name, retained=retained, deleted=deleted)
+    for side in sql.EDGE_SIDES:
+        if not finished:
+            break
+
+        def edges(after: bool, side: str = side) -> Statement:
+            return sql.orphan_edges_batch(ctx.q, table, side, after=after)
+
+        finished = await _walk_batches(
+            ctx, table + EDGES_LOCK, edges, values, stopping, duty, lambda row: None
+        )
     return finished, deleted
 
 

@@ -21,11 +21,13 @@ from qcore.sql._statement import Params, Statement, before_keyset
 from qcore.sql.monitor import claim_queues, queue_row_lock
 
 __all__ = [
+    "EDGE_SIDES",
     "RETENTION_BATCH_SIZE",
     "claim_maintenance",
     "drop_old_queue_stats_partitions",
     "ensure_queue_stats_partitions",
     "insert_warning",
+    "orphan_edges_batch",
     "prune_queue_stats",
     "prune_warnings",
     "recent_warnings",
@@ -103,6 +105,38 @@ def retention_batch(q: str, table: str, *, after: bool) -> Statement:
         f" (SELECT count(*) FROM removed WHERE {held})::int AS deleted_retained"
     )
     return p.statement(sql)
+
+
+#: the sides of a ``job_dependency`` edge, each walked by its own index (the primary key
+#: leads with the child, ``job_dep_parent_idx`` with the parent)
+EDGE_SIDES = ("child", "parent")
+
+
+@lru_cache(maxsize=64)
+def orphan_edges_batch(q: str, table: str, side: str, *, after: bool) -> Statement:
+    """Delete queue ``name``'s flow edges whose job on ``side`` is gone, a batch of keys at a time.
+
+    An edge whose job on either side retention (or anyone) deleted only grows the table:
+    each queue's edges are walked from each side, over the next ``batch`` job ids of that
+    side past ``after``, probing ``table`` for each. One row: ``walk_cursor`` (null when
+    the queue is done) and ``deleted``. The same on every backend.
+    """
+    if side not in EDGE_SIDES:
+        raise ValueError(f"side must be one of {EDGE_SIDES}, got {side!r}")
+    p = Params()
+    name, column = p("name"), f"{side}_id"
+    edges = f"{q}.job_dependency"
+    mine = f"{side}_name = {name}::text" + (f" AND {column} > {p('after')}::uuid" if after else "")
+    return p.statement(
+        f"WITH edge AS (SELECT {column} AS id FROM {edges} WHERE {mine}"
+        f" ORDER BY {column} OFFSET {p('batch')}::int - 1 LIMIT 1),"
+        f" removed AS (DELETE FROM {edges} d WHERE {mine}"
+        f" AND {column} <= COALESCE((SELECT id FROM edge), '{_MAX_UUID}'::uuid)"
+        f" AND NOT EXISTS (SELECT 1 FROM {q}.{quote(table)} j"
+        f" WHERE j.name = {name}::text AND j.id = d.{column}) RETURNING 1)"
+        " SELECT (SELECT id FROM edge) AS walk_cursor,"
+        " (SELECT count(*) FROM removed)::int AS deleted"
+    )
 
 
 @lru_cache(maxsize=4)

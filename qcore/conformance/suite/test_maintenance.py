@@ -20,7 +20,7 @@ from qcore.options import QueueOptions
 from qcore.services import maintenance
 from qcore.services.maintenance import Maintenance
 from qcore.services.monitor import supervise
-from qcore.verbs import jobs, queues
+from qcore.verbs import flows, jobs, queues
 
 pytestmark = pytest.mark.feature("maintenance")
 
@@ -99,6 +99,40 @@ async def test_retention_deletes_exactly_what_is_due(
     assert await _left(ctx, kept) == {"completed", "cancelled", "failed", "active"}
     [queue] = await queues.get_queues(ctx, ["q"])
     assert queue.total_count == 1  # the cached counts follow the deletions
+
+
+async def test_retention_takes_the_flow_edges_of_the_jobs_it_deletes(ctx: Context) -> None:
+    """An edge goes once either of its jobs is gone: a flow whose parent retention
+    deleted loses that edge, one whose jobs are all still there keeps its edges."""
+    await queues.create_queue(ctx, "steps", **RETENTION)
+    await queues.create_queue(ctx, "kept")  # nothing here ever ages out
+    gone = await flows.flow(
+        ctx,
+        [
+            {"ref": "a", "name": "steps"},
+            {"ref": "b", "name": "steps", "depends_on": ["a"]},
+            {"ref": "c", "name": "kept", "depends_on": ["b"]},
+        ],
+    )
+    stays = await flows.flow(
+        ctx, [{"ref": "x", "name": "kept"}, {"ref": "y", "name": "kept", "depends_on": ["x"]}]
+    )
+    assert await count(ctx, "job_dependency") == 3
+    await ctx.db.execute(  # the two jobs of "steps" finished now
+        f"UPDATE {ctx.q}.job SET state = 'completed', completed_on = {ctx.q}.job_now()"
+        " WHERE name = 'steps'"
+    )
+    await set_clock(ctx, 120)  # past their delete_after_seconds
+    result = await supervise(ctx)
+    assert result.deleted == 2
+    edges = await ctx.db.execute(
+        f"SELECT child_id, parent_id FROM {ctx.q}.job_dependency ORDER BY child_id"
+    )
+    # a→b (both gone) and b→c (its parent gone) went; x→y stays
+    assert [(str(e["parent_id"]), str(e["child_id"])) for e in edges] == [
+        (str(stays["x"]), str(stays["y"]))
+    ]
+    assert await count(ctx, "job", "id = $1", gone["c"]) == 1  # the child itself is kept
 
 
 async def _ten_jobs_past_retention(ctx: Context) -> str:
