@@ -15,7 +15,7 @@ from qcore.identifiers import quote
 from qcore.sql._statement import Params, Statement
 from qcore.sql.probes import claim_interval, job_tables
 
-__all__ = ["claim_reindex", "drop_stub", "job_indexes", "rebuild"]
+__all__ = ["claim_reindex", "drop_stub", "job_indexes", "rebuild", "unfinished_migrations"]
 
 
 @lru_cache(maxsize=4)
@@ -44,6 +44,20 @@ def job_indexes(q: str) -> Statement:
         " ORDER BY t.relname, i.relname"
     )
     return p.statement(sql)
+
+
+@lru_cache(maxsize=4)
+def unfinished_migrations(q: str) -> Statement:
+    """The commands of the background migrations not completed on the tables ``tables``.
+
+    An index one of them is building is invalid until it finishes, and is that
+    migration's, not the bloat check's.
+    """
+    p = Params()
+    return p.statement(
+        f"SELECT command FROM {q}.bam WHERE status <> 'completed'"
+        f" AND table_name = ANY({p('tables')}::text[])"
+    )
 
 
 def claim_reindex(q: str) -> Statement:

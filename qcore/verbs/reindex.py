@@ -13,13 +13,16 @@ rule; a healthy installation never rebuilds). Each bloated index raises an
 The background rebuild runs once per ``reindex_interval_seconds`` between all
 instances (pg-boss's ``reindex_on`` claim), rebuilds with ``REINDEX INDEX
 CONCURRENTLY`` only the indexes the connected role owns and that are at most
-``max_index_bytes``, and first drops the invalid stub an interrupted rebuild left.
+``max_index_bytes``, and first drops the invalid stub an interrupted rebuild left
+(``<index>_ccnew``, ``<index>_ccold``). Any other invalid job index is rebuilt, unless
+an unfinished background migration is building it.
 Backends without the ``reindex`` capability (no btree bloat to reclaim, no REINDEX)
 skip all of it: :func:`reindex_commands` returns nothing there.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -44,6 +47,9 @@ __all__ = [
 
 #: the type of the warning a bloated job index raises
 INDEX_BLOAT = "index_bloat"
+#: the names an interrupted ``REINDEX CONCURRENTLY`` leaves: the new index it was
+#: building, or the old one it had swapped out (PostgreSQL numbers them on a clash)
+STUB_NAME = re.compile(r"_cc(new|old)[0-9]*$")
 
 
 @dataclass(frozen=True)
@@ -92,7 +98,7 @@ class Reindex:
 
 @dataclass(frozen=True)
 class BloatedIndex:
-    """A job index the check found: bloated, or an invalid stub to drop."""
+    """A job index the check found: bloated, invalid (to rebuild), or a stub to drop."""
 
     index: str
     table: str
@@ -101,6 +107,7 @@ class BloatedIndex:
     bytes: int
     owned: bool
     stub: bool = False
+    invalid: bool = False
 
 
 def thresholds(options: Mapping[str, Any], base: Reindex | None = None) -> tuple[Reindex, bool]:
@@ -124,9 +131,10 @@ def thresholds(options: Mapping[str, Any], base: Reindex | None = None) -> tuple
 async def bloated_indexes(
     ctx: Context, limits: Reindex, *, force: bool = False
 ) -> list[BloatedIndex]:
-    """The job indexes past ``limits``, and the invalid stubs of interrupted rebuilds.
+    """The job indexes past ``limits``, the invalid ones, and the stubs of interrupted rebuilds.
 
-    Every valid one with ``force``; in table then index order.
+    Every valid one with ``force``; in table then index order. An invalid index an
+    unfinished background migration is building is left to it.
     """
     if not ctx.backend.capabilities.reindex:
         return []
@@ -134,22 +142,36 @@ async def bloated_indexes(
     found: list[BloatedIndex] = []
     for r in rows:
         pages, entries = int(r["pages"]), float(r["entries"])
+        name = str(r["index"])
+        invalid = not r["valid"]
         index = BloatedIndex(
-            index=str(r["index"]),
+            index=name,
             table=str(r["table_name"]),
             pages=pages,
             entries=entries,
             bytes=int(r["bytes"]),
             owned=bool(r["owned"]),
-            stub=not r["valid"],
+            stub=invalid and STUB_NAME.search(name) is not None,
+            invalid=invalid,
         )
         bloated = (
             pages >= max(limits.min_pages, 1)
             and entries / pages < limits.max_entries_per_page
             and pages >= limits.min_size_ratio * int(r["needed_pages"])
         )
-        if index.stub or force or bloated:
+        if invalid or force or bloated:
             found.append(index)
+    building = [i for i in found if i.invalid and not i.stub]
+    if building:
+        tables = sorted({i.table for i in building})
+        rows = await retry.run(ctx, sql.unfinished_migrations(ctx.q), tables=tables)
+        commands = [str(r["command"]) for r in rows]
+
+        def migrating(index: str) -> bool:
+            word = re.compile(rf"(?<![\w$]){re.escape(index)}(?![\w$])")
+            return any(word.search(command) for command in commands)
+
+        found = [i for i in found if not (i.invalid and not i.stub and migrating(i.index))]
     return found
 
 
@@ -192,7 +214,7 @@ async def rebuild(
     found = await bloated_indexes(ctx, limits, force=force)
     if events is not None:
         for i in found:
-            if not i.stub and not force:
+            if not i.invalid and not force:
                 events.warn(
                     INDEX_BLOAT,
                     f"job index {i.index} on {i.table} is bloated: {i.pages} pages for"

@@ -14,6 +14,7 @@ from qcore.backend import Backend
 from qcore.conformance.helpers import running
 from qcore.errors import ValidationError
 from qcore.events import WarningEvent
+from qcore.identifiers import quote
 from qcore.verbs import jobs
 from qcore.verbs.reindex import INDEX_BLOAT
 
@@ -94,6 +95,55 @@ async def test_a_partitioned_queues_own_table_is_checked_too(
         await _drained_backlog(boss, "own")
         bloated = " ".join(await boss.get_reindex_commands(min_pages=10))
         assert any(index in bloated for index in own_indexes), bloated
+
+
+async def _invalidate(boss: Boss, index: str) -> None:
+    """Mark ``index`` invalid, as a failed concurrent build leaves one (superuser only)."""
+    ctx = boss.context()
+    await ctx.db.execute(
+        "UPDATE pg_index SET indisvalid = false WHERE indexrelid = $1::regclass",
+        [f"{ctx.q}.{index}"],
+    )
+
+
+@pytest.mark.requires("reindex")
+async def test_an_invalid_index_is_rebuilt_and_only_an_interrupted_rebuilds_stub_dropped(
+    db: Any, backend: Backend, schema: str
+) -> None:
+    boss = Boss(db=db, backend=backend, schema=schema, supervise=False, reindex=SMALL)
+    async with running(boss):
+        await boss.create_queue("q")
+        ctx = boss.context()
+        [row] = await ctx.db.execute(f"SELECT table_name FROM {ctx.q}.queue WHERE name = 'q'")
+        table = row["table_name"]
+        rows = await ctx.db.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = $2"
+            " AND indexname NOT LIKE '%pkey' ORDER BY indexname",
+            [ctx.schema, table],
+        )
+        real, building = rows[0]["indexname"], rows[1]["indexname"]
+        stub = f"{real}_ccnew"
+        await ctx.db.execute(f"CREATE INDEX {stub} ON {ctx.q}.{table} (id)")
+        for index in (real, building, stub):
+            await _invalidate(boss, index)
+        # a background migration still building ``building`` owns it
+        await ctx.db.execute(
+            f"INSERT INTO {ctx.q}.bam (name, version, status, table_name, command)"
+            " VALUES ('rebuild', 46, 'in_progress', $1, $2)",
+            [table, f"CREATE INDEX CONCURRENTLY {building} ON {ctx.q}.{table} (name)"],
+        )
+        commands = await boss.get_reindex_commands(min_pages=10)
+        assert commands == [
+            f"DROP INDEX CONCURRENTLY IF EXISTS {ctx.q}.{quote(stub)}",
+            f"REINDEX INDEX CONCURRENTLY {ctx.q}.{quote(real)}",
+        ], commands
+        await boss.supervise()
+        valid = await ctx.db.execute(
+            "SELECT c.relname, x.indisvalid FROM pg_index x JOIN pg_class c"
+            " ON c.oid = x.indexrelid WHERE c.relname = ANY($1::text[])",
+            [[real, stub]],
+        )
+        assert [(r["relname"], r["indisvalid"]) for r in valid] == [(real, True)]
 
 
 async def test_reindex_arguments_are_checked_and_unsupported_backends_list_nothing(
