@@ -25,17 +25,23 @@ def job_indexes(q: str) -> Statement:
     Its name, pages, live entries, bytes, whether it is valid (an interrupted concurrent
     rebuild leaves an invalid ``*_ccnew`` stub), whether the connected role owns it,
     and ``needed_pages``: the pages its live entries need, from the average width of
-    its columns in ``pg_stats`` (16 bytes per entry of overhead, 90 % full pages).
+    each of its columns in ``pg_stats`` (a table column's, or for an expression such as
+    ``COALESCE(singleton_key, '')`` the index's own statistics of it; 16 bytes per entry
+    of overhead, 90 % full pages).
     """
     p = Params()
     sql = (
         "SELECT i.relname AS index, t.relname AS table_name, i.relpages::bigint AS pages,"
         " GREATEST(i.reltuples, 0)::float8 AS entries, pg_relation_size(i.oid)::bigint AS bytes,"
         " x.indisvalid AS valid, pg_has_role(i.relowner, 'USAGE') AS owned,"
-        " ceil(GREATEST(i.reltuples, 0) * (16 + COALESCE((SELECT sum(s.avg_width)"
-        " FROM pg_attribute a JOIN pg_stats s ON s.schemaname = n.nspname"
-        " AND s.tablename = t.relname AND s.attname = a.attname"
-        " WHERE a.attrelid = t.oid AND a.attnum = ANY(x.indkey)), 32)) / (8192 * 0.9))::bigint"
+        " ceil(GREATEST(i.reltuples, 0) * (16 + COALESCE((SELECT"
+        " sum(COALESCE(col.avg_width, expr.avg_width, 32)) FROM pg_attribute ia"
+        " LEFT JOIN pg_attribute ta ON ta.attrelid = t.oid AND ta.attnum = x.indkey[ia.attnum - 1]"
+        " LEFT JOIN pg_stats col ON col.schemaname = n.nspname AND col.tablename = t.relname"
+        " AND col.attname = ta.attname"
+        " LEFT JOIN pg_stats expr ON expr.schemaname = n.nspname AND expr.tablename = i.relname"
+        " AND expr.attname = ia.attname"
+        " WHERE ia.attrelid = i.oid AND ia.attnum > 0), 32)) / (8192 * 0.9))::bigint"
         " AS needed_pages"
         " FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid"
         " JOIN pg_class t ON t.oid = x.indrelid JOIN pg_namespace n ON n.oid = t.relnamespace"
