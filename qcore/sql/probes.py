@@ -123,8 +123,9 @@ server_today = Statement("SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD')
 def job_tables(q: str, column: str) -> str:
     """A condition: ``column`` names one of the schema's physical job tables.
 
-    Every queue's ``table_name`` (the common table, and a partitioned queue's own
-    ``j<hash>`` table), and ``job`` itself where it is a plain table (the engines without
+    Every queue's ``table_name`` (a partitioned queue's own ``j<hash>`` table among
+    them), the common table even with no queue left on it (a drained backlog leaves its
+    bloat behind), and ``job`` itself where it is a plain table (the engines without
     partitioning). What the maintenance checks read, as pg-boss's own checks do.
     """
-    return f"({column} = 'job' OR {column} IN (SELECT table_name FROM {q}.queue))"
+    return f"({column} IN ('job', 'job_common') OR {column} IN (SELECT table_name FROM {q}.queue))"
