@@ -4,28 +4,27 @@ Every page under ``docs/`` with a ```python block is one test. The page gets a d
 of its own on the local PostgreSQL (so ``Boss(url)`` with the default schema, and any
 schema a page names, starts empty); every connection string written in a block
 (``postgresql://...``) is pointed at that database, ``url`` and ``$DATABASE_URL`` name
-it too. The blocks run in order in one namespace, so a later block builds on the
-names an earlier one left; top-level ``await`` is allowed. As the guide says of its
-examples (docs/index.md), the namespace starts with ``boss``, a started ``Boss`` on that
-database, and ``asyncio``, ``os``, ``Boss`` and ``SyncBoss`` imported. A block with no top-level
-``await`` runs in a thread of its own, so it may call ``asyncio.run()`` or use
-``SyncBoss`` as a script would.
+it too. The blocks run in order in one namespace, so a later block builds on the names
+an earlier one left; top-level ``await`` is allowed. As the guide says of its examples
+(docs/index.md), the namespace starts with ``boss``, a started ``Boss`` on that
+database, and ``asyncio``, ``os``, ``Boss`` and ``SyncBoss`` imported. A block with no
+top-level ``await`` runs in a thread of its own, so it may call ``asyncio.run()`` or use
+``SyncBoss`` as a script would. Whatever ``Boss`` a page leaves running is stopped.
 
-A block that cannot run here (it needs a Django project, a Redis server, a second
-host, or is a fragment by design) carries an HTML comment just above its fence::
+A block that cannot run here (it needs a Django project, a Redis server, a second host,
+or is a fragment by design) carries an HTML comment just above its fence::
 
     <!-- docs-test: skip (needs a Django project) -->
 
 and is reported as skipped with that reason (``test_docs_block_skipped``, one per
-block); every other block must run. A block that
-raises, or runs longer than ``BLOCK_TIMEOUT`` seconds, fails the page's test naming
-the block's line.
+block); every other block must run. A block that raises, or runs longer than
+``BLOCK_TIMEOUT`` seconds, fails the page's test naming the block's line.
 
 The public API's docstrings hold no doctest to run: their few ``>>>`` lines
 (``qcore.metrics``, ``Boss.handler``, the conformance kit's markers and provisioners)
-are sketches that name a ``ctx``, a ``boss`` or a server from the surrounding text,
-not self-contained examples. ``test_docstring_examples_are_sketches`` keeps that true:
-a module that grows real doctests (with expected output) must be added here to run.
+are sketches that name a ``ctx``, a ``boss`` or a server from the surrounding text, not
+self-contained examples. ``test_docstring_examples_are_sketches`` keeps that true: a
+module that grows real doctests (with expected output) must be added here to run.
 """
 
 from __future__ import annotations
