@@ -17,6 +17,7 @@ __all__ = [
     "ConnectionLostError",
     "ConnectionSettingsError",
     "DatabaseError",
+    "JobFailedError",
     "NotInstalledError",
     "NotStartedError",
     "OrphanedThreadsError",
@@ -52,7 +53,15 @@ class NotStartedError(QcoreError):
 
 
 class QueueNotFoundError(ValidationError):
-    """An operation named a queue that does not exist."""
+    """An operation named a queue that does not exist.
+
+    ``queues`` names the missing queues, where the operation knows them (``work()``,
+    ``work_handlers()``).
+    """
+
+    def __init__(self, message: str, *, queues: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.queues = queues
 
 
 class PublishError(QcoreError):
@@ -81,6 +90,56 @@ class OrphanedThreadsError(QcoreError):
     return when ``job.cancelled`` is set); it claims nothing until one of them ends.
     Emitted as an ``error`` event.
     """
+
+
+class JobFailedError(QcoreError):
+    """A handler's attempt at a job failed; emitted as an ``error`` event, one per job.
+
+    ``queue`` and ``job_id`` name the job, ``attempt`` is this attempt's number (its
+    ``retry_count`` + 1) of ``attempts`` (its ``retry_limit`` + 1; None when unknown),
+    ``error`` is what the handler raised (or the failure output stored, such as a
+    timeout's), ``retries_exhausted`` whether no attempt is left (the job is failed for
+    good), and ``dead_letter`` the dead letter queue it is copied to then, if any. The
+    worker logs these itself (on ``qcore.worker``, rate-limited), so the ``error``
+    event's own logging skips them.
+    """
+
+    def __init__(
+        self,
+        queue: str,
+        job_id: Any,
+        attempt: int,
+        attempts: int | None,
+        error: Any,
+        *,
+        retries_exhausted: bool = False,
+        dead_letter: str | None = None,
+    ) -> None:
+        of = f" of {attempts}" if attempts is not None else ""
+        super().__init__(
+            f"job {job_id} of queue {queue!r} failed (attempt {attempt}{of}):"
+            f" {describe_error(error)}"
+        )
+        self.queue = queue
+        self.job_id = job_id
+        self.attempt = attempt
+        self.attempts = attempts
+        self.error = error
+        self.retries_exhausted = retries_exhausted
+        self.dead_letter = dead_letter
+
+
+def describe_error(error: Any, limit: int = 500) -> str:
+    """``Type: message`` of an exception, or of a failure output (``{name, message}``)."""
+    if isinstance(error, BaseException):
+        text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    elif isinstance(error, dict) and "message" in error:
+        text = f"{error.get('name') or 'Error'}: {error['message']}"
+    elif isinstance(error, str):
+        text = error
+    else:
+        text = repr(error)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class NotInstalledError(QcoreError):

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from qcore.errors import ValidationError
+from qcore.errors import JobFailedError, ValidationError
 
 __all__ = ["EVENTS", "Events", "WarningEvent"]
 
@@ -61,9 +61,12 @@ class Events:
     def emit(self, event: str, payload: Any = None) -> None:
         """Deliver ``payload`` to every callback; async ones run as tasks.
 
-        It also logs errors and warnings on the ``qcore`` logger.
+        It also logs errors and warnings on the ``qcore`` logger (but a handler's failed
+        attempt, which the worker logs itself, rate-limited, on ``qcore.worker``).
         """
-        if event == "error":
+        if event == "error" and isinstance(payload, JobFailedError):
+            pass
+        elif event == "error":
             log.error(
                 "%s", payload, exc_info=payload if isinstance(payload, BaseException) else None
             )

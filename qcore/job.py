@@ -85,8 +85,9 @@ class Job:
     """One job.
 
     ``fetch`` without ``include_metadata`` fills only the fields a worker
-    needs (``id``, ``name``, ``data``, ``retry_count``, ``expire_in_seconds``,
-    ``heartbeat_seconds``, ``group_id``, ``group_tier``) and its sort keys
+    needs (``id``, ``name``, ``data``, ``retry_count``, ``retry_limit``,
+    ``dead_letter``, ``expire_in_seconds``, ``heartbeat_seconds``, ``group_id``,
+    ``group_tier``) and its sort keys
     (``priority``, ``created_on``); the other fields are then None.
     ``get_job_by_id``, ``find_jobs`` and ``fetch(..., include_metadata=True)``
     fill every field. ``processed_on_instance_key`` is the claiming server's key (a

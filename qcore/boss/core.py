@@ -42,6 +42,7 @@ from qcore.db import (
     Database,
     adapt,
     check_connection_options,
+    check_url,
     connect,
     make_conninfo,
 )
@@ -74,9 +75,14 @@ from qcore.verbs.schema import (
     schema_version,
 )
 from qcore.worker import SharedPoll, WipReporter, Worker
+from qcore.worker.failures import FailureLog
 from qcore.worker.loops import STOP_SETTLE_SECONDS
 
 __all__ = ["Boss", "FetchOptions", "Handler", "QueueOptions", "ScheduledSendOptions", "SendOptions"]
+
+
+async def _no_workers(seconds: float) -> None:
+    """The workers are not stopped by a failed start (they were registered, not started)."""
 
 
 class Boss(
@@ -121,6 +127,7 @@ class Boss(
         self.engine: EngineIdentity | None = None
         schema_name(options.get("schema", "pgboss"))  # a bad name never reaches the database
         check_connection_options(dict(connection))
+        check_url(connection_string)  # a scheme typo, named before any connection
         db = options.get("db")
         options_given = any(connection.get(k) is not None for k in ADDRESS_OPTIONS)
         if db is not None and (connection_string or options_given):
@@ -203,6 +210,8 @@ class Boss(
         self._extra_services: list[Callable[[Context, Events], Service]] = []
         #: emits ``wip`` for this instance's workers
         self._wip = WipReporter(self.events, self.worker_statuses)
+        #: the failure lines of this instance's workers, rate-limited per queue
+        self._failures = FailureLog()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -222,6 +231,14 @@ class Boss(
         if self._started:
             return self
         self._stop_requested.clear()
+        try:
+            await self._start(attempts)
+        except BaseException:
+            await self._abandon_start()
+            raise
+        return self
+
+    async def _start(self, attempts: int) -> None:
         delay = 1.0
         for attempt in range(1, attempts + 1):
             try:
@@ -250,10 +267,33 @@ class Boss(
                 services[registration.name] = service
         for number, make in enumerate(self._extra_services):
             services[f"own:{number}"] = make(ctx, self.events)
-        for service in services.values():  # stopped in the same order by stop()
-            await service.start()
+        started: dict[str, Service] = {}
+        try:
+            for name, service in services.items():  # stopped in the same order by stop()
+                await service.start()
+                started[name] = service
+        finally:
+            self._running = Running(started)  # what a failed start stops again
         self._running = Running(services)
-        return self
+
+    async def _abandon_start(self) -> None:
+        """A ``start()`` failed: close what it opened (services, the pool, a server).
+
+        Nothing is left running or open behind the error. Workers registered before it
+        stay registered; a later ``start()`` or ``stop()`` deals with them.
+        """
+        if self._started:
+            self._started = False
+            running, self._running = self._running, Running({})
+            await stop_all(
+                running,
+                self.events,
+                timeout=0,
+                graceful=False,
+                settle=STOP_SETTLE_SECONDS,
+                stop_workers=_no_workers,
+            )
+        await self._close()
 
     @verb()
     async def add_service(self, make: Callable[[Context, Events], Service]) -> None:

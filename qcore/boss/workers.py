@@ -8,6 +8,7 @@ and what the workers keep on ``Boss``): ``work()`` starts a :class:`~qcore.worke
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -17,14 +18,18 @@ from typing_extensions import Unpack
 from qcore.arguments import verb
 from qcore.boss.verbs.parts import BossParts
 from qcore.context import Context
-from qcore.errors import ValidationError
+from qcore.errors import QueueNotFoundError, ValidationError
 from qcore.job import Job
 from qcore.options import WORK_OPTIONS, WorkArguments, known_only, queue_name
 from qcore.services.notifier import Notifier
+from qcore.verbs import queues as queue_ops
 from qcore.verbs.jobs.locked import check_locked_claims
 from qcore.worker import SharedPoll, WipReporter, Worker, WorkerStatus, WorkOptions
+from qcore.worker.failures import FailureLog
 
 __all__ = ["Handler", "WorkerParts", "WorkerVerbs"]
+
+log = logging.getLogger("qcore.worker")
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,8 @@ class WorkerParts(BossParts, Protocol):
     _poll: SharedPoll
     #: emits ``wip`` for this instance's workers
     _wip: WipReporter
+    #: the failure lines of this instance's workers, rate-limited per queue
+    _failures: FailureLog
     _halting: list[Worker]
     _unsettled: list[Job]
     _retiring: dict[str, tuple[Worker, asyncio.Future[None]]] | None
@@ -102,6 +109,9 @@ class WorkerVerbs:
         connection only for one statement at a time (but with ``locked_fetch``), so any
         concurrency works with any pool size ``max``. A worker registered before
         ``start()`` succeeds emits ``error`` on each poll and takes jobs once it does.
+        Once started, a queue that does not exist raises ``QueueNotFoundError`` here; one
+        deleted while the worker runs is reported once (a ``queue_missing`` warning) and
+        polled less and less often until it is created again.
 
         ``burst_when_batch_full=False`` makes a loop that got a full batch wait out the
         polling interval like any other (pg-boss's default), unless the queue's ready
@@ -121,8 +131,10 @@ class WorkerVerbs:
         singleton or stately queues.
         """
         worker = self._worker(name, handler, **options)
-        if worker.options.locked_fetch and self._ctx is not None:
-            check_locked_claims(self._ctx)  # the backend and adapter: refused now
+        if self._ctx is not None:
+            if worker.options.locked_fetch:
+                check_locked_claims(self._ctx)  # the backend and adapter: refused now
+            await _check_queues(self._ctx, [name])
         self._workers[worker.id] = worker
         worker.start()
         return worker.id
@@ -148,6 +160,7 @@ class WorkerVerbs:
             paused=lambda: self.paused,
             on_change=self._wip.changed,
             poll=self._poll,
+            failures=self._failures,
         )
 
     def handler(
@@ -181,6 +194,8 @@ class WorkerVerbs:
         """``work()`` every handler registered with :meth:`handler`; returns the worker ids.
 
         Only those of ``queues``, when given; ``local_concurrency`` overrides each one's.
+        Once started, ``QueueNotFoundError`` (its ``queues`` naming every one missing)
+        when a handler's queue does not exist; no worker is started then.
         """
         chosen = self.handlers
         if queues is not None:
@@ -194,6 +209,8 @@ class WorkerVerbs:
                     f" {', '.join(sorted({h.queue for h in self.handlers})) or 'none'}"
                 )
             chosen = [h for h in self.handlers if h.queue in queues]
+        if self._ctx is not None:  # every missing queue named at once, nothing started
+            await _check_queues(self._ctx, sorted({h.queue for h in chosen}))
         ids = []
         for registered in chosen:
             options: WorkArguments = {**registered.options}  # type: ignore[typeddict-item]
@@ -260,12 +277,21 @@ class WorkerVerbs:
 
     async def _stop_workers(self: WorkerParts, *, graceful: bool, timeout: float) -> None:
         workers = [*self._workers.values(), *(w for w, _ in (self._retiring or {}).values())]
+        held = sum(w.running_jobs for w in workers)
+        if graceful and held:  # else the stop would be silent for up to the timeout
+            log.warning(
+                "stopping: waiting up to %s for %d running job%s to finish",
+                f"{timeout:.0f} s" if timeout >= 1 else f"{timeout:g} s",
+                held,
+                "" if held == 1 else "s",
+            )
         self._workers.clear()
         self._halting = workers
         try:
             await asyncio.gather(*(w.stop(graceful=graceful, timeout=timeout) for w in workers))
         finally:
             self._halting = []
+        self._failures.close()
         self._unsettled = [job for worker in workers for job in worker.unsettled]
         if workers:
             self._wip.flush([w.status() for w in workers])
@@ -286,3 +312,20 @@ class WorkerVerbs:
     def _wake_all(self: WorkerParts) -> None:
         for worker in self._workers.values():
             worker.wake()
+
+
+async def _check_queues(ctx: Context, names: list[str]) -> None:
+    """Raise ``QueueNotFoundError`` naming every queue of ``names`` that does not exist."""
+    found = {q.name for q in await queue_ops.get_queues(ctx, names)}
+    missing = tuple(n for n in names if n not in found)
+    if not missing:
+        return
+    listed = ", ".join(repr(n) for n in missing)
+    create = "; ".join(f"create_queue({n!r})" for n in missing)
+    noun = "queue" if len(missing) == 1 else "queues"
+    verb = "does" if len(missing) == 1 else "do"
+    raise QueueNotFoundError(
+        f"{noun} {listed} {verb} not exist; create {'it' if len(missing) == 1 else 'them'}"
+        f" first with {create}",
+        queues=missing,
+    )

@@ -21,7 +21,7 @@ when the database does not answer. Exit status: 0 after a graceful stop, 75
 (EX_TEMPFAIL) after one that left held jobs unsettled (the log names them; they retry
 once they expire), 128 + the signal's number after a forced one, 1 when the workers
 cannot start or stop with an error, 2 for a usage error (a target that does not load,
-an unknown queue).
+an unknown queue, a handler whose queue does not exist in the database).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import sys
 from typing import Any
 
 from qcore.boss import Boss
-from qcore.errors import QcoreError, ValidationError
+from qcore.errors import ConfigError, QcoreError, QueueNotFoundError, ValidationError
 from qcore.sync import SyncBoss
 
 __all__ = ["add_parser", "load_boss", "run"]
@@ -91,13 +91,18 @@ def load_boss(target: str) -> Boss:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise TargetError(f"cannot import {module_name!r}: {exc}") from exc
+    except ConfigError as exc:  # its Boss(...) refused its settings (say, a URL typo)
+        raise TargetError(f"{module_name}: {exc}") from exc
     name = attribute or "boss"
     try:
         found: Any = getattr(module, name)
     except AttributeError:
         raise TargetError(f"module {module_name!r} has no attribute {name!r}") from None
     if callable(found) and not isinstance(found, (Boss, SyncBoss)):
-        found = found()
+        try:
+            found = found()
+        except ConfigError as exc:
+            raise TargetError(f"{target}: {exc}") from exc
     if isinstance(found, SyncBoss):
         found = found.boss
     if not isinstance(found, Boss):
@@ -133,6 +138,10 @@ async def serve(
         try:
             await boss.start()
             await boss.work_handlers(queues, local_concurrency=concurrency)
+        except QueueNotFoundError as exc:
+            await boss.stop(graceful=False)
+            log.error("%s", _missing_queues(exc, boss.schema))
+            return 2
         except ValidationError as exc:
             await boss.stop(graceful=False)
             log.error("%s", exc)
@@ -170,6 +179,21 @@ async def serve(
         return EX_TEMPFAIL
     log.info("stopped")
     return 0
+
+
+def _missing_queues(exc: QueueNotFoundError, schema: str) -> str:
+    """The one line saying which handlers' queues do not exist, and how to create them."""
+    if not exc.queues:
+        return str(exc)
+    names = exc.queues
+    one = len(names) == 1
+    listed = ", ".join(names)
+    return (
+        f"{'queue' if one else 'queues'} {listed} {'does' if one else 'do'} not exist in schema"
+        f" {schema!r}; create {'it' if one else 'them'} first with"
+        f" `qcore queue create {names[0]}`{'' if one else ' (and so on)'} or, in the"
+        f" application, boss.create_queue({names[0]!r}) before work"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

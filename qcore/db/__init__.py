@@ -22,6 +22,7 @@ from qcore.db._base import (
     Rows,
     Statements,
 )
+from qcore.db._url import check_url
 from qcore.db._values import Json
 from qcore.errors import ConfigError, NotInstalledError
 
@@ -38,6 +39,7 @@ __all__ = [
     "Statements",
     "adapt",
     "check_connection_options",
+    "check_url",
     "connect",
     "make_conninfo",
 ]
@@ -124,8 +126,13 @@ MAX_CONNECTION_TIMEOUT = 24 * 3600.0
 def make_conninfo(
     connection_string: str | None = None, **options: Unpack[ConnectionOptions]
 ) -> str:
-    """A libpq connection string from a URL/DSN and keyword options (options win)."""
+    """A libpq connection string from a URL/DSN and keyword options (options win).
+
+    A URL of another scheme than ``postgresql://`` or ``postgres://`` is a ``ConfigError``.
+    """
     from psycopg.conninfo import make_conninfo as _make
+
+    check_url(connection_string)
 
     params: dict[str, Any] = {
         "host": options.get("host"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import logging
 import math
 import time
 import uuid
@@ -16,6 +17,7 @@ from qcore.coalescer import Coalescer
 from qcore.context import Context
 from qcore.errors import (
     DatabaseError,
+    QueueNotFoundError,
     UniqueViolation,
     ValidationError,
 )
@@ -25,6 +27,7 @@ from qcore.options import GroupLimits, queue_name
 from qcore.sql.jobs.spec import FetchSpec
 from qcore.verbs import jobs as job_ops
 from qcore.verbs import queues as queue_ops
+from qcore.worker.failures import FailureLog, events_of, failures_of
 from qcore.worker.gate import Gate
 from qcore.worker.groups import LocalGroups
 from qcore.worker.handlers import (
@@ -42,10 +45,16 @@ from qcore.worker.settle import Settler
 from qcore.worker.settlement import Settlement, transient
 from qcore.worker.status import WorkerStatus
 
+log = logging.getLogger("qcore.worker")
+
 #: settling while stopping: how long past the stop's deadline the settles may take in
 #: all (a database that does not answer would otherwise hold the stop for a connection
 #: timeout per try); what is still unsettled then is left to expire and retry
 STOP_SETTLE_SECONDS = 2.0
+
+#: a worker whose queue does not exist (deleted while it runs) polls every polling
+#: interval, doubled at each poll that finds it still missing, up to this many seconds
+MISSING_QUEUE_MAX_POLL_SECONDS = 30.0
 
 
 def _now() -> dt.datetime:
@@ -62,7 +71,8 @@ class Worker(HandlerRunner):
     ``listening(queue)`` says whether a NOTIFY for the queue would reach this worker
     (the Boss's notifier is up); ``on_change()`` is called when its status changes;
     while ``paused()`` the loops claim nothing (an operator paused the server); with
-    ``poll``, a poll that falls due asks the Boss's shared poll before claiming.
+    ``poll``, a poll that falls due asks the Boss's shared poll before claiming;
+    ``failures`` logs the handler's failed attempts (the Boss's, shared by its workers).
     """
 
     def __init__(
@@ -77,6 +87,7 @@ class Worker(HandlerRunner):
         on_change: Callable[[], None] | None = None,
         paused: Callable[[], bool] | None = None,
         poll: SharedPoll | None = None,
+        failures: FailureLog | None = None,
     ) -> None:
         queue_name(name)
         if not callable(handler):
@@ -91,6 +102,8 @@ class Worker(HandlerRunner):
         self._on_change = on_change
         self._paused = paused
         self._poll = poll
+        #: where failed attempts are logged (a Boss shares one among its workers)
+        self._failures = failures if failures is not None else FailureLog()
         #: a service's own reason to claim nothing for now, asked before each poll (the
         #: timekeeper's forwarder while cron is not in use); ``wake()`` ends a wait early
         self.dormant: Callable[[], bool] | None = None
@@ -124,6 +137,8 @@ class Worker(HandlerRunner):
         self._stop_signal: asyncio.Future[None] | None = None
         self._last_fetch = -math.inf  # loop time of the last fetch by any loop
         self._queue_row: tuple[float, Queue | None] | None = None  # (read at, the row)
+        #: while the queue does not exist: the seconds between polls (None: it exists)
+        self._missing_poll: float | None = None
         # how batches end in the database, and how many ended so
         self._settler = Settler(
             name,
@@ -272,6 +287,7 @@ class Worker(HandlerRunner):
         while not self._stopping:
             try:
                 due = False
+                self._failures.flush()  # a window of suppressed failure lines ended
                 if not burst:
                     due = await self._gate.idle(self._poll_delay)
                     if self._stopping:
@@ -358,6 +374,7 @@ class Worker(HandlerRunner):
         except Exception as exc:
             self._poll_failed(exc)
             return False
+        self._queue_found()
         full = False
         while jobs:
             full = len(jobs) >= self.options.batch_size
@@ -388,6 +405,7 @@ class Worker(HandlerRunner):
         settling: list[Job] = []
         try:
             async with job_ops.locked_claim(ctx, self.name, self._spec) as batch:
+                self._queue_found()
                 jobs = self._deal(batch.jobs, 1)[0]
                 if not jobs:
                     return False
@@ -489,11 +507,14 @@ class Worker(HandlerRunner):
     async def _poll_delay(self) -> float:
         """How long the poller sleeps.
 
-        The polling interval (relaxed, while NOTIFY would wake us), counted from the
-        last fetch or the shared poll's last answer.
+        The polling interval (relaxed, while NOTIFY would wake us; longer and longer while
+        the queue does not exist), counted from the last fetch or the shared poll's last
+        answer.
         """
         interval = self.options.polling_interval_seconds
-        if await self._relaxed():
+        if self._missing_poll is not None:
+            interval = self._missing_poll  # the queue does not exist: backing off
+        elif await self._relaxed():
             interval = self.options.relaxed_polling_interval_seconds
         since = self._last_fetch
         if self._poll is not None:
@@ -591,6 +612,11 @@ class Worker(HandlerRunner):
         self._changed()
 
     @property
+    def running_jobs(self) -> int:
+        """How many jobs the worker's handlers hold now."""
+        return len(self._held_jobs)
+
+    @property
     def unsettled(self) -> list[Job]:
         """The jobs a stop left held.
 
@@ -602,6 +628,12 @@ class Worker(HandlerRunner):
 
     # -- reporting ---------------------------------------------------------------------
 
+    def _failed(self, jobs: list[Job], settlement: Settlement) -> None:
+        for failure in failures_of(settlement, jobs):
+            self._failures.failed(self.name, failure)
+            for event in events_of(self.name, failure):
+                self._events.emit("error", event)
+
     def _poll_failed(self, exc: BaseException) -> None:
         """Report a failed poll and count it as the poll.
 
@@ -610,7 +642,41 @@ class Worker(HandlerRunner):
         fast, would otherwise spin the loop).
         """
         self._last_fetch = asyncio.get_running_loop().time()
-        self._report(exc)
+        if isinstance(exc, QueueNotFoundError):
+            self._queue_missing(exc)
+        else:
+            self._report(exc)
+
+    def _queue_missing(self, exc: QueueNotFoundError) -> None:
+        """The queue does not exist (deleted while the worker runs): poll less and less often.
+
+        The first time, one ``queue_missing`` warning (and a WARNING line); then each
+        poll that finds it still missing doubles the wait, up to
+        :data:`MISSING_QUEUE_MAX_POLL_SECONDS`. A claim that finds it again resumes.
+        """
+        self._error = f"{type(exc).__name__}: {exc}"
+        self._error_on = time.time()
+        interval = self.options.polling_interval_seconds
+        if self._missing_poll is None:
+            self._missing_poll = interval
+            self._events.warn(
+                "queue_missing",
+                f"queue {self.name!r} does not exist (deleted?); its worker polls less often"
+                f" (up to every {max(interval, MISSING_QUEUE_MAX_POLL_SECONDS):.0f} s) until"
+                f" it is created again, with create_queue({self.name!r})",
+                queue=self.name,
+                worker=self.id,
+            )
+        else:
+            ceiling = max(interval, MISSING_QUEUE_MAX_POLL_SECONDS)
+            self._missing_poll = min(self._missing_poll * 2, ceiling)
+        self._changed()
+
+    def _queue_found(self) -> None:
+        """A claim found the queue: after it was missing, the worker polls as before."""
+        if self._missing_poll is not None:
+            self._missing_poll = None
+            log.info("queue %r exists again: its worker resumes", self.name)
 
     def _report(self, exc: BaseException) -> None:
         self._error = f"{type(exc).__name__}: {exc}"

@@ -44,6 +44,10 @@ class HandlerRunner:
     def _report(self, exc: BaseException) -> None:
         raise NotImplementedError
 
+    def _failed(self, jobs: list[Job], settlement: Settlement) -> None:
+        """Tell of the jobs ``settlement`` fails (log lines, ``error`` events)."""
+        raise NotImplementedError
+
     def _start_handler(self, jobs: list[Job], slot: Slot) -> asyncio.Future[Any]:
         if not self._async:
             return slot.submit(self.handler, jobs)
@@ -66,12 +70,16 @@ class HandlerRunner:
         """Run the handler, bounded by the batch's expiry and the stop deadline; how the batch ends.
 
         Heartbeats are touched on the way (unless not ``touching``). A batch claimed as
-        the worker stopped, too late to start, fails without running.
+        the worker stopped, too late to start, fails without running. Failed jobs are
+        logged and emitted (:meth:`_failed`) before the batch is settled.
         """
         if asyncio.get_running_loop().time() >= self._deadline:
-            return Settlement("fail", SHUTDOWN_MESSAGE)
-        running = self._start_handler(jobs, slot)
-        return await self._watch(ctx, jobs, slot, running, touching=touching)
+            settlement = Settlement("fail", SHUTDOWN_MESSAGE)
+        else:
+            running = self._start_handler(jobs, slot)
+            settlement = await self._watch(ctx, jobs, slot, running, touching=touching)
+        self._failed(jobs, settlement)
+        return settlement
 
     async def _watch(
         self,
