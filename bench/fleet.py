@@ -31,8 +31,8 @@ Measured, on the fleet in that state (every live server beaten just before):
   in process by :func:`qcore.web.create_app` through httpx's ASGI transport: the
   median of ``--loads`` warm loads, and the database round trips of one load, counted
   in the process by wrapping the Database adapter (:class:`bench.idle.CountingDatabase`:
-  every statement, and BEGIN and COMMIT of each transaction); also how many of the
-  live servers the instances page shows.
+  every statement, and BEGIN and COMMIT of each transaction); also the live instances
+  the overview counts and the live servers the instances page lists.
 * ``Boss.list_instances(limit=50)`` (the first page, live first),
   ``Boss.instance_counts()`` and ``Boss.get_instances(limit=1000)`` (the read both
   pages make), median of ``--loads`` calls, with their round trips.
@@ -457,6 +457,12 @@ async def run(
                 assert reply.status_code == 200, (path, reply.text[:300])
                 size = len(reply.content)
                 pages[path] = {"ms": round(ms, 1), "round_trips": trips, "bytes": size}
+                if path == "/":  # the overview's tile "live / total instances live"
+                    tile = re.search(
+                        r'"n">([\d,]+) / ([\d,]+)</span><span class="l">instances live', reply.text
+                    )
+                    pages[path]["live_shown"] = int(tile[1].replace(",", "")) if tile else None
+                    pages[path]["live"] = counts.live
                 if path == "/instances":
                     shown = set(re.findall(r'data-key="([^"]+)" class="live"', reply.text))
                     pages[path]["live_keyed_shown"] = len(shown)
@@ -554,7 +560,8 @@ def table(report: dict[str, Any]) -> str:
         "| figure | ms | round trips | note |",
         "|---|---:|---:|---|",
         f"| overview page `/` | {pages['/']['ms']} | {pages['/']['round_trips']} |"
-        f" {pages['/']['bytes']:,} bytes |",
+        f" {pages['/']['bytes']:,} bytes; live instances it shows:"
+        f" {pages['/']['live_shown']} of {pages['/']['live']} |",
         f"| instances page `/instances` | {shown['ms']} | {shown['round_trips']} |"
         f" {shown['bytes']:,} bytes; live keyed servers shown:"
         f" {shown['live_keyed_shown']} of {shown['live_keyed']} |",
