@@ -19,6 +19,7 @@ import pytest
 
 from qcore import SyncBoss
 from qcore.job import JobState
+from tests.cli import run_qcore
 from tests.conftest import admin_execute
 from tests.outage import SilentRelay
 
@@ -197,3 +198,117 @@ def test_a_stop_while_the_database_is_silent_is_bounded_and_says_so(
     # connection timeout per settle try would take 30 s more
     assert took < 30, (took, out)
     assert _state(boss, "slow", slow) is JobState.ACTIVE
+
+
+FAILING_APP = textwrap.dedent(
+    """
+    import os
+    from qcore import Boss
+
+    boss = Boss(os.environ["APP_DSN"], schema=os.environ["APP_SCHEMA"], supervise=False)
+
+    @boss.handler("fast", polling_interval_seconds=0.5)
+    async def broken(jobs):
+        raise ValueError("the payload has no 'to' field")
+    """
+)
+
+GHOST_APP = textwrap.dedent(
+    """
+    import os
+    from qcore import Boss
+
+    boss = Boss(os.environ["APP_DSN"], schema=os.environ["APP_SCHEMA"], supervise=False)
+
+    @boss.handler("fast")
+    async def fast(jobs):
+        return None
+
+    @boss.handler("ghost")
+    async def ghost(jobs):
+        return None
+
+    @boss.handler("phantom")
+    async def phantom(jobs):
+        return None
+    """
+)
+
+TYPO_APP = textwrap.dedent(
+    """
+    from qcore import Boss
+
+    boss = Boss("postgress://app:s3cret-pw@127.0.0.1:5432/app")
+
+    @boss.handler("fast")
+    async def fast(jobs):
+        return None
+    """
+)
+
+
+def _run_app(env: dict[str, str], module: str, source: str) -> subprocess.CompletedProcess[str]:
+    Path(env["APP_CWD"], f"{module}.py").write_text(source)
+    return subprocess.run(
+        [sys.executable, "-m", "qcore", "work", f"{module}:boss"],
+        cwd=env["APP_CWD"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_failing_handler_is_in_the_log(app: tuple[SyncBoss, dict[str, str]]) -> None:
+    boss, env = app
+    job_id = boss.send("fast", {}, retry_limit=1, retry_delay=0)
+    Path(env["APP_CWD"], "failapp.py").write_text(FAILING_APP)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qcore", "work", "failapp:boss"],
+        cwd=env["APP_CWD"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        _until(lambda: _state(boss, "fast", job_id) is JobState.FAILED, what="both attempts failed")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    said = f"WARNING qcore.worker: queue 'fast': job {job_id} failed"
+    assert f"{said} (attempt 1 of 2): ValueError: the payload has no 'to' field" in out, out
+    assert f"{said} (attempt 2 of 2): ValueError" in out and "retries exhausted" in out, out
+    assert out.count("Traceback") == 1, out  # once for this error, not per attempt
+
+
+def test_a_handler_for_a_queue_that_does_not_exist_is_refused_at_start(
+    app: tuple[SyncBoss, dict[str, str]],
+) -> None:
+    _, env = app
+    done = _run_app(env, "ghostapp", GHOST_APP)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "queues ghost, phantom do not exist" in lines[0]
+    assert "qcore queue create ghost" in lines[0] and "boss.create_queue('ghost')" in lines[0]
+
+
+def test_a_url_scheme_typo_is_one_line_and_exit_2(app: tuple[SyncBoss, dict[str, str]]) -> None:
+    _, env = app
+    expected = "not a PostgreSQL URL: scheme 'postgress' (expected postgresql:// or postgres://)"
+    done = _run_app(env, "typoapp", TYPO_APP)  # the application's own Boss(...)
+    assert done.returncode == 2 and expected in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "s3cret" not in done.stderr
+    for args, extra in (
+        (["queues", "--url", "postgress://app:s3cret-pw@127.0.0.1:5432/app"], {}),
+        (["doctor"], {"DATABASE_URL": "http://app:s3cret-pw@127.0.0.1:5432/app"}),
+    ):
+        done = run_qcore(*args, env=extra)
+        assert done.returncode == 2, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "not a PostgreSQL URL: scheme" in done.stderr and "s3cret" not in done.stderr

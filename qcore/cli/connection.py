@@ -24,7 +24,7 @@ from typing import Any
 from qcore import backends
 from qcore.boss import Boss
 from qcore.context import Context
-from qcore.db import connect
+from qcore.db import check_url, connect
 from qcore.engine import identify
 from qcore.errors import ConfigError, QcoreError
 
@@ -108,6 +108,10 @@ def resolve(args: argparse.Namespace, *, cwd: Path | None = None) -> Target:
             "no database given: pass --url, set QCORE_DATABASE_URL (or DATABASE_URL, or"
             " libpq's PGHOST and friends), or put url in [tool.qcore] of pyproject.toml"
         )
+    try:
+        check_url(url)  # a scheme typo: a usage error, before any connection
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (from {source})") from None
     schema = args.schema or config.get("schema") or "pgboss"
     backend = args.backend or config.get("backend") or "postgres"
     return Target(url=url, schema=schema, backend=backend, source=source)
