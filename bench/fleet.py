@@ -205,7 +205,12 @@ async def _median_ms(
         db.reset()
         value, seconds = await _timed(call)
         times.append(seconds * 1000)
-    return value, statistics.median(times), db.statements + 2 * db.transactions
+    return value, statistics.median(times), _trips(db)
+
+
+def _trips(db: CountingDatabase) -> int:
+    """Round trips since the last reset: statements, and BEGIN and COMMIT of each transaction."""
+    return db.statements + 2 * db.transactions
 
 
 async def _table_stats(db: Database, schema: str) -> dict[str, dict[str, int]]:
@@ -348,7 +353,7 @@ async def run(
         report["metrics_tick"] = {
             "queues": queues,
             "ms": round(tick_seconds * 1000, 1),
-            "round_trips": db.statements + 2 * db.transactions,
+            "round_trips": _trips(db),
         }
         await boss.supervise()  # the queues' cached counts, as the overview reads them
 
@@ -369,28 +374,34 @@ async def run(
         entries = [_workers(n, workers, queues) for n in range(servers)]
         fleet = [_simulated(n, dsn, schema, boss, events, entries[n]) for n in range(1, servers)]
         registrations = []
+        db.reset()
         for server in fleet:
             _, seconds = await _timed(server.registry.start)
             registrations.append(seconds * 1000)
         report["registration_ms"] = round(statistics.median(registrations), 2)
+        report["registration_round_trips"] = round(_trips(db) / len(fleet), 2)
 
         progress(f"{dead} dead rows, pauses and removals")
         await _dead_rows(db, q, fleet[0].registry.settings.id, servers, dead)
         gone = fleet[len(fleet) - removed :]
         paused = [s for s in fleet[: len(fleet) - removed] if s.n % 20 == 2]
         pause_times = []
+        db.reset()
         for server in paused:
             _, seconds = await _timed(partial(boss.pause_instance, server.key))
             pause_times.append(seconds * 1000)
+        pause_trips = _trips(db) / len(paused) if paused else None
         for server in gone:
             await server.registry.stop()
             server.stopped = True
         await set_clock(ctx, 240 + REMOVAL_CLOCK)
         remove_times, rows_removed = [], []
+        db.reset()
         for server in gone:
             count, seconds = await _timed(partial(boss.remove_instance, server.key))
             remove_times.append(seconds * 1000)
             rows_removed.append(count)
+        remove_trips = _trips(db) / len(gone) if gone else None
         live = [s for s in fleet if not s.stopped]
         for server in live:  # every live server heard from since the clock moved
             await server.registry.run_pass()
@@ -399,8 +410,10 @@ async def run(
             "paused": len(paused),
             "paused_learned_at_next_beat": learned,
             "pause_ms": round(statistics.median(pause_times), 2) if pause_times else None,
+            "pause_round_trips": pause_trips,
             "removed": len(gone),
             "remove_ms": round(statistics.median(remove_times), 2) if remove_times else None,
+            "remove_round_trips": remove_trips,
             "rows_removed": sum(rows_removed),
         }
 
@@ -578,10 +591,13 @@ def table(report: dict[str, Any]) -> str:
         f"| a keyed server's heartbeat (median of {beat['beats']:,}) | {beat['ms']} |"
         f" {beat['round_trips_per_beat']:g} | {beat['statements_per_beat']:g} statements;"
         f" rows written: {rows_written}; row {beat['instance_row_bytes']:,} bytes |",
-        f"| registration | {report['registration_ms']} | | |",
-        f"| `pause_instance` | {ops['pause_ms']} | | learned at the next beat:"
+        f"| registration | {report['registration_ms']} |"
+        f" {report['registration_round_trips']:g} | |",
+        f"| `pause_instance` | {ops['pause_ms']} | {ops['pause_round_trips']} |"
+        " learned at the next beat:"
         f" {ops['paused_learned_at_next_beat']} of {ops['paused']} |",
-        f"| `remove_instance` | {ops['remove_ms']} | | {ops['rows_removed']} rows removed |",
+        f"| `remove_instance` | {ops['remove_ms']} | {ops['remove_round_trips']} |"
+        f" {ops['rows_removed']} rows removed |",
         f"| metrics tick, {tick['queues']} queues | {tick['ms']} | {tick['round_trips']} | |",
         "",
         f"whole fleet at a 30 s heartbeat: {beat['fleet_statements_per_second']:g} statements/s",

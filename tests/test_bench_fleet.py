@@ -110,6 +110,8 @@ def test_claims_metrics_and_operations_have_figures(report: dict[str, Any]) -> N
     ops = report["operations"]
     assert _positive(report["registration_ms"])
     assert _positive(ops["pause_ms"]) and _positive(ops["remove_ms"])
+    assert _positive(report["registration_round_trips"])
+    assert _positive(ops["pause_round_trips"]) and _positive(ops["remove_round_trips"])
 
 
 def test_the_table_shows_every_figure(report: dict[str, Any]) -> None:
