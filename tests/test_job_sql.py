@@ -84,6 +84,8 @@ def _queue_statements() -> dict[str, Statement]:
         "create": queue_sql.call_create_queue(Q),
         "delete": queue_sql.call_delete_queue(Q),
         "get": queue_sql.get_queues(Q, by_name=True),
+        "live": queue_sql.get_queues_live(Q, by_name=True),
+        "live_all": queue_sql.get_queues_live(Q),
         "names": queue_sql.queue_names(Q),
         "update": queue_sql.update_queue(Q, ("retry_limit", "dead_letter", "notify")),
         "refs": queue_sql.dead_letter_references(Q),

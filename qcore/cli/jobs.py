@@ -216,7 +216,7 @@ def _origin_text(origin: DeadLetterOrigin) -> str:
         ("attempts", runs),
         ("last error", failure.title if failure else "-"),
     ]
-    text = format_table(("died", ""), rows)
+    text = "\n".join(f"{k:<16}{v}" for k, v in rows)
     if failure is not None and failure.stack:
         text += "\n\n" + failure.stack.rstrip()
     return text

@@ -234,8 +234,15 @@ class Dashboard:
 
     async def job(self, request: Request) -> Response:
         name, ident = request.query_params.get("queue", ""), request.query_params.get("id", "")
-        job, parents, children = await self.board.job(name, ident)
-        return self.render(request, "job.html", job=job, parents=parents, children=children)
+        view = await self.board.job(name, ident)
+        return self.render(
+            request,
+            "job.html",
+            job=view.job,
+            parents=view.parents,
+            children=view.children,
+            origin=view.origin,
+        )
 
     async def instances(self, request: Request) -> Response:
         return self.render(request, "instances.html", instances=await self.board.instances())

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from qcore.boss import Boss
-from qcore.errors import ValidationError
-from qcore.job import Instance, Job, JobState, Queue
+from qcore.errors import QueueNotFoundError, ValidationError
+from qcore.job import DeadLetterOrigin, Instance, Job, JobState, Queue
 from qcore.metrics import (
     MetricsHistoryAdmin,
     MetricsHistoryProvider,
@@ -35,6 +35,7 @@ __all__ = [
     "Board",
     "JobFilter",
     "JobPage",
+    "JobView",
     "Overview",
     "Problem",
     "QueuePage",
@@ -73,6 +74,10 @@ class Overview:
     warnings: list[StoredWarning]
     instances_live: int
     instances_total: int
+    #: how old the oldest of the cached counts is (seconds; None: none counted yet)
+    counts_age_seconds: float | None = None
+    #: the queues the monitor has not counted yet (their counts read 0)
+    uncounted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,16 @@ class JobPage:
     jobs: list[Job]
     filter: JobFilter
     next_before: str | None
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A job, the jobs it waits for and blocks, and where a dead letter copy came from."""
+
+    job: Job
+    parents: list[tuple[str, uuid.UUID]]
+    children: list[tuple[str, uuid.UUID]]
+    origin: DeadLetterOrigin | None
 
 
 @dataclass(frozen=True)
@@ -178,6 +193,7 @@ class Board:
             "total": sum(q.total_count for q in queues),
         }
         instances = await self.boss.get_instances(limit=1000)
+        ages = [q.counts_age_seconds for q in queues if q.counts_age_seconds is not None]
         return Overview(
             queues=queues,
             totals=totals,
@@ -185,16 +201,20 @@ class Board:
             warnings=await self.boss.get_warnings(limit=10),
             instances_live=sum(1 for i in instances if i.live),
             instances_total=instances.total,
+            counts_age_seconds=max(ages, default=None),
+            uncounted=tuple(q.name for q in queues if q.counted_on is None),
         )
 
     async def queues(self) -> list[Queue]:
         return await self.boss.get_queues()
 
     async def queue(self, name: str, *, filter: JobFilter, before: str | None) -> QueuePage:
-        queues = await self.boss.get_queues()
-        queue = next((q for q in queues if q.name == name), None)
+        # one queue's counts are cheap to count now: a page opened right after a send
+        # shows it (the overview keeps the monitor's counts and says how old they are)
+        queue = await self.boss.get_queue(name, live=True)
         if queue is None:
             raise missing_queue(name)
+        queues = await self.boss.get_queues()
         page = await self.jobs(name, filter=filter, before=before)
         depth = await self.boss.get_queue_stats(name, limit=120)
         return QueuePage(
@@ -228,15 +248,27 @@ class Board:
         last = cursor(jobs[-1].created_on, jobs[-1].id) if more else None
         return JobPage(jobs=jobs, filter=filter, next_before=last)
 
-    async def job(
-        self, name: str, id: str
-    ) -> tuple[Job, list[tuple[str, uuid.UUID]], list[tuple[str, uuid.UUID]]]:
+    async def job(self, name: str, id: str) -> JobView:
         job = await self.boss.get_job_by_id(name, id)
         if job is None:
             raise ValidationError(f"queue {name!r} has no job {id}")
         parents = await self.boss.get_dependencies(name, job.id, limit=100)
         children = await self.boss.get_dependents(name, job.id, limit=100)
-        return job, parents, children
+        return JobView(job, parents, children, await self.dead_letter_origin(job))
+
+    async def dead_letter_origin(self, job: Job) -> DeadLetterOrigin | None:
+        """Where a dead letter copy came from and why its source died (None: not one).
+
+        The failed job is read when it is still kept, else its queue's retry limit.
+        """
+        if job.source_name is None or job.source_id is None:
+            return None
+        try:
+            source = await self.boss.get_job_by_id(job.source_name, job.source_id)
+        except QueueNotFoundError:  # the source queue is gone, and its jobs with it
+            return DeadLetterOrigin.of(job)
+        queue = None if source is not None else await self.boss.get_queue(job.source_name)
+        return DeadLetterOrigin.of(job, source, queue)
 
     async def instances(self) -> list[tuple[Instance, bool]]:
         """Every registered instance and whether it may be removed now."""

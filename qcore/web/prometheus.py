@@ -15,6 +15,8 @@ metric                                 type     labels
 ``qcore_queue_jobs``                   gauge    queue, state (queued, active, deferred,
                                                 failed, total)
 ``qcore_queue_oldest_ready_seconds``   gauge    queue
+``qcore_queue_counts_age_seconds``     gauge    queue (how old its cached counts are;
+                                                absent until the monitor counts it)
 ``qcore_instances``                    gauge    live (true, false)
 ``qcore_jobs_finished_total``          counter  queue, outcome (completed, failed)
 ``qcore_job_wait_seconds``             histo    queue
@@ -92,7 +94,14 @@ async def exposition(board: Board) -> bytes:
         "How long the oldest job ready to run has waited (cached)",
         labels=["queue"],
     )
+    age = GaugeMetricFamily(
+        "qcore_queue_counts_age_seconds",
+        "How old the cached counts are (seconds since the monitor counted the queue)",
+        labels=["queue"],
+    )
     for q in queues:
+        if q.counts_age_seconds is not None:
+            age.add_metric([q.name], q.counts_age_seconds)
         for state, n in (
             ("queued", q.queued_count),
             ("active", q.active_count),
@@ -107,7 +116,7 @@ async def exposition(board: Board) -> bytes:
     up = sum(1 for i in instances if i.live)
     live.add_metric(["true"], up)
     live.add_metric(["false"], len(instances) - up)
-    families: list[Metric] = [jobs, oldest, live]
+    families: list[Metric] = [jobs, oldest, age, live]
     if board.history is not None:
         families += await _history(board.history, [q.name for q in queues])
     registry = CollectorRegistry(auto_describe=False)

@@ -38,6 +38,17 @@ def _age(value: dt.datetime | None) -> str:
     return f"{max(seconds, 0):.0f} s ago"
 
 
+def _counted(age: float | None) -> str:
+    """How old counts are, from their age in seconds: ``as of 41 s ago``."""
+    if age is None:
+        return "not counted yet"
+    seconds = max(age, 0.0)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"as of {seconds / size:.0f} {unit} ago"
+    return f"as of {seconds:.0f} s ago"
+
+
 def _pretty(value: Any) -> str:
     if value is None:
         return ""
@@ -53,6 +64,7 @@ def environment() -> Environment:
     )
     env.filters["when"] = _when
     env.filters["age"] = _age
+    env.filters["counted"] = _counted
     env.filters["pretty"] = _pretty
     env.filters["ms"] = lambda v: charts.format_duration_ms(v) if v is not None else "–"
     env.filters["seconds"] = lambda v: charts.format_duration_ms(v * 1000) if v is not None else "–"
