@@ -54,8 +54,9 @@ from tests.conftest import admin_execute, with_database
 pytestmark = [pytest.mark.postgres, pytest.mark.feature("docs")]
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-#: seconds one block may run (a worker loop that never ends fails instead of hanging)
-BLOCK_TIMEOUT = 60
+#: seconds one block may run (a loop that never ends fails instead of hanging; the
+#: tutorial starts an embedded PGlite, slow on a busy machine)
+BLOCK_TIMEOUT = 120
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w+-]*)[ \t]*$")
 _MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(?P<verb>\w+)\s*(?:\((?P<reason>.*)\))?\s*-->\s*$")
