@@ -17,6 +17,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from qcore import Boss
 from qcore.errors import DatabaseError
+from qcore.events import WarningEvent
 from qcore.job import Job
 from tests.conftest import admin_execute
 
@@ -66,9 +67,11 @@ async def test_the_pages_grants_run_the_core_and_their_absence_is_a_clear_error(
         for sql in app_sql:
             admin_execute(sql, pg_dsn)
 
-        boss = Boss(as_role(pg_dsn, app), schema=schema, migrate=False)
+        boss = Boss(as_role(pg_dsn, app), schema=schema, migrate=False, use_listen_notify=True)
         errors: list[Exception] = []
+        warnings: list[WarningEvent] = []
         boss.on("error", errors.append)
+        boss.on("warning", warnings.append)
         await boss.start()
         try:
             await boss.create_queue("perm_dead")
@@ -99,6 +102,16 @@ async def test_the_pages_grants_run_the_core_and_their_absence_is_a_clear_error(
             await boss.schedule("perm", "*/5 * * * *", {"cron": True})
             assert await boss.get_schedules("perm")
             await boss.unschedule("perm")
+            await boss.subscribe("perm.event", "perm")
+            assert set(await boss.publish("perm.event", {"n": 4})) == {"perm"}
+            await boss.unsubscribe("perm.event", "perm")
+            flow = await boss.flow(
+                [
+                    {"ref": "a", "name": "perm"},
+                    {"ref": "b", "name": "perm", "depends_on": ["a"]},
+                ]
+            )
+            assert set(flow) == {"a", "b"}
             await boss.supervise()
             await boss.supervise("perm")
             with pytest.raises(DatabaseError) as partitioned:  # a table: the owner's to create
@@ -109,6 +122,7 @@ async def test_the_pages_grants_run_the_core_and_their_absence_is_a_clear_error(
         finally:
             await boss.stop(graceful=False)
         assert not errors, errors  # no step of the pass or the workers was refused
+        assert "listen_notify_unavailable" not in {w.type for w in warnings}
 
         admin_execute(f'CREATE ROLE "{bare}" LOGIN', pg_dsn)
         stranger = Boss(as_role(pg_dsn, bare), schema=schema, migrate=False, supervise=False)
