@@ -139,6 +139,8 @@ def describe_error(error: Any, limit: int = 500) -> str:
         text = error
     else:
         text = repr(error)
+    # a lone surrogate (bytes decoded with surrogateescape) cannot be written as UTF-8
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -25,7 +25,7 @@ from qcore.errors import (
 )
 from qcore.events import WarningEvent
 from qcore.job import Job, JobResult, JobState
-from qcore.worker.failures import FailureLog
+from qcore.worker.failures import Failure, FailureLog
 
 pytestmark = [pytest.mark.postgres, pytest.mark.feature("workers")]
 
@@ -94,7 +94,11 @@ async def test_a_failed_attempt_is_logged_with_queue_job_attempt_and_error(
     assert isinstance(failed[0].error, RuntimeError) and not failed[0].retries_exhausted
     assert failed[1].retries_exhausted and failed[1].dead_letter == "dlq"
     assert not [r for r in caplog.records if r.name == "qcore" and "boom" in r.getMessage()]
-    assert await state(boss, "poison", job_id) is JobState.FAILED
+
+    async def failed_for_good() -> bool:  # (logged as the batch ends, before it is settled)
+        return await state(boss, "poison", job_id) is JobState.FAILED
+
+    await until(failed_for_good, "the job failed for good")
 
 
 async def test_a_failed_batch_is_one_line_naming_its_jobs(
@@ -272,3 +276,22 @@ async def test_a_url_of_another_scheme_is_named_before_connecting(scheme: str) -
     assert "s3cret" not in text
     for fine in ("postgres://app@127.0.0.1:1/app", "host=127.0.0.1 port=1 dbname=app"):
         Boss(fine)
+
+
+def test_a_failure_line_survives_an_undecodable_message(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A message with a lone surrogate (bytes decoded with surrogateescape) is escaped in
+    the line and logged without its traceback, which no UTF-8 handler could write."""
+    caplog.set_level(logging.INFO, logger="qcore")
+    failures = FailureLog()
+    jobs = [Job(uuid.uuid4(), "q", {}, n, 60, retry_limit=2) for n in (0, 1)]
+    try:
+        raise RuntimeError("cannot open caf\udce9.txt")
+    except RuntimeError as exc:
+        failures.failed("q", Failure(jobs, exc, False, None))
+    (line,) = caplog.records
+    assert "attempts 1-2 of 3" in line.getMessage()
+    assert "RuntimeError: cannot open caf\\udce9.txt" in line.getMessage()
+    assert line.exc_info is None
+    line.getMessage().encode("utf-8")

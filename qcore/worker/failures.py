@@ -121,6 +121,15 @@ def events_of(queue: str, failure: Failure) -> list[JobFailedError]:
     ]
 
 
+def _writable(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8 (no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 @dataclass
 class _Window:
     start: float
@@ -164,7 +173,11 @@ class FailureLog:
             if failure.dead_letter:
                 end += f", copied to dead letter queue {failure.dead_letter!r}"
         error = failure.error
-        traced = isinstance(error, BaseException) and error.__traceback__ is not None
+        traced = (
+            isinstance(error, BaseException)
+            and error.__traceback__ is not None
+            and _writable(str(error))  # else the traceback would break the log's handlers
+        )
         first = False
         if traced:
             key = (queue, type(error).__name__, str(error)[:200])
