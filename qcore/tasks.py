@@ -15,6 +15,9 @@ from typing import Any
 __all__ = ["cancel_and_wait"]
 
 #: how long to wait for a cancelled task before cancelling it again
+#: how long a task given up on and cancelled gets to unwind (roll its transaction back)
+#: before its owner closes the pool under it
+UNWIND_SECONDS = 5.0
 RECANCEL_SECONDS = 1.0
 
 

@@ -27,6 +27,7 @@ from qcore.services.instances import InstanceRegistry
 from qcore.services.monitor import Supervisor
 from qcore.services.notifier import Notifier
 from qcore.services.timekeeper import ClockSkew, Timekeeper
+from qcore.tasks import UNWIND_SECONDS
 from qcore.worker import Worker
 
 __all__ = ["SERVICES", "Host", "Registration", "Running", "busy"]
@@ -232,6 +233,8 @@ async def bounded(stops: dict[asyncio.Future[None], str], events: Events, *, unt
     for task in late:
         task.cancel()
         events.emit("error", TimeoutError(f"the {stops[task]} service did not stop in time"))
+    if late:  # their passes' transactions roll back before the pool closes under them
+        await asyncio.wait(late, timeout=UNWIND_SECONDS)
     for task in done:
         if not task.cancelled() and task.exception() is not None:
             events.emit("error", task.exception())

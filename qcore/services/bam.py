@@ -43,6 +43,7 @@ from qcore.events import Events
 from qcore.identifiers import quote
 from qcore.periodic import Periodic
 from qcore.sql import bam as sql
+from qcore.tasks import UNWIND_SECONDS
 
 __all__ = ["BamWorker", "run_commands"]
 
@@ -248,6 +249,16 @@ class BamWorker(Periodic):
         marked failed, to run again).
         """
         stopping = asyncio.ensure_future(self.stop())
+        try:
+            await self._stop_or_end_command(stopping, timeout)
+        except asyncio.CancelledError:
+            # given up on: end the pass too (its claim's transaction rolls back) and let
+            # it unwind before the caller closes the pool or blocks the event loop
+            stopping.cancel()
+            await asyncio.wait({stopping}, timeout=UNWIND_SECONDS)
+            raise
+
+    async def _stop_or_end_command(self, stopping: asyncio.Future[None], timeout: float) -> None:
         done, _ = await asyncio.wait({stopping}, timeout=timeout)
         while not done:  # again each second: a cancel can land between two statements
             running, ctx = self._running, self._context()
