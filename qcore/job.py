@@ -287,12 +287,12 @@ class Queue:
     singletons_active: list[str] | None = field(default=None, compare=False)
     #: the ready counts of the last stats passes, newest first (at most 60)
     ready_history: list[int] | None = field(default=None, compare=False)
-
     #: when the counts were counted: the monitor's last pass (None: never counted yet),
     #: or the read itself for a live read (``get_queue(..., live=True)``)
     counted_on: dt.datetime | None = field(default=None, compare=False)
     #: how old the counts were when read, in seconds on the schema's clock (0 when live)
     counts_age_seconds: float | None = field(default=None, compare=False)
+
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Queue:
         """A queue from a row of the queue table (named as there)."""
@@ -301,8 +301,8 @@ class Queue:
 
 
 _QUEUE_FIELD = {
-    "expire_seconds": "expire_in_seconds",
     "monitor_on": "counted_on",
+    "expire_seconds": "expire_in_seconds",
     "deletion_seconds": "delete_after_seconds",
     "warning_queued": "warning_queue_size",
 }

@@ -198,6 +198,7 @@ class Boss(
         self._server: Server | None = None
         self._ctx: Context | None = None
         self._started = False  # background processing runs
+        self._stopped = False  # stop() ended a start(): explicit passes return at once
         self._stop_requested = asyncio.Event()
         self._workers: dict[str, Worker] = {}
         #: one statement a polling interval for all the idle workers
@@ -259,6 +260,7 @@ class Boss(
                     raise
                 delay *= 2
         self._started = True
+        self._stopped = False
         ctx = self.context()
         services: dict[str, Service] = {}
         for registration in SERVICES:
@@ -433,6 +435,7 @@ class Boss(
             await asyncio.gather(*(w.stop(graceful=False) for w in self._halting))
         if self._started:
             self._started = False
+            self._stopped = True
             running, self._running = self._running, Running({})
 
             async def stop_workers(seconds: float) -> None:

@@ -25,12 +25,10 @@ retention walks the chunk's queues under its own claim, and after every chunk th
 pass prunes warnings and snapshots (:mod:`qcore.services.maintenance`). Flows are
 not part of the pass yet.
 
-An explicit :func:`supervise` (``Boss.supervise()``) is not gated by the interval:
-it runs the pass now for every queue, or the one named, as a caller asking for a
-pass (a test, an instance run with ``supervise=False``) expects. It still stamps
-the claim, so the other instances' background passes skip those queues for an
-interval. That is a deliberate difference from pg-boss, whose ``supervise()``
-honours the interval.
+:func:`supervise` called without intervals runs every step now (the steps' own
+tests, the CLI); ``Boss.supervise()`` passes the intervals, as pg-boss's
+``supervise()`` honours them, so a fleet calling it in a loop does each step once
+per interval between the instances.
 
 :class:`Supervisor` runs the background pass every ``interval_seconds`` (the first
 one interval after start, as pg-boss's timer) and serialises passes: one at a time
@@ -286,15 +284,21 @@ class Supervisor(Periodic):
     async def run(
         self, name: str | None = None, *, reindex: Reindex | bool = True, force: bool = False
     ) -> MonitorResult | None:
-        """One pass now, not gated by the interval, after the one in flight.
+        """One pass now, after the one in flight, each step gated by its shared interval.
 
-        See :func:`supervise`. Returns None, without running, once :meth:`stop` was
-        called.
+        As pg-boss's ``supervise()``: the monitor step runs once per
+        ``monitor_interval_seconds`` and retention once per
+        ``maintenance_interval_seconds`` between all instances, so a fleet that calls it
+        in a loop does not rerun them on every call; ``force`` (a forced rebuild) is the
+        one exception, for the rebuild alone. See :func:`supervise`. Returns None,
+        without running, once :meth:`stop` was called.
         """
         return await self.exclusive(
             lambda: supervise(
                 self._context(),
                 name,
+                monitor_interval_seconds=self.monitor_interval_seconds,
+                maintenance_interval_seconds=self.settings.maintenance_interval_seconds,
                 settings=self.settings,
                 reindex=reindex,
                 force_reindex=force,

@@ -113,14 +113,17 @@ class MaintenanceVerbs:
         The pass covers cached counts and backlog warnings, expiry and heartbeat loss,
         retention, the pruning of warnings and snapshots, and the index bloat check.
 
-        The monitor and retention steps are not gated by their intervals (unlike the
-        background pass and unlike pg-boss): a pass you ask for runs. The index rebuild
-        keeps its shared ``reindex_interval_seconds``; ``reindex`` overrides it for
-        this pass: False (detection only), True, or thresholds (``min_pages``,
-        ``max_entries_per_page``, ``min_size_ratio``, ``max_index_bytes``) with
-        ``force=True`` to rebuild every job index now, bloated or not, whatever the
-        interval. One pass runs at a time; a call waits for the one in flight, and
-        ``stop()`` waits for the call. After ``stop()`` it returns without running.
+        Each step keeps its interval, shared between all instances as pg-boss's do: the
+        monitor runs once per ``monitor_interval_seconds``, retention once per
+        ``maintenance_interval_seconds`` and the index rebuild once per
+        ``reindex_interval_seconds``, so a fleet that drives maintenance itself
+        (``supervise=False`` and a loop or a cron) does not rerun them on every call of
+        every instance. ``reindex`` overrides the rebuild for this pass: False
+        (detection only), True, or thresholds (``min_pages``, ``max_entries_per_page``,
+        ``min_size_ratio``, ``max_index_bytes``) with ``force=True`` to rebuild every job
+        index now, bloated or not, whatever the interval (the one exception). One pass
+        runs at a time; a call waits for the one in flight, and ``stop()`` waits for the
+        call. After ``stop()`` it returns without running.
         """
         limits: Reindex | bool = True
         force = False
@@ -132,7 +135,9 @@ class MaintenanceVerbs:
                     f"reindex must be True, False or a mapping of thresholds, got {reindex!r}"
                 )
             limits, force = reindex_thresholds(reindex, self.maintenance.reindex)
-        self.context()  # NotStartedError before start(), and after stop() closed the connection
+        if self._stopped:
+            return
+        self.context()  # NotStartedError before start()
         supervisor = self._running.get("supervisor", Supervisor)
         if supervisor is not None:  # None after stop(close=False): nothing runs
             await supervisor.run(name, reindex=limits, force=force)

@@ -29,6 +29,8 @@ class BossParts(Protocol):
     _shared: SharedStatements
     #: the background services running, by name
     _running: Running
+    #: whether stop() ended a start() (explicit passes then return without running)
+    _stopped: bool
 
     def context(self, db: Any = None) -> Context:
         """The operation context of a call.

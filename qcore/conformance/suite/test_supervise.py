@@ -193,7 +193,7 @@ async def test_two_booted_instances_share_the_background_pass(
 ) -> None:
     """Two Boss instances with fast background loops (every second, the shortest
     interval allowed) on one schema: each expired job is failed once, and within the
-    monitor interval neither works on the queue again."""
+    monitor interval neither works on the queue again, nor does an explicit pass."""
     options: dict[str, Any] = dict(
         db=db,
         backend=backend,
@@ -221,9 +221,11 @@ async def test_two_booted_instances_share_the_background_pass(
         assert (await row(ctx, job.id))["state"] == "active"
         now = (await ctx.db.execute(f"SELECT monitor_claim_on FROM {ctx.q}.queue"))[0]
         assert now == claims
-        await second.supervise("q")  # an explicit pass runs at once
-        r = await row(ctx, sent)
-        assert r["state"] == "retry" and r["retry_count"] == 1
+        # an explicit pass keeps the shared monitor interval too (pg-boss's supervise()):
+        # a fleet that calls it in a loop does not rerun the monitor on every call
+        await second.supervise("q")
+        assert (await row(ctx, job.id))["state"] == "active"
+        assert (await ctx.db.execute(f"SELECT monitor_claim_on FROM {ctx.q}.queue"))[0] == claims
     finally:
         await second.stop()
         await first.stop()
@@ -319,3 +321,33 @@ async def _until(read: Any, expected: Any, timeout: float = 5.0) -> None:
 
 
 # --------------------------------------------------------------------------- interop
+
+
+async def test_explicit_passes_keep_the_shared_intervals_and_return_after_stop(
+    db: Any, backend: Backend, schema: str
+) -> None:
+    """A fleet driving maintenance itself (``supervise=False`` and a loop): an explicit
+    pass runs the monitor once per interval between the instances, as pg-boss's
+    ``supervise()``; after ``stop()`` it returns without running."""
+    options: dict[str, Any] = dict(
+        db=db, backend=backend, schema=schema, supervise=False, monitor_interval_seconds=3600
+    )
+    one, two = Boss(**options), Boss(**options)
+    await one.start()
+    await two.start()
+    try:
+        ctx = one.context()
+        await queues.create_queue(ctx, "q", retry_limit=5, expire_in_seconds=60)
+        sent = await _started(ctx, "q")
+        await _age(ctx, sent, "started_on", 61)
+        await one.supervise()  # the interval's first pass: expired, retried
+        assert (await row(ctx, sent))["state"] == "retry"
+        [again] = await jobs.fetch(ctx, "q", ignore_start_after=True)
+        await _age(ctx, again.id, "started_on", 61)
+        for boss in (one, two, one):  # within the interval, on either instance: nothing
+            await boss.supervise()
+        assert (await row(ctx, sent))["state"] == "active"
+    finally:
+        await two.stop()
+        await one.stop()
+    await one.supervise()  # stopped: returns without running (no NotStartedError)
