@@ -40,7 +40,15 @@ from qcore.errors import (
 )
 from qcore.metrics import MetricsHistoryAdmin, MetricsHistoryProvider
 from qcore.web import prometheus
-from qcore.web.board import RANGES, STATES, Board, JobFilter
+from qcore.web.board import (
+    INSTANCE_SHOWN,
+    INSTANCE_STATES,
+    RANGES,
+    STATES,
+    Board,
+    InstanceFilter,
+    JobFilter,
+)
 from qcore.web.middleware import (
     SESSION_COOKIE,
     Guard,
@@ -245,7 +253,14 @@ class Dashboard:
         )
 
     async def instances(self, request: Request) -> Response:
-        return self.render(request, "instances.html", instances=await self.board.instances())
+        query = request.query_params
+        shown = InstanceFilter(
+            show=_one_of(query, "show", INSTANCE_SHOWN, INSTANCE_SHOWN[0]),
+            state=_one_of(query, "state", INSTANCE_STATES, INSTANCE_STATES[0]),
+            search=query.get("q") or None,
+        )
+        page = await self.board.instances(shown, after=query.get("after") or None)
+        return self.render(request, "instances.html", page=page, shown=shown)
 
     async def warnings(self, request: Request) -> Response:
         rows, more = await self.board.warnings(before=request.query_params.get("before"))

@@ -18,7 +18,7 @@ from typing import Any
 
 from qcore.boss import Boss
 from qcore.errors import QueueNotFoundError, ValidationError
-from qcore.job import DeadLetterOrigin, Instance, Job, JobState, Queue
+from qcore.job import DeadLetterOrigin, Instance, InstanceCounts, Job, JobState, Queue
 from qcore.metrics import (
     MetricsHistoryAdmin,
     MetricsHistoryProvider,
@@ -72,12 +72,37 @@ class Overview:
     totals: dict[str, int]
     problems: list[Problem]
     warnings: list[StoredWarning]
-    instances_live: int
-    instances_total: int
+    #: the registry's counts (one aggregate, whatever its size)
+    instances: InstanceCounts
     #: how old the oldest of the cached counts is (seconds; None: none counted yet)
     counts_age_seconds: float | None = None
     #: the queues the monitor has not counted yet (their counts read 0)
     uncounted: tuple[str, ...] = ()
+
+
+#: which servers the instances page shows: keyed ones (the default), every one, or the
+#: anonymous ones (qcore scripts and pg-boss instances, which no one can address)
+INSTANCE_SHOWN = ("keyed", "all", "anonymous")
+#: the states the instances page can narrow to
+INSTANCE_STATES = ("any", "live", "paused")
+
+
+@dataclass(frozen=True)
+class InstanceFilter:
+    """Which rows of the registry the instances page lists."""
+
+    show: str = "keyed"
+    state: str = "any"
+    search: str | None = None
+
+
+@dataclass(frozen=True)
+class InstancesPage:
+    """A page of the instances list, the cursor of the next one, and the whole registry's counts."""
+
+    rows: list[tuple[Instance, bool]]
+    next: str | None
+    counts: InstanceCounts
 
 
 @dataclass(frozen=True)
@@ -192,15 +217,13 @@ class Board:
             "failed": sum(q.failed_count for q in queues),
             "total": sum(q.total_count for q in queues),
         }
-        instances = await self.boss.get_instances(limit=1000)
         ages = [q.counts_age_seconds for q in queues if q.counts_age_seconds is not None]
         return Overview(
             queues=queues,
             totals=totals,
             problems=problems_of(queues),
             warnings=await self.boss.get_warnings(limit=10),
-            instances_live=sum(1 for i in instances if i.live),
-            instances_total=instances.total,
+            instances=await self.boss.instance_counts(),
             counts_age_seconds=max(ages, default=None),
             uncounted=tuple(q.name for q in queues if q.counted_on is None),
         )
@@ -270,11 +293,18 @@ class Board:
         queue = None if source is not None else await self.boss.get_queue(job.source_name)
         return DeadLetterOrigin.of(job, source, queue)
 
-    async def instances(self) -> list[tuple[Instance, bool]]:
-        """Every registered instance and whether it may be removed now."""
+    async def instances(self, shown: InstanceFilter, *, after: str | None) -> InstancesPage:
+        """A page of the registry: live servers first, then the latest heard; the counts."""
         now = dt.datetime.now(dt.timezone.utc)
-        rows = await self.boss.get_instances(limit=1000)
-        return [
+        rows = await self.boss.list_instances(
+            keyed={"keyed": True, "anonymous": False, "all": None}[shown.show],
+            live=True if shown.state == "live" else None,
+            paused=True if shown.state == "paused" else None,
+            search=shown.search,
+            limit=PAGE_SIZE,
+            after=after,
+        )
+        listed = [
             (
                 i,
                 i.instance_key is not None
@@ -283,6 +313,7 @@ class Board:
             )
             for i in rows
         ]
+        return InstancesPage(listed, rows.next, await self.boss.instance_counts())
 
     async def warnings(self, *, before: str | None) -> tuple[list[StoredWarning], str | None]:
         rows = await self.boss.get_warnings(

@@ -111,11 +111,10 @@ async def exposition(board: Board) -> bytes:
         ):
             jobs.add_metric([q.name, state], n)
         oldest.add_metric([q.name], q.ready_oldest_seconds or 0)
-    instances = await board.boss.get_instances(limit=100_000)
+    counts = await board.boss.instance_counts()
     live = GaugeMetricFamily("qcore_instances", "Registered instances", labels=["live"])
-    up = sum(1 for i in instances if i.live)
-    live.add_metric(["true"], up)
-    live.add_metric(["false"], len(instances) - up)
+    live.add_metric(["true"], counts.live)
+    live.add_metric(["false"], counts.total - counts.live)
     families: list[Metric] = [jobs, oldest, age, live]
     if board.history is not None:
         families += await _history(board.history, [q.name for q in queues])

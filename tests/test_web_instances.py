@@ -1,0 +1,101 @@
+"""The instances page at fleet shape: a thousand dead rows maintenance may keep, a few
+live keyed servers and an anonymous one. The live servers come first, the counts cover
+the whole registry, anonymous rows sit behind a filter, and the list pages."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from qcore import Boss
+from qcore.web import create_app
+from tests.conftest import admin_execute
+from tests.test_web import client
+
+pytestmark = [pytest.mark.feature("web"), pytest.mark.postgres]
+
+#: the dead rows maintenance is allowed to keep
+DEAD_ROWS = 1000
+
+
+@pytest_asyncio.fixture
+async def registry(pg_dsn: str) -> AsyncIterator[Boss]:
+    """A board's ``Boss`` (not registered) over a registry of 1,000 dead rows, three live
+    keyed servers and one live anonymous one."""
+    schema = f"web_fleet_{uuid.uuid4().hex[:8]}"
+    board = Boss(pg_dsn, schema=schema, supervise=False, schedule=False, register_instance=False)
+    await board.start()
+    q = board.context().q
+    await board.db.execute(
+        f"INSERT INTO {q}.instance (id, name, host, pid, version, node_version,"
+        " heartbeat_seconds, supervise, schedule, migrate, persist_queue_stats,"
+        " persist_warnings, started_on, heartbeat_on, stopped_on)"
+        " SELECT gen_random_uuid(), 'old-' || g, 'retired-host', g, 'x', 'x', 30, false, false,"
+        " false, false, false, t, t, t FROM (SELECT g, now() - (3600 + g * 60)"
+        " * interval '1 second' AS t FROM generate_series(1, $1::int) g) s",
+        [DEAD_ROWS],
+    )
+    servers = [
+        Boss(pg_dsn, schema=schema, supervise=False, schedule=False, instance_key=f"gpu-{n}")
+        for n in range(3)
+    ]
+    servers.append(Boss(pg_dsn, schema=schema, supervise=False, schedule=False))
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            for server in servers:
+                await server.start()
+                stack.push_async_callback(server.stop)
+            yield board
+    finally:
+        await board.stop()
+        admin_execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE', pg_dsn)
+
+
+def _keys(html: str) -> list[str]:
+    return re.findall(r'<tr data-key="([^"]*)"', html)
+
+
+async def test_live_keyed_servers_lead_and_the_counts_cover_every_row(registry: Boss) -> None:
+    async with client(create_app(registry)) as http:
+        page = await http.get("/instances")
+        assert page.status_code == 200
+        assert sorted(_keys(page.text)) == ["gpu-0", "gpu-1", "gpu-2"]
+        assert f"4 live of {DEAD_ROWS + 4:,} registered" in page.text
+        assert "3 keyed" in page.text and "1 anonymous" in page.text
+        assert "next »" not in page.text
+
+        overview = await http.get("/")
+        assert "3 / 3" in overview.text and "keyed servers live" in overview.text
+
+        every = await http.get("/instances", params={"show": "all"})
+        rows = _keys(every.text)
+        assert len(rows) == 50 and "next »" in every.text  # a page, not the registry
+        assert sorted(rows[:4]) == ["", "gpu-0", "gpu-1", "gpu-2"]  # live ones first
+        seen = len(rows)
+        next_page = re.search(r'href="(/instances\?[^"]*after=[^"]*)"', every.text)
+        while next_page is not None:
+            more = await http.get(next_page.group(1).replace("&amp;", "&"))
+            assert more.status_code == 200
+            seen += len(_keys(more.text))
+            next_page = re.search(r'href="(/instances\?[^"]*after=[^"]*)"', more.text)
+        assert seen == DEAD_ROWS + 4
+
+        found = await http.get("/instances", params={"show": "all", "q": "GPU-2"})
+        assert _keys(found.text) == ["gpu-2"]
+        await registry.pause_instance("gpu-1")
+        paused = await http.get("/instances", params={"state": "paused"})
+        assert _keys(paused.text) == ["gpu-1"]
+        anonymous = await http.get("/instances", params={"show": "anonymous", "state": "live"})
+        assert _keys(anonymous.text) == [""]
+
+
+async def test_bad_filters_are_refused(registry: Boss) -> None:
+    async with client(create_app(registry)) as http:
+        for params in ({"show": "everyone"}, {"state": "asleep"}, {"after": "x"}):
+            page = await http.get("/instances", params=params)
+            assert page.status_code == 400, params
