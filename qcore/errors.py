@@ -145,11 +145,27 @@ def describe_error(error: Any, limit: int = 500) -> str:
 
 
 class NotInstalledError(QcoreError):
-    """The schema, an optional driver or an external tool is not installed."""
+    """The schema, an optional driver or an external tool is not installed.
+
+    ``awaiting_migration`` is True when the schema is not installed (yet) and this
+    instance may not install it: another process with ``migrate=True`` may be about to.
+    """
+
+    def __init__(self, *args: Any, awaiting_migration: bool = False) -> None:
+        super().__init__(*args)
+        self.awaiting_migration = awaiting_migration
 
 
 class SchemaVersionError(QcoreError):
-    """The installed schema version is not one this qcore can use as it is."""
+    """The installed schema version is not one this qcore can use as it is.
+
+    ``awaiting_migration`` is True when it is older than this qcore's and this instance
+    may not migrate it: another process with ``migrate=True`` may be migrating it.
+    """
+
+    def __init__(self, *args: Any, awaiting_migration: bool = False) -> None:
+        super().__init__(*args)
+        self.awaiting_migration = awaiting_migration
 
 
 class DatabaseError(QcoreError):

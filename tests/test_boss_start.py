@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 
 import pytest
 
 from qcore import Boss
+from qcore.conformance.helpers import until
 from qcore.conformance.provisioners import TempCluster, free_port
-from qcore.errors import ConfigError, ConnectionLostError
+from qcore.errors import ConfigError, ConnectionLostError, NotInstalledError
 from qcore.events import WarningEvent
 from tests.conftest import admin_execute
 
@@ -90,3 +92,29 @@ async def test_start_again_after_a_failure_is_safe(pg_dsn: str) -> None:
     finally:
         await boss.stop()
         admin_execute('DROP SCHEMA "second_try" CASCADE', pg_dsn)
+
+
+async def test_migrate_false_waits_for_the_instance_that_installs(pg_dsn: str) -> None:
+    """A ``migrate=False`` instance started before the schema exists retries (pg-boss:
+    a schema another process is still creating or migrating is retried) and starts
+    once an instance with ``migrate=True`` has installed it; with no tries left it is
+    the ``NotInstalledError`` it always was."""
+    schema = f"waits_{uuid.uuid4().hex[:8]}"
+    waiting = Boss(pg_dsn, schema=schema, migrate=False, supervise=False, schedule=False)
+    seen = _warnings(waiting)
+    starting = asyncio.ensure_future(waiting.start(attempts=6))
+    installer = Boss(pg_dsn, schema=schema, supervise=False, schedule=False)
+    try:
+        await until(lambda: bool(seen), 60, what="the waiting instance's start_retry warning")
+        assert [w.type for w in seen] == ["start_retry"] and "migrate=True" in seen[0].message
+        async with installer:
+            await asyncio.wait_for(starting, 120)  # its next try finds the install
+            assert await waiting.is_installed()
+    finally:
+        starting.cancel()
+        await waiting.stop()
+        admin_execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE', pg_dsn)
+    alone = Boss(pg_dsn, schema=f"{schema}_none", migrate=False, supervise=False)
+    with pytest.raises(NotInstalledError):
+        await alone.start(attempts=1)
+    await alone.stop()

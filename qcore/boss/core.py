@@ -224,7 +224,10 @@ class Boss(
         then start the background loops and the workers.
 
         With ``attempts`` > 1 a failure is tried again after 1 s, doubling up to 30 s
-        (one ``start_retry`` warning per call); a configuration error never is.
+        (one ``start_retry`` warning per call); a configuration error never is. With
+        ``migrate=False``, a schema not installed yet or older than this qcore is tried
+        again too: another process with ``migrate=True`` may be installing or migrating
+        it.
         ``stop()`` during a wait ends it. Calling ``start()`` again is safe.
         """
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
@@ -245,18 +248,17 @@ class Boss(
             try:
                 await self._open_and_install()
                 break
-            except (ConfigError, SchemaVersionError, NotInstalledError):
+            except (SchemaVersionError, NotInstalledError) as exc:
+                if not exc.awaiting_migration or attempt == attempts:
+                    raise  # trying again changes nothing, or no tries are left
+                # another process may be installing or migrating it: wait as for an outage
+                if await self._retry_after(exc, attempt, attempts, delay):
+                    raise
+                delay *= 2
+            except ConfigError:
                 raise  # trying again changes nothing
             except QcoreError as exc:
-                if attempt == attempts:
-                    raise
-                if attempt == 1:
-                    self.events.warn(
-                        "start_retry",
-                        f"start failed, trying again ({attempts - 1} attempts left): {exc}",
-                        error=str(exc),
-                    )
-                if await self._stop_requested_within(min(delay, 30.0)):
+                if attempt == attempts or await self._retry_after(exc, attempt, attempts, delay):
                     raise
                 delay *= 2
         self._started = True
@@ -409,6 +411,18 @@ class Boss(
         )
         self._affinity.installed = await affinity_tables_present(ctx)
         self._ctx = ctx
+
+    async def _retry_after(
+        self, exc: QcoreError, attempt: int, attempts: int, delay: float
+    ) -> bool:
+        """Warn ``start_retry`` on the first failure, then wait; True when stop() ended it."""
+        if attempt == 1:
+            self.events.warn(
+                "start_retry",
+                f"start failed, trying again ({attempts - 1} attempts left): {exc}",
+                error=str(exc),
+            )
+        return await self._stop_requested_within(min(delay, 30.0))
 
     async def _stop_requested_within(self, seconds: float) -> bool:
         try:

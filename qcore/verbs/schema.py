@@ -128,14 +128,16 @@ async def install_or_migrate(
             raise SchemaVersionError(
                 f"schema {ctx.schema!r} is at version {version} and must be migrated to"
                 f" version {target} before use; start once with migrate=True (with a role"
-                " allowed to change the schema) to migrate it"
+                " allowed to change the schema) to migrate it",
+                awaiting_migration=True,
             )
         plan(version, target, migrations)  # a gap is an error before anything runs
     else:
         if not migrate:
             raise NotInstalledError(
                 f"schema {ctx.schema!r} holds no pg-boss/qcore install and migrate=False"
-                " forbids installing it; start once with migrate=True"
+                " forbids installing it; start once with migrate=True",
+                awaiting_migration=True,
             )
         if not installed or not _atomic(ctx):
             await _check_before_install(ctx, create_schema, allow_schema_case_variant)
