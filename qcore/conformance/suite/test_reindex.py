@@ -168,8 +168,9 @@ async def test_an_invalid_index_is_rebuilt_and_only_an_interrupted_rebuilds_stub
         await boss.supervise()
         valid = await ctx.db.execute(
             "SELECT c.relname, x.indisvalid FROM pg_index x JOIN pg_class c"
-            " ON c.oid = x.indexrelid WHERE c.relname = ANY($1::text[])",
-            [[real, stub]],
+            " ON c.oid = x.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = $1 AND c.relname = ANY($2::text[])",
+            [ctx.schema, [real, stub]],
         )
         assert [(r["relname"], r["indisvalid"]) for r in valid] == [(real, True)]
 
