@@ -355,15 +355,19 @@ class Boss(
         """Whether qcore opened the connection (it was not given as ``db=``)."""
         return self._given_db is None
 
-    def _set_paused(self, paused: bool) -> None:
-        """The registry read this server's pause state: workers follow it."""
+    def _set_paused(self, paused: bool, *, announce: bool = True) -> None:
+        """This server's pause state, as the registry read it or its own verb stored it.
+
+        Workers follow it from their next claim.
+        """
         if paused == self.paused:
             return
         self.paused = paused
-        self.events.emit(
-            "instance_paused" if paused else "instance_resumed",
-            {"instance_key": self.instance_key, "instance_id": str(self.instance_id)},
-        )
+        if announce:
+            self.events.emit(
+                "instance_paused" if paused else "instance_resumed",
+                {"instance_key": self.instance_key, "instance_id": str(self.instance_id)},
+            )
         if not paused:
             self._wake_all()
 

@@ -76,11 +76,14 @@ class InstanceVerbs:
     async def pause_instance(self: BossParts, instance_key: str, *, db: Any = None) -> None:
         """Pause the server with ``instance_key``, from any process.
 
-        It keeps heartbeating and its workers claim nothing, from its next heartbeat,
-        until resumed; the pause persists across its restarts. Emits ``instance_paused``
+        It keeps heartbeating and its workers claim nothing until resumed: this
+        ``Boss``'s own key from its workers' next claim, another server's from its next
+        heartbeat; the pause persists across its restarts. Emits ``instance_paused``
         here.
         """
         await instance_ops.pause_instance(self.context(db), instance_key)
+        if instance_key == self.instance_key:  # this server: from its next claim, not beat
+            self._set_paused(True, announce=False)
         self.events.emit("instance_paused", {"instance_key": instance_key})
 
     @verb()
@@ -90,6 +93,8 @@ class InstanceVerbs:
         It does so from its next heartbeat. Emits ``instance_resumed`` here.
         """
         await instance_ops.resume_instance(self.context(db), instance_key)
+        if instance_key == self.instance_key:
+            self._set_paused(False, announce=False)
         self.events.emit("instance_resumed", {"instance_key": instance_key})
 
     @verb()

@@ -31,6 +31,10 @@ class BossParts(Protocol):
     _running: Running
     #: whether stop() ended a start() (explicit passes then return without running)
     _stopped: bool
+    #: this server's instance key (None: anonymous)
+    instance_key: str | None
+
+    def _set_paused(self, paused: bool, *, announce: bool = True) -> None: ...
 
     def context(self, db: Any = None) -> Context:
         """The operation context of a call.

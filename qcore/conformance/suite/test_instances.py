@@ -281,6 +281,33 @@ async def test_a_paused_server_claims_nothing_until_resumed(
         await until(lambda: handled == [sent], timeout=30, what="the job, once resumed")
 
 
+async def test_a_server_pausing_itself_claims_nothing_from_that_moment(
+    db: Any, backend: Any, schema: str
+) -> None:
+    """``pause_instance`` on a ``Boss``'s own key holds its workers at once, not from its
+    next heartbeat (every 30 s here); resuming it lets them claim at once."""
+    server = _boss(db, backend, schema, instance_key="self:gpu")
+    async with running(server) as b:
+        await b.create_queue("q")
+        handled: list[uuid.UUID] = []
+
+        async def handler(batch: list[Job]) -> None:
+            handled.extend(j.id for j in batch)
+
+        await b.pause_instance("self:gpu")
+        assert b.paused
+        await b.work("q", handler, polling_interval_seconds=0.5)
+        sent = await b.send("q")
+        assert sent is not None
+        await asyncio.sleep(3)  # six polls of a worker that is not claiming
+        assert handled == []
+        job = await b.get_job_by_id("q", sent)
+        assert job is not None and job.state == "created"
+        await b.resume_instance("self:gpu")
+        assert not b.paused
+        await until(lambda: handled == [sent], timeout=30, what="the job, once resumed")
+
+
 async def test_a_pause_survives_the_servers_restart(db: Any, backend: Any, schema: str) -> None:
     admin = _boss(db, backend, schema, register_instance=False)
     async with running(admin) as a:
