@@ -28,7 +28,7 @@ from qcore.metrics import MetricsHistoryAdmin, MetricsHistoryProvider, PostgresM
 from qcore.web import combine, create_app
 from qcore.web.security import HEADERS, AllowedHosts, SignInLimit
 from tests.conftest import admin_execute, terminate_others, with_database
-from tests.test_web import TOKEN, token_of
+from tests.web.test_web import TOKEN, token_of
 
 pytestmark = [pytest.mark.postgres, pytest.mark.feature("dashboard")]
 

@@ -15,7 +15,7 @@ import pytest_asyncio
 from qcore import Boss
 from qcore.web import create_app
 from tests.conftest import admin_execute
-from tests.test_web import client
+from tests.web.test_web import client
 
 pytestmark = [pytest.mark.feature("web"), pytest.mark.postgres]
 

@@ -1,6 +1,6 @@
 """The dashboard in a real browser: Debian's chromium driven by selenium through
 chromedriver, against ``qcore dashboard`` serving a real database that real workers
-filled (the fleet of ``tests/test_web.py``). Clicks change the database; the markup
+filled (the fleet of ``tests/web/test_web.py``). Clicks change the database; the markup
 in job data stays text; forged and read-only POSTs are refused.
 
 Screenshots of the main pages go to a temporary folder, or to the folder named by
@@ -30,7 +30,7 @@ from qcore import Boss
 from qcore.conformance.helpers import set_clock
 from qcore.metrics import MetricsHistoryAdmin, MetricsRecorder, PgBossQueues, PostgresMetricsStore
 from tests.conftest import admin_execute
-from tests.test_web import XSS_DATA, fill, fleet_boss
+from tests.web.test_web import XSS_DATA, fill, fleet_boss
 
 pytestmark = [pytest.mark.postgres, pytest.mark.feature("dashboard")]
 

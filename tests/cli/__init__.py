@@ -28,6 +28,6 @@ def run_qcore(
         text=True,
         timeout=120,
         env={**clean, **(env or {})},
-        cwd=cwd or Path(__file__).parent,
+        cwd=cwd or Path(__file__).parent.parent,
         check=False,
     )

@@ -1,7 +1,7 @@
 """The dashboard over HTTP, in process, against a real database filled by real workers:
 every page renders its data, actions change the database, and what guards them holds
 (CSRF, read-only, credentials, escaping, the bind check). The same app in a real
-browser: ``tests/test_web_browser.py``."""
+browser: ``tests/web/test_browser.py``."""
 
 from __future__ import annotations
 
