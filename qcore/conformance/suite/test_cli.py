@@ -2,7 +2,7 @@
 ``doctor``, ``queues``, ``jobs``, ``job``, ``cancel``, ``resume``, ``delete``,
 ``migrate`` and the offline ``plans``, each in a subprocess against the backend's
 database with ``--backend``, its JSON parsed and its exit status checked. (Every
-option and error of each command is tested on PostgreSQL in ``tests/test_cli_*.py``.)"""
+option and error of each command is tested on PostgreSQL in ``tests/cli/``.)"""
 
 from __future__ import annotations
 
