@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from qcore import Boss
+from qcore.backend import FetchStrategy, MutationStrategy
 from qcore.errors import (
     ConfigError,
     JobFailedError,
@@ -140,6 +141,16 @@ async def test_per_job_results_log_the_failed_ones(
 async def test_locked_fetch_failures_are_logged(
     boss: Boss, caplog: pytest.LogCaptureFixture
 ) -> None:
+    ctx = boss.context()
+    if not (
+        ctx.backend.fetch is FetchStrategy.SKIP_LOCKED
+        and ctx.backend.mutation is MutationStrategy.CTE
+        and not ctx.db.single_connection
+    ):
+        pytest.skip(
+            f"locked claims need FOR UPDATE SKIP LOCKED, one-statement mutations and a pooled"
+            f" adapter, which the {ctx.backend.name} backend here has not"
+        )
     caplog.set_level(logging.INFO, logger="qcore")
     await boss.create_queue("locked", retry_limit=2)
     job_id = await boss.send("locked", {})
