@@ -8,16 +8,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import time
 import uuid
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from qcore import Boss
-from qcore.backend import FetchStrategy, MutationStrategy
+from qcore.conformance.helpers import locks_claims, until
 from qcore.errors import (
     ConfigError,
     JobFailedError,
@@ -32,20 +30,6 @@ pytestmark = [pytest.mark.postgres, pytest.mark.feature("workers")]
 
 #: every wait in these tests: generous, the machine may be busy
 DEADLINE = 60.0
-
-
-async def until(check: Callable[[], Any], what: str, timeout: float = DEADLINE) -> Any:
-    """Wait until ``check()`` (sync or async) is truthy; its value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout} s: {what}")
-        await asyncio.sleep(0.05)
 
 
 def records(caplog: pytest.LogCaptureFixture, contains: str) -> list[logging.LogRecord]:
@@ -74,7 +58,9 @@ async def test_a_failed_attempt_is_logged_with_queue_job_attempt_and_error(
     boss.on("error", errors.append)
     job_id = await boss.send("poison", {"n": 1})
     await boss.work("poison", boom, polling_interval_seconds=0.5)
-    await until(lambda: records(caplog, "retries exhausted"), "the second attempt failed")
+    await until(
+        lambda: records(caplog, "retries exhausted"), DEADLINE, what="the second attempt failed"
+    )
     lines = records(caplog, f"job {job_id} failed")
     assert [r.levelno for r in lines] == [logging.WARNING, logging.WARNING], lines
     first, last = (r.getMessage() for r in lines)
@@ -99,7 +85,7 @@ async def test_a_failed_attempt_is_logged_with_queue_job_attempt_and_error(
     async def failed_for_good() -> bool:  # (logged as the batch ends, before it is settled)
         return await state(boss, "poison", job_id) is JobState.FAILED
 
-    await until(failed_for_good, "the job failed for good")
+    await until(failed_for_good, DEADLINE, what="the job failed for good")
 
 
 async def test_a_failed_batch_is_one_line_naming_its_jobs(
@@ -109,7 +95,7 @@ async def test_a_failed_batch_is_one_line_naming_its_jobs(
     await boss.create_queue("batchy", retry_limit=0)
     ids = [await boss.send("batchy", {"n": n}) for n in range(3)]
     await boss.work("batchy", boom, batch_size=3, polling_interval_seconds=0.5)
-    await until(lambda: records(caplog, "queue 'batchy'"), "the batch failed")
+    await until(lambda: records(caplog, "queue 'batchy'"), DEADLINE, what="the batch failed")
     (line,) = records(caplog, "queue 'batchy'")
     text = line.getMessage()
     assert "3 jobs (" in text and all(str(i) in text for i in ids), text
@@ -133,7 +119,7 @@ async def test_per_job_results_log_the_failed_ones(
     await boss.work(
         "each", handler, batch_size=2, per_job_results=True, polling_interval_seconds=0.5
     )
-    await until(lambda: records(caplog, "queue 'each'"), "the failed job was logged")
+    await until(lambda: records(caplog, "queue 'each'"), DEADLINE, what="the failed job was logged")
     text = records(caplog, "queue 'each'")[0].getMessage()
     assert f"job {bad} failed (attempt 1 of 4)" in text and str(good) not in text
 
@@ -142,11 +128,7 @@ async def test_locked_fetch_failures_are_logged(
     boss: Boss, caplog: pytest.LogCaptureFixture
 ) -> None:
     ctx = boss.context()
-    if not (
-        ctx.backend.fetch is FetchStrategy.SKIP_LOCKED
-        and ctx.backend.mutation is MutationStrategy.CTE
-        and not ctx.db.single_connection
-    ):
+    if not locks_claims(ctx):
         pytest.skip(
             f"locked claims need FOR UPDATE SKIP LOCKED, one-statement mutations and a pooled"
             f" adapter, which the {ctx.backend.name} backend here has not"
@@ -155,7 +137,9 @@ async def test_locked_fetch_failures_are_logged(
     await boss.create_queue("locked", retry_limit=2)
     job_id = await boss.send("locked", {})
     await boss.work("locked", boom, locked_fetch=True, polling_interval_seconds=0.5)
-    await until(lambda: records(caplog, f"job {job_id} failed"), "the locked attempt failed")
+    await until(
+        lambda: records(caplog, f"job {job_id} failed"), DEADLINE, what="the locked attempt failed"
+    )
     text = records(caplog, f"job {job_id} failed")[0].getMessage()
     assert "queue 'locked'" in text and "(attempt 1 of 3)" in text and "RuntimeError" in text
 
@@ -173,14 +157,18 @@ async def test_a_poison_queue_cannot_flood_the_log(
     errors: list[Any] = []
     boss.on("error", errors.append)
     await boss.work("flood", boom, polling_interval_seconds=0.5)
-    await until(lambda: len(errors) == 12, "every job failed")
+    await until(lambda: len(errors) == 12, DEADLINE, what="every job failed")
     assert len(records(caplog, "queue 'flood'")) == 3
     assert not records(caplog, "more failures")
     now[0] += 61  # the window ends: the next poll says what was left out
-    (summary,) = await until(lambda: records(caplog, "more failures"), "the summary line")
+    (summary,) = await until(
+        lambda: records(caplog, "more failures"), DEADLINE, what="the summary line"
+    )
     assert summary.getMessage() == "…and 9 more failures on queue 'flood' in the last 60 s"
     await boss.send("flood", {"n": "again"})
-    await until(lambda: len(records(caplog, "queue 'flood'")) == 4, "a new window logs again")
+    await until(
+        lambda: len(records(caplog, "queue 'flood'")) == 4, DEADLINE, what="a new window logs again"
+    )
 
 
 # -- part 3: missing and deleted queues ------------------------------------------------
@@ -217,7 +205,9 @@ async def test_a_queue_deleted_under_its_worker_warns_once_backs_off_and_resumes
     boss.on("error", errors.append)
     await boss.work("fleeting", handler, polling_interval_seconds=0.5)
     await boss.delete_queue("fleeting")
-    await until(lambda: records(caplog, "does not exist"), "the worker saw the queue gone")
+    await until(
+        lambda: records(caplog, "does not exist"), DEADLINE, what="the worker saw the queue gone"
+    )
     # several polls' worth of time: 0.5 s polls would be 10 by now; backing off, 4 or so
     await asyncio.sleep(5)
     missing = records(caplog, "does not exist")
@@ -229,7 +219,7 @@ async def test_a_queue_deleted_under_its_worker_warns_once_backs_off_and_resumes
     assert status.last_error is not None and "fleeting" in status.last_error
     await boss.create_queue("fleeting")
     job_id = await boss.send("fleeting", {})
-    await until(lambda: job_id in done, "the worker resumed")
+    await until(lambda: job_id in done, DEADLINE, what="the worker resumed")
     assert records(caplog, "exists again")
 
 

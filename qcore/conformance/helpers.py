@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from qcore import retry
+from qcore.backend import FetchStrategy, MutationStrategy
 from qcore.boss import Boss
 from qcore.context import Context
 from qcore.job import Job, JobState
@@ -135,3 +136,33 @@ async def set_clock(ctx: Context, ahead_seconds: float) -> None:
     from qcore.sql.functions import set_clock as clock_ddl
 
     await ctx.db.execute_script(clock_ddl(ctx.q, ahead_seconds))
+
+
+def locks_claims(ctx: Context) -> bool:
+    """Whether ``ctx``'s backend and adapter can hold a locked claim.
+
+    FOR UPDATE SKIP LOCKED, several mutations in one statement, and a pool (a held
+    transaction takes one connection of it).
+    """
+    return (
+        ctx.backend.fetch is FetchStrategy.SKIP_LOCKED
+        and ctx.backend.mutation is MutationStrategy.CTE
+        and not ctx.db.single_connection
+    )
+
+
+async def insert_dead_instances(ctx: Context, n: int) -> None:
+    """``n`` stopped registry rows, an hour to a day old, in one statement.
+
+    The dead rows maintenance may keep beside a fleet's live ones.
+    """
+    await ctx.db.execute(
+        f"INSERT INTO {ctx.q}.instance (id, name, host, pid, version, node_version,"
+        " heartbeat_seconds, supervise, schedule, migrate, persist_queue_stats,"
+        " persist_warnings, started_on, heartbeat_on, stopped_on)"
+        " SELECT gen_random_uuid(), 'old-' || g, 'retired-host', g, 'x', 'x', 30, false,"
+        " false, false, false, false, t, t, t FROM (SELECT g,"
+        f" {ctx.q}.job_now() - (3600 + g * 60) * interval '1 second' AS t"
+        " FROM generate_series(1, $1::int) g) s",
+        [n],
+    )

@@ -13,6 +13,7 @@ import pytest
 import pytest_asyncio
 
 from qcore import Boss
+from qcore.conformance.helpers import insert_dead_instances
 from qcore.web import create_app
 from tests.conftest import admin_execute
 from tests.web.test_web import client
@@ -30,16 +31,7 @@ async def registry(pg_dsn: str) -> AsyncIterator[Boss]:
     schema = f"web_fleet_{uuid.uuid4().hex[:8]}"
     board = Boss(pg_dsn, schema=schema, supervise=False, schedule=False, register_instance=False)
     await board.start()
-    q = board.context().q
-    await board.db.execute(
-        f"INSERT INTO {q}.instance (id, name, host, pid, version, node_version,"
-        " heartbeat_seconds, supervise, schedule, migrate, persist_queue_stats,"
-        " persist_warnings, started_on, heartbeat_on, stopped_on)"
-        " SELECT gen_random_uuid(), 'old-' || g, 'retired-host', g, 'x', 'x', 30, false, false,"
-        " false, false, false, t, t, t FROM (SELECT g, now() - (3600 + g * 60)"
-        " * interval '1 second' AS t FROM generate_series(1, $1::int) g) s",
-        [DEAD_ROWS],
-    )
+    await insert_dead_instances(board.context(), DEAD_ROWS)
     servers = [
         Boss(pg_dsn, schema=schema, supervise=False, schedule=False, instance_key=f"gpu-{n}")
         for n in range(3)

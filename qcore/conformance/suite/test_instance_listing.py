@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from qcore import Boss
-from qcore.conformance.helpers import running, set_clock
-from qcore.context import Context
+from qcore.conformance.helpers import insert_dead_instances, running, set_clock
 from qcore.errors import ValidationError
 from qcore.verbs import jobs, queues
 
@@ -26,27 +25,13 @@ def _boss(db: Any, backend: Any, schema: str, **options: Any) -> Boss:
     return Boss(db=db, backend=backend, schema=schema, supervise=False, **options)
 
 
-async def _insert_dead_rows(ctx: Context, n: int) -> None:
-    """``n`` stopped rows, an hour to a day old, in one statement."""
-    await ctx.db.execute(
-        f"INSERT INTO {ctx.q}.instance (id, name, host, pid, version, node_version,"
-        " heartbeat_seconds, supervise, schedule, migrate, persist_queue_stats,"
-        " persist_warnings, started_on, heartbeat_on, stopped_on)"
-        " SELECT gen_random_uuid(), 'old-' || g, 'retired-host', g, 'x', 'x', 30, false,"
-        " false, false, false, false, t, t, t FROM (SELECT g,"
-        f" {ctx.q}.job_now() - (3600 + g * 60) * interval '1 second' AS t"
-        " FROM generate_series(1, $1::int) g) s",
-        [n],
-    )
-
-
 async def test_live_servers_come_first_ahead_of_a_thousand_dead_rows(
     db: Any, backend: Any, schema: str
 ) -> None:
     admin = _boss(db, backend, schema, register_instance=False)
     async with running(admin) as a:
         ctx = a.context()
-        await _insert_dead_rows(ctx, DEAD_ROWS)
+        await insert_dead_instances(ctx, DEAD_ROWS)
         keyed = [_boss(db, backend, schema, instance_key=f"gpu-{n}") for n in range(3)]
         anonymous = _boss(db, backend, schema)
         async with contextlib.AsyncExitStack() as fleet:

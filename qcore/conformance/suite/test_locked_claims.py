@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from qcore import Boss, JobResult
-from qcore.backend import Backend, FetchStrategy, MutationStrategy
-from qcore.conformance.helpers import count, row, running, states, until
+from qcore.backend import Backend
+from qcore.conformance.helpers import count, locks_claims, row, running, states, until
 from qcore.context import Context
 from qcore.errors import ConfigError, DatabaseError, ValidationError
 from qcore.job import Job, JobState
@@ -28,14 +28,6 @@ from qcore.verbs import jobs, queues
 from qcore.verbs.jobs import locked as locked_module
 
 pytestmark = pytest.mark.feature("workers")
-
-
-def locks_claims(ctx: Context) -> bool:
-    return (
-        ctx.backend.fetch is FetchStrategy.SKIP_LOCKED
-        and ctx.backend.mutation is MutationStrategy.CTE
-        and not ctx.db.single_connection
-    )
 
 
 def needs_locked_claims(ctx: Context) -> None:
