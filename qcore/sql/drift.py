@@ -80,10 +80,24 @@ _KEY_ORDER = (
     " WHEN i.indoption[k - 1] & 2 = 2 THEN ' NULLS FIRST' ELSE '' END"
 )
 
+# a key's collation and operator class where they are not the defaults, as
+# pg_get_indexdef spells them between the column and its ordering (the column-wise
+# rendering leaves both out)
+_KEY_COLLATION = (
+    "CASE WHEN i.indcollation[k - 1] NOT IN (0, 100) THEN ' COLLATE ' || (SELECT"
+    " quote_ident(l.collname) FROM pg_collation l WHERE l.oid = i.indcollation[k - 1])"
+    " ELSE '' END"
+)
+_KEY_OPCLASS = (
+    "COALESCE((SELECT ' ' || quote_ident(o.opcname) FROM pg_opclass o"
+    " WHERE o.oid = i.indclass[k - 1] AND NOT o.opcdefault), '')"
+)
+
 _RENDERED_INDEX = (
     ", pg_get_indexdef(i.indexrelid) AS definition,"
+    " (SELECT a.amname FROM pg_am a WHERE a.oid = c.relam) AS method,"
     " ARRAY(SELECT pg_get_indexdef(i.indexrelid, k, false) || "
-    + _KEY_ORDER
+    + " || ".join((_KEY_COLLATION, _KEY_OPCLASS, _KEY_ORDER))
     + " FROM generate_series(1, i.indnkeyatts) k ORDER BY k) AS keys,"
     " ARRAY(SELECT pg_get_indexdef(i.indexrelid, k, false)"
     " FROM generate_series(i.indnkeyatts + 1, i.indnatts) k ORDER BY k) AS include,"
@@ -96,8 +110,9 @@ def schema_indexes(definitions: bool) -> Statement:
     """Every index of the schema, with its parts when ``definitions`` is set.
 
     Columns: ``name``, ``table``, ``valid`` (false for an interrupted concurrent build),
-    ``unique``, ``constraint_backed`` and with ``definitions`` its parts: ``keys`` (each
-    key column or expression with its ordering), ``include`` (the covered columns),
+    ``unique``, ``constraint_backed`` and with ``definitions`` its parts: ``method`` (the
+    access method), ``keys`` (each key column or expression with its collation and
+    operator class where not the default, and its ordering), ``include`` (the covered columns),
     ``predicate`` (NULL without one), and the whole ``definition`` to show.
     """
     p = Params()

@@ -71,6 +71,33 @@ DRIFTS: dict[str, tuple[str, Check, bool]] = {
         lambda r, t: [(i.name, i.differs) for i in r.mismatched] == [(f"{t}_i15", ("keys",))],
         True,
     ),
+    "changed index method": (
+        "DROP INDEX {q}.{t}_i9; CREATE INDEX {t}_i9 ON {q}.{t} USING brin (name, id)"
+        " WHERE blocking AND state = 'completed'",
+        lambda r, t: (
+            [(i.name, i.differs) for i in r.mismatched] == [(f"{t}_i9", ("method",))]
+            and "USING brin" in (r.mismatched[0].actual_definition or "")
+        ),
+        True,
+    ),
+    "changed operator class": (
+        "DROP INDEX {q}.{t}_i9; CREATE INDEX {t}_i9 ON {q}.{t} (name text_pattern_ops, id)"
+        " WHERE blocking AND state = 'completed'",
+        lambda r, t: (
+            [(i.name, i.differs, i.actual_keys) for i in r.mismatched]
+            == [(f"{t}_i9", ("keys",), "name text_pattern_ops, id")]
+        ),
+        True,
+    ),
+    "changed collation": (
+        "DROP INDEX {q}.{t}_i9; CREATE INDEX {t}_i9 ON {q}.{t} (name COLLATE \"C\", id)"
+        " WHERE blocking AND state = 'completed'",
+        lambda r, t: (
+            [(i.name, i.differs, i.actual_keys) for i in r.mismatched]
+            == [(f"{t}_i9", ("keys",), 'name COLLATE "C", id')]
+        ),
+        True,
+    ),
     "missing function": (
         "DROP FUNCTION {q}.delete_queue(text)",
         lambda r, t: [f.name for f in r.missing_functions] == ["delete_queue"],

@@ -143,10 +143,17 @@ IndexReport = tuple[
 ]
 
 
+#: the access methods an install's plain ``CREATE INDEX`` makes: btree, which YugabyteDB
+#: builds as its own lsm
+_DEFAULT_METHODS = frozenset({"btree", "lsm"})
+
+
 def _differs(
-    want: ExpectedIndex, keys: str, include: str, predicate: str, unique: bool
+    want: ExpectedIndex, keys: str, include: str, predicate: str, unique: bool, method: str
 ) -> tuple[str, ...]:
     differs = []
+    if method and method not in _DEFAULT_METHODS:
+        differs.append("method")
     if _normal(want.keys) != _normal(keys):
         differs.append("keys")
     if sorted(_normal(want.include).split(",")) != sorted(_normal(include).split(",")):
@@ -197,7 +204,8 @@ def index_drift(
             keys = _without_schema(", ".join(found["keys"]), schema)
             include = ", ".join(found["include"])
             predicate = _without_schema(str(found["predicate"] or ""), schema)
-            differs = _differs(want, keys, include, predicate, bool(found["unique"]))
+            method = str(found.get("method") or "")
+            differs = _differs(want, keys, include, predicate, bool(found["unique"]), method)
             if differs:
                 mismatched.append(
                     replace(
