@@ -33,11 +33,11 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 from qcore.errors import ConfigError, NotInstalledError, QcoreError
+from qcore_backends.pglite.filelock import acquire, file_lock, release
 
 __all__ = ["MIN_NODE_MAJOR", "PGliteServer", "default_cache_dir"]
 
@@ -106,63 +106,6 @@ def package_hash() -> str:
         digest.update(name.encode())
         digest.update((PACKAGE_DIR / name).read_bytes())
     return digest.hexdigest()[:16]
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path, *, timeout: float | None, what: str) -> Iterator[None]:
-    """An exclusive lock on ``path`` shared with other processes.
-
-    It blocks up to ``timeout`` seconds; ``timeout=0`` fails at once if it is held.
-    """
-    handle = _acquire(path, timeout=timeout, what=what)
-    try:
-        yield
-    finally:
-        _release(handle)
-
-
-def _acquire(path: Path, *, timeout: float | None, what: str) -> IO[bytes]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "a+b")  # noqa: SIM115 - held until _release
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        try:
-            _lock_nowait(handle)
-            return handle
-        except OSError:
-            if deadline is not None and time.monotonic() >= deadline:
-                handle.close()
-                raise ConfigError(f"{what}: {path} is locked by another process") from None
-            time.sleep(0.1)
-
-
-def _release(handle: IO[bytes]) -> None:
-    try:
-        _unlock(handle)
-    finally:
-        handle.close()
-
-
-if sys.platform == "win32":
-    import msvcrt
-
-    def _lock_nowait(handle: IO[bytes]) -> None:
-        handle.seek(0)
-        msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
-
-    def _unlock(handle: IO[bytes]) -> None:
-        handle.seek(0)
-        with contextlib.suppress(OSError):
-            msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)
-
-else:
-    import fcntl
-
-    def _lock_nowait(handle: IO[bytes]) -> None:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-
-    def _unlock(handle: IO[bytes]) -> None:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def _tail(path: Path | None, max_lines: int = 40) -> str:
@@ -360,7 +303,7 @@ class PGliteServer:
         self.node_executable()
         npm = self.npm_executable()
         lock = target.parent / f"{target.name}.lock"
-        with _file_lock(lock, timeout=self.install_timeout_seconds, what="installing PGlite"):
+        with file_lock(lock, timeout=self.install_timeout_seconds, what="installing PGlite"):
             if self._installed(target):  # another process finished while we waited
                 return script
             target.mkdir(parents=True, exist_ok=True)
@@ -418,7 +361,7 @@ class PGliteServer:
             watcher = self._write_watcher(home)
             if self.data_dir is not None:
                 self.data_dir.mkdir(parents=True, exist_ok=True)
-                self._dir_lock = _acquire(
+                self._dir_lock = acquire(
                     self.data_dir / DATA_DIR_LOCK,
                     timeout=0,
                     what=f"PGlite data_dir {self.data_dir} is in use by another PGlite server",
@@ -543,7 +486,7 @@ class PGliteServer:
             self._finalizer = None
         self._proc = None
         if self._dir_lock is not None:
-            _release(self._dir_lock)
+            release(self._dir_lock)
             self._dir_lock = None
         self._log_path = None
 
