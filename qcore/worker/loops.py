@@ -22,11 +22,10 @@ from qcore.errors import (
     ValidationError,
 )
 from qcore.events import Events
-from qcore.job import Job, Queue
+from qcore.job import Job
 from qcore.options import GroupLimits, queue_name
 from qcore.sql.jobs.spec import FetchSpec
 from qcore.verbs import jobs as job_ops
-from qcore.verbs import queues as queue_ops
 from qcore.worker.failures import FailureLog, events_of, failures_of
 from qcore.worker.gate import Gate
 from qcore.worker.groups import LocalGroups
@@ -39,11 +38,12 @@ from qcore.worker.handlers import (
 )
 from qcore.worker.lanes import SPLIT_CHAIN_MAX_BATCH, claim_lanes, complete_lanes
 from qcore.worker.options import WorkOptions
+from qcore.worker.pacing import Pacing
 from qcore.worker.poll import SharedPoll
 from qcore.worker.running import HandlerRunner
 from qcore.worker.settle import Settler
 from qcore.worker.settlement import Settlement, transient
-from qcore.worker.status import WorkerStatus
+from qcore.worker.status import WorkerStatus, utc
 
 log = logging.getLogger("qcore.worker")
 
@@ -51,18 +51,6 @@ log = logging.getLogger("qcore.worker")
 #: all (a database that does not answer would otherwise hold the stop for a connection
 #: timeout per try); what is still unsettled then is left to expire and retry
 STOP_SETTLE_SECONDS = 2.0
-
-#: a worker whose queue does not exist (deleted while it runs) polls every polling
-#: interval, doubled at each poll that finds it still missing, up to this many seconds
-MISSING_QUEUE_MAX_POLL_SECONDS = 30.0
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
-
-
-def _utc(stamp: float | None) -> dt.datetime | None:
-    return None if stamp is None else dt.datetime.fromtimestamp(stamp, dt.timezone.utc)
 
 
 class Worker(HandlerRunner):
@@ -98,7 +86,6 @@ class Worker(HandlerRunner):
         self.options = options
         self._context = context
         self._events = events
-        self._listening = listening
         self._on_change = on_change
         self._paused = paused
         self._poll = poll
@@ -135,10 +122,15 @@ class Worker(HandlerRunner):
         self._deadline = math.inf  # loop time after which held jobs are failed
         self._held_jobs: dict[uuid.UUID, Job] = {}  # the jobs of the batches running
         self._stop_signal: asyncio.Future[None] | None = None
-        self._last_fetch = -math.inf  # loop time of the last fetch by any loop
-        self._queue_row: tuple[float, Queue | None] | None = None  # (read at, the row)
-        #: while the queue does not exist: the seconds between polls (None: it exists)
-        self._missing_poll: float | None = None
+        self._pacing = Pacing(
+            name,
+            options,
+            owner=self,
+            context=context,
+            events=events,
+            listening=listening,
+            poll=poll,
+        )
         # how batches end in the database, and how many ended so
         self._settler = Settler(
             name,
@@ -270,12 +262,12 @@ class Worker(HandlerRunner):
             active=len(self._held_jobs),
             completed=self._settler.completed,
             failed=self._settler.failed,
-            created_on=_utc(self._created_on) or _now(),
-            last_fetched_on=_utc(self._fetched_on),
-            last_job_started_on=_utc(self._started_on),
-            last_job_ended_on=_utc(self._ended_on),
+            created_on=dt.datetime.fromtimestamp(self._created_on, dt.timezone.utc),
+            last_fetched_on=utc(self._fetched_on),
+            last_job_started_on=utc(self._started_on),
+            last_job_ended_on=utc(self._ended_on),
             last_error=self._error,
-            last_error_on=_utc(self._error_on),
+            last_error_on=utc(self._error_on),
             orphaned_threads=self._orphans.count,
             options=self.options.changed(),
         )
@@ -289,18 +281,18 @@ class Worker(HandlerRunner):
                 due = False
                 self._failures.flush()  # a window of suppressed failure lines ended
                 if not burst:
-                    due = await self._gate.idle(self._poll_delay)
+                    due = await self._gate.idle(self._pacing.delay)
                     if self._stopping:
                         break
                 if self._resting():
                     # an operator paused this server, or its service has nothing to
                     # claim: no claim, ask again next poll
-                    self._last_fetch = asyncio.get_running_loop().time()
+                    self._pacing.polled()
                     burst = False
                     continue
                 if due and not await self._poll_finds_work():
                     continue
-                burst = await self._fetch_and_process(slot) and await self._bursting()
+                burst = await self._fetch_and_process(slot) and await self._pacing.bursting()
             except Exception as exc:  # never let a loop die: report and go on polling
                 self._poll_failed(exc)
                 burst = False
@@ -340,24 +332,9 @@ class Worker(HandlerRunner):
         """
         if self._poll is None:
             return True
-        if await self._poll_delay() > 0:
+        if await self._pacing.delay() > 0:
             return False
         return await self._poll.ready(self._context(), self)
-
-    async def _bursting(self) -> bool:
-        """After a full batch, whether to fetch again at once.
-
-        The alternative is to wait out the polling interval. It fetches at once always with
-        ``burst_when_batch_full`` (the default); else while the queue's ready count (its cached
-        stats, read once per polling interval) exceeds ``burst_when_ready_exceeds``.
-        """
-        if self.options.burst_when_batch_full:
-            return True
-        threshold = self.options.burst_when_ready_exceeds
-        if threshold is None:
-            return False
-        queue = await self._queue(self.options.polling_interval_seconds)
-        return (queue.ready_count if queue is not None else 0) > threshold
 
     async def _fetch_and_process(self, slot: Slot) -> bool:
         """One fetch and its batches; whether the last was full (fetch again at once).
@@ -374,7 +351,7 @@ class Worker(HandlerRunner):
         except Exception as exc:
             self._poll_failed(exc)
             return False
-        self._queue_found()
+        self._pacing.queue_found()
         full = False
         while jobs:
             full = len(jobs) >= self.options.batch_size
@@ -405,7 +382,7 @@ class Worker(HandlerRunner):
         settling: list[Job] = []
         try:
             async with job_ops.locked_claim(ctx, self.name, self._spec) as batch:
-                self._queue_found()
+                self._pacing.queue_found()
                 jobs = self._deal(batch.jobs, 1)[0]
                 if not jobs:
                     return False
@@ -488,7 +465,7 @@ class Worker(HandlerRunner):
 
         When it came back full, more may be waiting: one more idle loop is brought in.
         """
-        self._last_fetch = asyncio.get_running_loop().time()
+        self._pacing.polled()
         self._fetched_on = time.time()
         size = self.options.batch_size
         bursts = self.options.burst_when_batch_full
@@ -503,53 +480,6 @@ class Worker(HandlerRunner):
         jobs = batches[0][1] if len(batches) == 1 else [j for _, b in batches for j in b]
         await job_ops.complete(batches[0][0], self.name, jobs)
         return [None] * len(batches)
-
-    async def _poll_delay(self) -> float:
-        """How long the poller sleeps.
-
-        The polling interval (relaxed, while NOTIFY would wake us; longer and longer while
-        the queue does not exist), counted from the last fetch or the shared poll's last
-        answer.
-        """
-        interval = self.options.polling_interval_seconds
-        if self._missing_poll is not None:
-            interval = self._missing_poll  # the queue does not exist: backing off
-        elif await self._relaxed():
-            interval = self.options.relaxed_polling_interval_seconds
-        since = self._last_fetch
-        if self._poll is not None:
-            since = max(since, self._poll.answered_at(self))
-        return since + interval - asyncio.get_running_loop().time()
-
-    async def _relaxed(self) -> bool:
-        """Whether a NOTIFY would wake this worker.
-
-        It would when the Boss listens and the queue has ``notify`` set (as the last
-        claim read it; before any, looked up once per relaxed interval).
-        """
-        if self._listening is None or not self._listening(self.name):
-            return False
-        seen = self._context().notify_seen.get(self.name)
-        if seen is not None:
-            return seen
-        try:
-            queue = await self._queue(self.options.relaxed_polling_interval_seconds)
-        except Exception:
-            return False  # the fetch that follows reports what is wrong
-        return queue is not None and queue.notify
-
-    async def _queue(self, max_age: float) -> Queue | None:
-        """The queue's row (its settings and cached counts), cached for ``max_age`` seconds.
-
-        It is read again once the copy is older than ``max_age`` seconds; the relaxed
-        poll and the burst check share it.
-        """
-        now = asyncio.get_running_loop().time()
-        read = self._queue_row
-        if read is None or now - read[0] >= max_age:
-            read = (now, await queue_ops.get_queue(self._context(), self.name))
-            self._queue_row = read
-        return read[1]
 
     async def _process(
         self, ctx: Context, jobs: list[Job], slot: Slot, *, claim_next: bool = False
@@ -641,42 +571,14 @@ class Worker(HandlerRunner):
         polling interval away, not at once (a Boss not started, or a statement failing
         fast, would otherwise spin the loop).
         """
-        self._last_fetch = asyncio.get_running_loop().time()
+        self._pacing.polled()
         if isinstance(exc, QueueNotFoundError):
-            self._queue_missing(exc)
+            self._error = f"{type(exc).__name__}: {exc}"
+            self._error_on = time.time()
+            self._pacing.queue_missing(self.id)
+            self._changed()
         else:
             self._report(exc)
-
-    def _queue_missing(self, exc: QueueNotFoundError) -> None:
-        """The queue does not exist (deleted while the worker runs): poll less and less often.
-
-        The first time, one ``queue_missing`` warning (and a WARNING line); then each
-        poll that finds it still missing doubles the wait, up to
-        :data:`MISSING_QUEUE_MAX_POLL_SECONDS`. A claim that finds it again resumes.
-        """
-        self._error = f"{type(exc).__name__}: {exc}"
-        self._error_on = time.time()
-        interval = self.options.polling_interval_seconds
-        if self._missing_poll is None:
-            self._missing_poll = interval
-            self._events.warn(
-                "queue_missing",
-                f"queue {self.name!r} does not exist (deleted?); its worker polls less often"
-                f" (up to every {max(interval, MISSING_QUEUE_MAX_POLL_SECONDS):.0f} s) until"
-                f" it is created again, with create_queue({self.name!r})",
-                queue=self.name,
-                worker=self.id,
-            )
-        else:
-            ceiling = max(interval, MISSING_QUEUE_MAX_POLL_SECONDS)
-            self._missing_poll = min(self._missing_poll * 2, ceiling)
-        self._changed()
-
-    def _queue_found(self) -> None:
-        """A claim found the queue: after it was missing, the worker polls as before."""
-        if self._missing_poll is not None:
-            self._missing_poll = None
-            log.info("queue %r exists again: its worker resumes", self.name)
 
     def _report(self, exc: BaseException) -> None:
         self._error = f"{type(exc).__name__}: {exc}"

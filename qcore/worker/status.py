@@ -15,6 +15,11 @@ from qcore.events import Events
 WIP_INTERVAL_SECONDS = 2.0
 
 
+def utc(stamp: float | None) -> dt.datetime | None:
+    """A ``time.time()`` stamp as an aware UTC datetime; None stays None."""
+    return None if stamp is None else dt.datetime.fromtimestamp(stamp, dt.timezone.utc)
+
+
 @dataclass(frozen=True)
 class WorkerStatus:
     """What a worker is doing, as the ``wip`` event reports it (times are UTC)."""

@@ -90,7 +90,7 @@ DRIFTS: dict[str, tuple[str, Check, bool]] = {
         True,
     ),
     "changed collation": (
-        "DROP INDEX {q}.{t}_i9; CREATE INDEX {t}_i9 ON {q}.{t} (name COLLATE \"C\", id)"
+        'DROP INDEX {q}.{t}_i9; CREATE INDEX {t}_i9 ON {q}.{t} (name COLLATE "C", id)'
         " WHERE blocking AND state = 'completed'",
         lambda r, t: (
             [(i.name, i.differs, i.actual_keys) for i in r.mismatched]
