@@ -351,6 +351,27 @@ class Instance:
     paused: bool = False
     #: jobs claimed by the servers with that key, as of their last heartbeats
     jobs_processed: int = 0
+    #: when that key was last paused or resumed (None: never)
+    pause_changed_on: dt.datetime | None = None
+    #: when its server acknowledged that change (None: not yet, or never asked)
+    pause_acknowledged_on: dt.datetime | None = None
+
+    @property
+    def pause_acknowledged(self) -> bool:
+        """Whether the server follows the last pause or resume asked of its key.
+
+        False between an operator's pause (or resume) and the server reading it: "pause
+        requested" rather than "paused".
+        """
+        changed, acknowledged = self.pause_changed_on, self.pause_acknowledged_on
+        return changed is None or (acknowledged is not None and acknowledged >= changed)
+
+    @property
+    def pause_status(self) -> str:
+        """``paused``, ``pause requested``, ``resume requested`` or empty (running)."""
+        if self.pause_acknowledged:
+            return "paused" if self.paused else ""
+        return "pause requested" if self.paused else "resume requested"
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Instance:

@@ -66,6 +66,8 @@ from qcore.options import (
 )
 from qcore.services import Service
 from qcore.services.instances import InstanceRegistry, RegistrySettings, recorded_config
+from qcore.services.notifier import Notifier
+from qcore.services.pause_watch import PauseWatch
 from qcore.services.warnings import WarningRecorder, slow_query_watch
 from qcore.verbs.jobs.shared import SharedStatements
 from qcore.verbs.schema import (
@@ -164,7 +166,7 @@ class Boss(
         self._affinity = Affinity(key=self.instance_key)
         #: whether an operator paused this server (its workers claim nothing meanwhile)
         self.paused = False
-        if registry.register_instance and connection.get("application_name") is None:
+        if registry.register_instance is not False and connection.get("application_name") is None:
             # its connections name it, so pg_stat_activity joins its row
             connection = {**connection, "application_name": f"qcore:{str(self.instance_id)[:8]}"}
         self._recorded_config = recorded_config(
@@ -349,6 +351,42 @@ class Boss(
             pool=pool,
             on_paused=self._set_paused,
         )
+
+    async def _register_late(self) -> None:
+        """A ``Boss`` left to register when it works: its first worker registers it."""
+        if not self._started or "registry" in self._running.services:
+            return
+        if self.settings.registry.register_instance is not None:
+            return
+        registry = self._registry()
+        await registry.start()
+        self._running.services = {"registry": registry, **self._running.services}
+
+    def _pause_watch(self, key: str) -> PauseWatch:
+        return PauseWatch(
+            self.context,
+            self.events,
+            key=key,
+            intervals=lambda: [w.options.polling_interval_seconds for w in self._workers.values()],
+            listening=self._notices_reach,
+            on_paused=self._set_paused,
+        )
+
+    def _notices_reach(self) -> bool:
+        """Whether a NOTIFY reaches this instance now (its listener is up)."""
+        notifier = self._running.get("notifier", Notifier)
+        return notifier is not None and notifier.available
+
+    def _pause_noticed(self, key: str | None) -> None:
+        """A notice that ``key``'s pause changed (None: notices may have been missed)."""
+        watch = self._running.get("pause_watch", PauseWatch)
+        if watch is not None and key in (None, watch.key):
+            watch.poke()
+
+    def _reconnected(self) -> None:
+        """The listener is back: what it may have missed is read again."""
+        self._wake_all()
+        self._pause_noticed(None)
 
     @property
     def _owns_db(self) -> bool:

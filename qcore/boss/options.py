@@ -95,7 +95,7 @@ class BossOptions(ConnectionOptions, total=False):
     clock_monitor_interval_seconds: float
     flow_interval_seconds: float
     bam_interval_seconds: float
-    register_instance: bool
+    register_instance: bool | None
     instance_name: str | None
     instance_heartbeat_seconds: int
     instance_key: str | None
@@ -167,11 +167,12 @@ class BamSettings:
 class RegistryOptions:
     """The settings of the instance registry.
 
-    Whether this ``Boss`` registers and beats, its name, its heartbeat, and its stable
-    key (``$QCORE_INSTANCE_KEY`` unless given).
+    Whether this ``Boss`` registers and beats (None: when it runs as a server, see
+    :meth:`registers_at_start`), its name, its heartbeat, and its stable key
+    (``$QCORE_INSTANCE_KEY`` unless given).
     """
 
-    register_instance: bool = field(default=True, metadata=UNRECORDED)
+    register_instance: bool | None = field(default=None, metadata=UNRECORDED)
     instance_name: str | None = field(default=None, metadata=UNRECORDED)
     instance_heartbeat_seconds: int = 30
     instance_key: str | None = None
@@ -191,8 +192,24 @@ class RegistryOptions:
         except ValidationError as exc:
             raise ConfigError(str(exc)) from None
         object.__setattr__(self, "instance_key", key)
-        if key is not None and not self.register_instance:
-            raise ConfigError("instance_key needs register_instance=True (a keyed server beats)")
+        if self.register_instance not in (None, True, False):
+            raise ConfigError(
+                f"register_instance must be True, False or None, got {self.register_instance!r}"
+            )
+        if key is not None and self.register_instance is False:
+            raise ConfigError("instance_key needs register_instance (a keyed server beats)")
+
+    def registers_at_start(self, *, supervise: bool, schedule: bool) -> bool:
+        """Whether ``start()`` registers this ``Boss``.
+
+        Asked to (``register_instance=True``), or left to qcore (None) and it runs as a
+        server: it supervises, keeps time or has an instance key. Left to qcore, a process
+        that only sends registers at its first :meth:`~qcore.Boss.work` instead, and one
+        that never works stays out of the registry.
+        """
+        if self.register_instance is not None:
+            return self.register_instance
+        return supervise or schedule or self.instance_key is not None
 
 
 #: the owners of the options, in the order ``Boss``'s signature lists them

@@ -26,6 +26,7 @@ from qcore.services.flows import FlowResolver
 from qcore.services.instances import InstanceRegistry
 from qcore.services.monitor import Supervisor
 from qcore.services.notifier import Notifier
+from qcore.services.pause_watch import PauseWatch
 from qcore.services.timekeeper import ClockSkew, Timekeeper
 from qcore.tasks import UNWIND_SECONDS
 from qcore.worker import Worker
@@ -53,6 +54,15 @@ class Host(Protocol):
     def _wake_all(self) -> None: ...
 
     def _registry(self) -> InstanceRegistry: ...
+
+    @property
+    def _workers(self) -> Mapping[str, Worker]: ...
+
+    def _pause_watch(self, key: str) -> PauseWatch: ...
+
+    def _pause_noticed(self, key: str | None) -> None: ...
+
+    def _reconnected(self) -> None: ...
 
     @property
     def _wip(self) -> Service: ...
@@ -86,7 +96,13 @@ class Registration:
 def _notifier(boss: Host) -> Service | None:
     if not boss.settings.connection.use_listen_notify:
         return None
-    return Notifier(boss.context(), boss.events, on_queue=boss._wake, on_reconnect=boss._wake_all)
+    return Notifier(
+        boss.context(),
+        boss.events,
+        on_queue=boss._wake,
+        on_instance=boss._pause_noticed,
+        on_reconnect=boss._reconnected,
+    )
 
 
 def _supervisor(boss: Host) -> Service:
@@ -139,13 +155,26 @@ def _timekeeper(boss: Host) -> Service | None:
 
 
 def _registry(boss: Host) -> Service | None:
-    return boss._registry() if boss.settings.registry.register_instance else None
+    # a process that only sends registers at its first work() (Boss._register_late)
+    settings = boss.settings
+    registers = settings.registry.registers_at_start(
+        supervise=settings.supervisor.supervise, schedule=settings.timekeeper.schedule
+    )
+    late = settings.registry.register_instance is None and bool(boss._workers)
+    return boss._registry() if registers or late else None
+
+
+def _pause_watch(boss: Host) -> Service | None:
+    # a keyed server only (it registers at start): an operator pauses a server by its key
+    key = boss.settings.registry.instance_key
+    return None if key is None else boss._pause_watch(key)
 
 
 #: the built-in services, in the order they start (and stop): the registry first, so
 #: a paused server knows it before anything claims
 SERVICES: tuple[Registration, ...] = (
     Registration("registry", _registry),
+    Registration("pause_watch", _pause_watch),
     Registration("notifier", _notifier),
     Registration("supervisor", _supervisor, busy=lambda s: s.maintaining),
     Registration("flows", _flows, busy=lambda s: s.busy),

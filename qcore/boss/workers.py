@@ -21,7 +21,6 @@ from qcore.context import Context
 from qcore.errors import QueueNotFoundError, ValidationError
 from qcore.job import Job
 from qcore.options import WORK_OPTIONS, WorkArguments, known_only, queue_name
-from qcore.services.notifier import Notifier
 from qcore.verbs import queues as queue_ops
 from qcore.verbs.jobs.locked import check_locked_claims
 from qcore.worker import SharedPoll, WipReporter, Worker, WorkerStatus, WorkOptions
@@ -73,6 +72,10 @@ class WorkerParts(BossParts, Protocol):
     ) -> Worker: ...
 
     def _listening(self, queue: str) -> bool: ...
+
+    def _notices_reach(self) -> bool: ...
+
+    async def _register_late(self) -> None: ...
 
 
 class WorkerVerbs:
@@ -137,6 +140,7 @@ class WorkerVerbs:
             await _check_queues(self._ctx, [name])
         self._workers[worker.id] = worker
         worker.start()
+        await self._register_late()
         return worker.id
 
     def _worker(
@@ -301,8 +305,7 @@ class WorkerVerbs:
 
         That is, its listener is up; the worker checks that the queue itself notifies.
         """
-        notifier = self._running.get("notifier", Notifier)
-        return notifier is not None and notifier.available
+        return self._notices_reach()
 
     def _wake(self: WorkerParts, queue: str) -> None:
         for worker in self._workers.values():

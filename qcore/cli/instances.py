@@ -8,7 +8,8 @@ The table has one line per server with an instance key (``--all`` adds the anony
 ones: qcore scripts and pg-boss instances; ``--anonymous`` shows only those), live ones
 first, then the latest heard; ``--live``, ``--paused`` and ``--search TEXT`` (a piece of
 the key, name or host) narrow it, and a last line counts the whole registry. Each line
-tells whether it is live, its name, instance key and whether it is paused, host and
+tells whether it is live, its name, instance key, its pause (paused, pause requested
+until the server acknowledges it, resume requested, no), host and
 pid, the CPU cores it used and its memory against its container's limit at its last
 heartbeat, its worker loops, its crash restarts, the jobs its key's servers have claimed
 (a keyed server) and how long ago it was heard from. The database is
@@ -96,7 +97,7 @@ def _row(instance: Instance, now: dt.datetime) -> tuple[str, ...]:
         "yes" if instance.live else ("stopped" if instance.stopped_on else "quiet"),
         instance.name or "-",
         instance.instance_key or "-",
-        "yes" if instance.paused else "no",
+        instance.pause_status or "no",
         instance.host,
         str(instance.pid),
         "-" if cpu is None else f"{cpu:.2f}/{limit:g}" if limit else f"{cpu:.2f}",

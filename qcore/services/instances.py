@@ -31,8 +31,10 @@ from qcore.db import Json
 from qcore.events import Events
 from qcore.options import GroupLimits
 from qcore.periodic import Periodic
+from qcore.services.pause_watch import follow_pause
 from qcore.services.process_usage import LoopLag, ProcessUsage
 from qcore.sql import instances as sql
+from qcore.verbs.instances import PauseState
 
 __all__ = ["InstanceRegistry", "RegistrySettings", "recorded_config", "worker_entries"]
 
@@ -187,7 +189,7 @@ class InstanceRegistry(Periodic):
         """Beat a keyed server's key.
 
         The key is seen now, the jobs it claimed since the last beat are added to the
-        key's count, and whether it is paused is read (told on change).
+        key's count, and its pause state is read, followed and acknowledged.
         """
         key = self.settings.instance_key
         if key is None:
@@ -201,7 +203,7 @@ class InstanceRegistry(Periodic):
             ctx.affinity.claimed += claimed  # counted at the next beat
             raise
         if self._on_paused is not None:
-            self._on_paused(bool(row["paused"]))
+            await follow_pause(ctx, key, PauseState.from_row(row), self._on_paused)
 
     async def stop(self) -> None:
         await super().stop()

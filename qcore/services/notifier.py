@@ -6,7 +6,9 @@ so a pg-boss producer wakes qcore workers and the other way round. A job insert
 (send, insert, retry) on a queue with ``notify`` sends the queue's name as the
 payload; each one calls ``on_queue(name)``, which wakes that queue's idle workers. A
 job with an affinity pattern notifies JSON instead (see :mod:`qcore.affinity`): a
-server whose key the pattern cannot match skips it.
+server whose key the pattern cannot match skips it. An operator's pause or resume of a
+keyed server notifies ``{"instanceKey": ..., "paused": ...}``: ``on_instance(key)``
+(see :mod:`qcore.services.pause_watch`); pg-boss ignores it.
 
 A notification is only a latency hint: workers keep polling. The adapter owns
 the dedicated connection, its heartbeat (every 10 s, 5 s timeout) and the
@@ -29,6 +31,7 @@ from qcore.context import Context
 from qcore.db import Listener
 from qcore.events import Events
 from qcore.sql.locks import notify_channel
+from qcore.verbs.instances import paused_key
 
 __all__ = ["UNAVAILABLE", "Notifier"]
 
@@ -52,10 +55,12 @@ class Notifier:
         *,
         on_queue: Callable[[str], None],
         on_reconnect: Callable[[], None],
+        on_instance: Callable[[str], None] | None = None,
     ) -> None:
         self._ctx = ctx
         self._events = events
         self._on_queue = on_queue
+        self._on_instance = on_instance
         self._on_reconnect = on_reconnect
         #: the channel, resolved from the schema as configured (pg-boss's spelling rules)
         self.channel = notify_channel(ctx.schema_spec)
@@ -102,6 +107,11 @@ class Notifier:
         self._events.warn(UNAVAILABLE, message, channel=self.channel, **data)
 
     def _message(self, _channel: str, payload: str) -> None:
+        key = paused_key(payload)
+        if key is not None:
+            if self._on_instance is not None:
+                self._on_instance(key)
+            return
         queue, pattern = parse_notify_payload(payload)
         if pattern is not None and not self._ctx.affinity.matches(pattern):
             return  # a job only other servers may run: nothing here to wake for

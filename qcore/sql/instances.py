@@ -25,7 +25,9 @@ __all__ = [
     "INSTANCE_KEY_TABLE",
     "INSTANCE_QUIET_BEATS",
     "INSTANCE_RETENTION_DAYS",
+    "acknowledge_instance_pause",
     "add_jobs_processed_column",
+    "add_pause_acknowledged_column",
     "beat_instance_key",
     "count_crash_restarts",
     "count_instances",
@@ -38,6 +40,7 @@ __all__ = [
     "instance_exists",
     "list_instances",
     "prune_instance_lives",
+    "read_instance_pause",
     "register_instance",
     "remove_instance_key",
     "set_instance_paused",
@@ -280,10 +283,15 @@ def _key_columns(q: str, keys: bool) -> tuple[str, str]:
     table, an install pg-boss made that qcore never migrated) gives every row none.
     """
     if not keys:
-        return "NULL::text AS instance_key, false AS paused, 0 AS jobs_processed", ""
+        return (
+            "NULL::text AS instance_key, false AS paused, 0 AS jobs_processed,"
+            " NULL::timestamptz AS pause_changed_on, NULL::timestamptz AS pause_acknowledged_on",
+            "",
+        )
     return (
         "k.instance_key, COALESCE(k.paused, false) AS paused,"
-        " COALESCE(k.jobs_processed, 0) AS jobs_processed",
+        " COALESCE(k.jobs_processed, 0) AS jobs_processed,"
+        " k.changed_on AS pause_changed_on, k.acknowledged_on AS pause_acknowledged_on",
         f" LEFT JOIN {_keys(q)} k ON k.instance_key = i.config ->> 'instanceKey'",
     )
 
@@ -413,14 +421,15 @@ def _keys(q: str) -> str:
 def create_instance_key_table(schema: str) -> DDL:
     """qcore's instance keys: whether each is paused, and when a server with it was last seen.
 
-    Paused (and since when); last seen (its instance's id). Idempotent (skipped where it
-    exists), on every backend.
+    Paused (since when, and when its server acknowledged that); last seen (its instance's
+    id). Idempotent (skipped where it exists), on every backend.
     """
     return DDL(
         f"CREATE TABLE IF NOT EXISTS {quote(schema)}.{quote(INSTANCE_KEY_TABLE)} ("
         " instance_key text PRIMARY KEY,"
         " paused boolean NOT NULL DEFAULT false,"
         " changed_on timestamptz,"
+        " acknowledged_on timestamptz,"
         " seen_on timestamptz,"
         " instance_id uuid,"
         " jobs_processed bigint NOT NULL DEFAULT 0"
@@ -441,11 +450,28 @@ def add_jobs_processed_column(schema: str) -> DDL:
     )
 
 
+def add_pause_acknowledged_column(schema: str) -> DDL:
+    """The key table's moment its server acknowledged the last pause or resume (added later)."""
+    return DDL(
+        f"ALTER TABLE {quote(schema)}.{quote(INSTANCE_KEY_TABLE)}"
+        " ADD COLUMN IF NOT EXISTS acknowledged_on timestamptz",
+        skip_if=(
+            column_in_table,
+            {"schema": schema, "table": INSTANCE_KEY_TABLE, "column": "acknowledged_on"},
+        ),
+    )
+
+
+#: what a keyed server reads of its key: the pause, when it was asked, when acknowledged
+_PAUSE_STATE = "k.paused, k.changed_on, k.acknowledged_on"
+
+
 @lru_cache(maxsize=16)
 def beat_instance_key(q: str) -> Statement:
-    """A keyed server's heartbeat: its key seen now by instance ``id``. Row ``paused``.
+    """A keyed server's heartbeat: its key seen now by instance ``id``; its pause state.
 
-    The server claimed ``claimed`` jobs since its last beat.
+    The server claimed ``claimed`` jobs since its last beat. Row: ``paused``,
+    ``changed_on`` (when it was last paused or resumed), ``acknowledged_on``.
     """
     p = Params()
     return p.statement(
@@ -454,31 +480,71 @@ def beat_instance_key(q: str) -> Statement:
         " ON CONFLICT (instance_key) DO UPDATE SET seen_on = EXCLUDED.seen_on,"
         " instance_id = EXCLUDED.instance_id,"
         " jobs_processed = k.jobs_processed + EXCLUDED.jobs_processed"
-        " RETURNING k.paused"
+        f" RETURNING {_PAUSE_STATE}"
     )
 
 
 @lru_cache(maxsize=16)
-def set_instance_paused(q: str, *, create: bool) -> Statement:
-    """Pause (``paused`` true) or resume the server with ``key``.
+def read_instance_pause(q: str) -> Statement:
+    """The pause state of ``key`` between heartbeats (no row: never seen nor paused).
 
-    With ``create``, a key never seen is paused ahead of its server. Rows: the key changed
-    (none: unknown).
+    Row: ``paused``, ``changed_on``, ``acknowledged_on``; a primary-key read, the same
+    everywhere.
     """
     p = Params()
+    return p.statement(
+        f"SELECT {_PAUSE_STATE} FROM {_keys(q)} k WHERE k.instance_key = {p('key')}::text"
+    )
+
+
+@lru_cache(maxsize=16)
+def acknowledge_instance_pause(q: str) -> Statement:
+    """The server with ``key`` follows the pause or resume stored at ``changed_on``.
+
+    A change stored since (another pause or resume) is left unacknowledged. The same
+    everywhere.
+    """
+    p = Params()
+    return p.statement(
+        f"UPDATE {_keys(q)} SET acknowledged_on = {_now(q)}"
+        f" WHERE instance_key = {p('key')}::text"
+        f" AND changed_on = {p('changed_on')}::timestamptz"
+    )
+
+
+@lru_cache(maxsize=32)
+def set_instance_paused(q: str, *, create: bool, own: bool, notify: bool) -> Statement:
+    """Pause (``paused`` true) or resume the server with ``key``.
+
+    With ``create``, a key never seen is paused ahead of its server. ``own``: the server
+    itself asks, so the change is acknowledged as it is stored; otherwise the server
+    acknowledges it when it reads it. ``notify`` (where LISTEN/NOTIFY exists) also sends
+    ``payload`` on ``channel`` in the same statement, so a listening server reads it at
+    once. Rows: the key changed (none: unknown).
+    """
+    p = Params()
+    acknowledged = _now(q) if own else "NULL::timestamptz"
     if create:
-        sql = (
-            f"INSERT INTO {_keys(q)} AS k (instance_key, paused, changed_on)"
-            f" VALUES ({p('key')}::text, {p('paused')}::boolean, {_now(q)})"
+        change = (
+            f"INSERT INTO {_keys(q)} AS k (instance_key, paused, changed_on, acknowledged_on)"
+            f" VALUES ({p('key')}::text, {p('paused')}::boolean, {_now(q)}, {acknowledged})"
             " ON CONFLICT (instance_key) DO UPDATE SET paused = EXCLUDED.paused,"
-            " changed_on = EXCLUDED.changed_on RETURNING k.instance_key"
+            " changed_on = EXCLUDED.changed_on, acknowledged_on = EXCLUDED.acknowledged_on"
+            " RETURNING k.instance_key"
         )
     else:
-        sql = (
-            f"UPDATE {_keys(q)} SET paused = {p('paused')}::boolean, changed_on = {_now(q)}"
+        change = (
+            f"UPDATE {_keys(q)} SET paused = {p('paused')}::boolean, changed_on = {_now(q)},"
+            f" acknowledged_on = {acknowledged}"
             f" WHERE instance_key = {p('key')}::text RETURNING instance_key"
         )
-    return p.statement(sql)
+    if not notify:
+        return p.statement(change)
+    return p.statement(
+        f"WITH changed AS ({change}) SELECT c.instance_key,"
+        f" pg_notify({p('channel')}::text, {p('payload')}::text) IS NOT NULL AS notified"
+        " FROM changed c"
+    )
 
 
 @lru_cache(maxsize=16)

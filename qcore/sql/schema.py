@@ -84,6 +84,7 @@ from qcore.sql.functions import (
 from qcore.sql.instances import (
     INSTANCE_KEY_TABLE,
     add_jobs_processed_column,
+    add_pause_acknowledged_column,
     create_instance_key_table,
 )
 from qcore.sql.locks import LOCK_TABLE, create_lock_table
@@ -140,6 +141,7 @@ def qcore_tables(schema: str) -> list[DDL]:
         create_lock_table(schema),
         create_instance_key_table(schema),
         add_jobs_processed_column(schema),
+        add_pause_acknowledged_column(schema),
         create_job_pattern_table(schema),
         create_job_pattern_index(schema),
         create_job_processed_table(schema),

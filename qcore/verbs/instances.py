@@ -8,7 +8,10 @@ removal of a keyed server (qcore's own ``qcore_instance_key`` table).
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
+from dataclasses import dataclass
+from typing import Any
 
 from qcore import retry
 from qcore.context import Context
@@ -16,17 +19,23 @@ from qcore.errors import ValidationError
 from qcore.job import Instance, InstanceCounts, InstanceListing, InstancePage
 from qcore.options import check_count, check_int, check_text
 from qcore.sql import instances as sql
+from qcore.sql.locks import notify_channel
 from qcore.sql.probes import table_in_schema
 
 __all__ = [
     "INSTANCE_KEY_ENV",
     "MAX_INSTANCES_PAGE",
     "REMOVE_AFTER_MINUTES",
+    "PauseState",
+    "acknowledge_pause",
     "get_instances",
     "instance_counts",
     "instance_key",
     "list_instances",
     "pause_instance",
+    "pause_notice",
+    "paused_key",
+    "read_pause",
     "remove_instance",
     "resume_instance",
 ]
@@ -185,29 +194,91 @@ async def instance_counts(ctx: Context) -> InstanceCounts:
     return InstanceCounts(**{k: int(v) for k, v in row.items()})
 
 
-async def pause_instance(ctx: Context, key: str) -> None:
+#: the field of a NOTIFY payload that names a paused or resumed server's key (a job's
+#: payload is a queue name or ``{"queue": ..., "pattern": ...}``; pg-boss ignores this one)
+PAUSE_NOTICE_FIELD = "instanceKey"
+
+
+def pause_notice(key: str, paused: bool) -> str:
+    """The NOTIFY payload telling the server with ``key`` to read its pause state now."""
+    return json.dumps({PAUSE_NOTICE_FIELD: key, "paused": paused}, separators=(",", ":"))
+
+
+def paused_key(payload: str) -> str | None:
+    """The key a NOTIFY payload of :func:`pause_notice` names (None: another payload)."""
+    if not payload.startswith("{"):
+        return None
+    try:
+        decoded = json.loads(payload)
+    except ValueError:
+        return None
+    key = decoded.get(PAUSE_NOTICE_FIELD) if isinstance(decoded, dict) else None
+    return key if isinstance(key, str) else None
+
+
+async def _set_paused(ctx: Context, key: str, paused: bool, *, own: bool) -> list[Any]:
+    """Store a pause or resume of ``key``, told at once to a listening server."""
+    notify = ctx.backend.capabilities.listen_notify
+    statement = sql.set_instance_paused(ctx.q, create=paused, own=own, notify=notify)
+    values: dict[str, Any] = {"key": key, "paused": paused}
+    if notify:
+        values.update(channel=notify_channel(ctx.schema_spec), payload=pause_notice(key, paused))
+    return await retry.run(ctx, statement, **values)
+
+
+async def pause_instance(ctx: Context, key: str, *, own: bool = False) -> None:
     """Pause the server with ``key`` until it is resumed.
 
-    It keeps heartbeating and claims nothing (from its next heartbeat); the pause is
-    persisted, so a restart stays paused. A key no server has used yet is paused ahead
-    of it.
+    It keeps heartbeating and claims nothing: at once where LISTEN/NOTIFY reaches it,
+    else from its next poll. The pause is persisted, so a restart stays paused. A key no
+    server has used yet is paused ahead of it. ``own``: the server itself asks (it
+    acknowledges the pause as it is stored).
     """
-    await retry.run(
-        ctx, sql.set_instance_paused(ctx.q, create=True), key=instance_key(key), paused=True
-    )
+    await _set_paused(ctx, instance_key(key), True, own=own)
 
 
-async def resume_instance(ctx: Context, key: str) -> None:
+async def resume_instance(ctx: Context, key: str, *, own: bool = False) -> None:
     """Let the server with ``key`` claim again.
 
-    It does so from its next heartbeat; ``ValidationError`` for a key no server has used or
-    paused.
+    As a pause, at once or from its next poll; ``ValidationError`` for a key no server
+    has used or paused.
     """
-    rows = await retry.run(
-        ctx, sql.set_instance_paused(ctx.q, create=False), key=instance_key(key), paused=False
-    )
-    if not rows:
+    if not await _set_paused(ctx, instance_key(key), False, own=own):
         raise ValidationError(f"no server has instance key {key!r}: nothing to resume")
+
+
+@dataclass(frozen=True, slots=True)
+class PauseState:
+    """A key's pause as stored: paused or not, when that was asked, when acknowledged."""
+
+    paused: bool
+    changed_on: dt.datetime | None
+    acknowledged_on: dt.datetime | None
+
+    @property
+    def acknowledged(self) -> bool:
+        """Whether the server has acknowledged the last change (or none was asked)."""
+        if self.changed_on is None:
+            return True
+        return self.acknowledged_on is not None and self.acknowledged_on >= self.changed_on
+
+    @classmethod
+    def from_row(cls, row: Any) -> PauseState:
+        return cls(bool(row["paused"]), row["changed_on"], row["acknowledged_on"])
+
+
+async def read_pause(ctx: Context, key: str) -> PauseState:
+    """The pause state of ``key`` (a key never seen nor paused: not paused)."""
+    rows = await retry.run(ctx, sql.read_instance_pause(ctx.q), key=key)
+    return PauseState.from_row(rows[0]) if rows else PauseState(False, None, None)
+
+
+async def acknowledge_pause(ctx: Context, key: str, state: PauseState) -> None:
+    """The server with ``key`` follows ``state``: acknowledge it, unless already done."""
+    if not state.acknowledged:
+        await retry.run(
+            ctx, sql.acknowledge_instance_pause(ctx.q), key=key, changed_on=state.changed_on
+        )
 
 
 async def remove_instance(ctx: Context, key: str) -> int:

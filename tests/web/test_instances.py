@@ -14,6 +14,8 @@ import pytest_asyncio
 
 from qcore import Boss
 from qcore.conformance.helpers import insert_dead_instances
+from qcore.services.pause_watch import follow_pause
+from qcore.verbs.instances import read_pause
 from qcore.web import create_app
 from tests.conftest import admin_execute
 from tests.web.test_web import client
@@ -33,7 +35,15 @@ async def registry(pg_dsn: str) -> AsyncIterator[Boss]:
     await board.start()
     await insert_dead_instances(board.context(), DEAD_ROWS)
     servers = [
-        Boss(pg_dsn, schema=schema, supervise=False, schedule=False, instance_key=f"gpu-{n}")
+        # no listener: a pause stays "requested" until the server reads it
+        Boss(
+            pg_dsn,
+            schema=schema,
+            supervise=False,
+            schedule=False,
+            instance_key=f"gpu-{n}",
+            use_listen_notify=False,
+        )
         for n in range(3)
     ]
     servers.append(Boss(pg_dsn, schema=schema, supervise=False, schedule=False))
@@ -82,6 +92,12 @@ async def test_live_keyed_servers_lead_and_the_counts_cover_every_row(registry: 
         await registry.pause_instance("gpu-1")
         paused = await http.get("/instances", params={"state": "paused"})
         assert _keys(paused.text) == ["gpu-1"]
+        assert "pause requested" in paused.text and "not yet acknowledged" in paused.text
+        ctx = registry.context()  # what the server does when it reads its pause
+        await follow_pause(ctx, "gpu-1", await read_pause(ctx, "gpu-1"), lambda _: None)
+        acknowledged = await http.get("/instances", params={"state": "paused"})
+        assert "pause requested" not in acknowledged.text
+        assert re.search(r">paused</span> <span[^>]*>acknowledged ", acknowledged.text)
         anonymous = await http.get("/instances", params={"show": "anonymous", "state": "live"})
         assert _keys(anonymous.text) == [""]
 

@@ -77,12 +77,15 @@ class InstanceVerbs:
         """Pause the server with ``instance_key``, from any process.
 
         It keeps heartbeating and its workers claim nothing until resumed: this
-        ``Boss``'s own key from its workers' next claim, another server's from its next
-        heartbeat; the pause persists across its restarts. Emits ``instance_paused``
-        here.
+        ``Boss``'s own key at once; another server's at once where LISTEN/NOTIFY reaches
+        it, else within one polling interval of its workers (at the latest its next
+        heartbeat). The server acknowledges the pause in its row
+        (:attr:`~qcore.Instance.pause_acknowledged`); the pause persists across its
+        restarts. Emits ``instance_paused`` here.
         """
-        await instance_ops.pause_instance(self.context(db), instance_key)
-        if instance_key == self.instance_key:  # this server: from its next claim, not beat
+        own = instance_key == self.instance_key
+        await instance_ops.pause_instance(self.context(db), instance_key, own=own)
+        if own:
             self._set_paused(True, announce=False)
         self.events.emit("instance_paused", {"instance_key": instance_key})
 
@@ -90,10 +93,12 @@ class InstanceVerbs:
     async def resume_instance(self: BossParts, instance_key: str, *, db: Any = None) -> None:
         """Let a paused server claim again.
 
-        It does so from its next heartbeat. Emits ``instance_resumed`` here.
+        As soon as a pause reaches it (see :meth:`pause_instance`). Emits
+        ``instance_resumed`` here.
         """
-        await instance_ops.resume_instance(self.context(db), instance_key)
-        if instance_key == self.instance_key:
+        own = instance_key == self.instance_key
+        await instance_ops.resume_instance(self.context(db), instance_key, own=own)
+        if own:
             self._set_paused(False, announce=False)
         self.events.emit("instance_resumed", {"instance_key": instance_key})
 

@@ -19,6 +19,7 @@ from qcore.context import Context
 from qcore.errors import ConfigError, ValidationError
 from qcore.job import Instance, Job
 from qcore.services.instances import InstanceRegistry
+from qcore.services.notifier import Notifier
 from qcore.sql import instances as sql
 from qcore.verbs.instances import get_instances
 
@@ -147,6 +148,30 @@ def test_instance_options_are_checked_at_construction() -> None:
 async def test_register_instance_false_writes_no_row(db: Any, backend: Any, schema: str) -> None:
     async with running(_boss(db, backend, schema, register_instance=False)) as b:
         assert await b.get_instances() == []
+
+
+async def test_a_process_that_only_sends_stays_out_of_the_registry(
+    db: Any, backend: Any, schema: str
+) -> None:
+    """Left to qcore (``register_instance`` unset), a ``Boss`` that neither supervises,
+    keeps time nor has a key writes no row while it only sends; its first ``work()``
+    registers it; ``register_instance=True`` registers a sender at start."""
+    quiet = {"supervise": False, "schedule": False}
+    async with running(Boss(db=db, backend=backend, schema=schema, **quiet)) as b:
+        await b.create_queue("q")
+        assert await b.send("q") is not None
+        assert await b.get_instances() == []
+        await b.work("q", lambda jobs: None)
+        assert [i.id for i in await b.get_instances()] == [b.instance_id]
+    asked = Boss(db=db, backend=backend, schema=schema, register_instance=True, **quiet)
+    async with running(asked) as b:
+        assert b.instance_id in {i.id for i in await b.get_instances()}
+    working_first = Boss(db=db, backend=backend, schema=schema, **quiet)
+    await working_first.work("q", lambda jobs: None)  # before start: registers at start
+    async with running(working_first) as b:
+        assert b.instance_id in {i.id for i in await b.get_instances()}
+    with pytest.raises(ConfigError, match="register_instance must be True, False or None"):
+        Boss(db=db, backend=backend, schema=schema, register_instance="yes")
 
 
 async def test_crash_restarts_count_the_lives_that_ended_without_stop(
@@ -306,6 +331,93 @@ async def test_a_server_pausing_itself_claims_nothing_from_that_moment(
         await b.resume_instance("self:gpu")
         assert not b.paused
         await until(lambda: handled == [sent], timeout=30, what="the job, once resumed")
+
+
+async def test_a_pause_from_another_process_holds_the_server_within_its_polling_interval(
+    db: Any, backend: Any, schema: str
+) -> None:
+    """Without LISTEN/NOTIFY, a pause stored by another process is read by the server's
+    pause watch every polling interval of its workers (0.5 s here), long before its next
+    heartbeat (30 s): its workers claim nothing from then, and it acknowledges the pause
+    in its row; a resume is read the same way."""
+    server = _boss(db, backend, schema, instance_key="w:cpu", use_listen_notify=False)
+    admin = _boss(db, backend, schema, register_instance=False)
+    async with running(server) as b, running(admin) as a:
+        await b.create_queue("q")
+        handled: list[uuid.UUID] = []
+
+        async def handler(batch: list[Job]) -> None:
+            handled.extend(j.id for j in batch)
+
+        await b.work("q", handler, polling_interval_seconds=0.5)
+        await a.pause_instance("w:cpu")
+        await until(lambda: b.paused, timeout=15, what="the pause, read between heartbeats")
+
+        async def acknowledged() -> Instance | None:
+            me = await _mine(b)
+            return me if me.pause_acknowledged else None
+
+        me = await until(acknowledged, timeout=15, what="the pause's acknowledgement")
+        assert me.paused and me.pause_status == "paused"
+        assert me.pause_acknowledged_on is not None and me.pause_changed_on is not None
+        assert me.pause_acknowledged_on >= me.pause_changed_on
+        sent = await a.send("q")
+        assert sent is not None
+        await asyncio.sleep(2)  # four polls of a worker that is not claiming
+        assert handled == []
+        await a.resume_instance("w:cpu")
+        await until(lambda: not b.paused, timeout=15, what="the resume")
+        await until(lambda: handled == [sent], timeout=30, what="the job, once resumed")
+        me = await until(acknowledged, timeout=15, what="the resume's acknowledgement")
+        assert me.pause_status == ""
+
+
+async def test_a_pause_is_requested_until_the_server_acknowledges_it(
+    db: Any, backend: Any, schema: str
+) -> None:
+    """A server that has not read its pause yet (no worker, no listener: its heartbeat
+    reads it) shows "pause requested"; from its next heartbeat, "paused", acknowledged."""
+    server = _boss(db, backend, schema, instance_key="idle:cpu", use_listen_notify=False)
+    admin = _boss(db, backend, schema, register_instance=False)
+    async with running(server) as b, running(admin) as a:
+        await a.pause_instance("idle:cpu")
+        me = await _mine(b)
+        assert me.paused and not me.pause_acknowledged and me.pause_status == "pause requested"
+        [listed] = await a.list_instances(search="idle:cpu")
+        assert listed.pause_status == "pause requested"
+        assert not b.paused
+        await _beat(b)
+        assert b.paused
+        assert (await _mine(b)).pause_status == "paused"
+        await a.resume_instance("idle:cpu")
+        assert (await _mine(b)).pause_status == "resume requested"
+        await _beat(b)
+        assert not b.paused and (await _mine(b)).pause_status == ""
+
+
+async def test_a_pause_reaches_a_listening_server_at_once(
+    db: Any, backend: Any, schema: str
+) -> None:
+    """Where LISTEN/NOTIFY reaches the server, the pause's notice makes it read its pause
+    at once: here its workers poll every 60 s and it beats every 30 s, and it is paused
+    (and acknowledges it) within seconds."""
+    server = _boss(db, backend, schema, instance_key="n:cpu", use_listen_notify=True)
+    admin = _boss(db, backend, schema, register_instance=False)
+    async with running(server) as b, running(admin) as a:
+        notifier = b.services.get("notifier", Notifier)
+        if notifier is None or not notifier.available:
+            pytest.skip("needs LISTEN/NOTIFY through this backend and adapter (listen_notify)")
+        await b.create_queue("q")
+        await b.work("q", lambda jobs: None, polling_interval_seconds=60)
+        await a.pause_instance("n:cpu")
+        await until(lambda: b.paused, timeout=15, what="the pause, told by NOTIFY")
+
+        async def acknowledged() -> bool:
+            return (await _mine(b)).pause_status == "paused"
+
+        await until(acknowledged, timeout=15, what="the pause's acknowledgement")
+        await a.resume_instance("n:cpu")
+        await until(lambda: not b.paused, timeout=15, what="the resume, told by NOTIFY")
 
 
 async def test_a_pause_survives_the_servers_restart(db: Any, backend: Any, schema: str) -> None:
