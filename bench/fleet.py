@@ -19,7 +19,7 @@ One fresh schema (``bench_fleet_<hex>``, dropped at the end) holds:
   anonymous; stopped, or gone quiet after a crash), copied from a live row so
   they are as wide as real ones.
 * ``--senders`` anonymous servers (real ``Boss`` objects without a key, default 3)
-  sending plain jobs.
+  sending plain jobs, registered (``register_instance=True``) as pg-boss's are.
 * every 20th server paused (``pause_instance``: servers 2, 22, ...), and
   ``--removed`` servers (default 5, the last ones) stopped, then removed once the
   schema's clock has moved 31 minutes on (``remove_instance`` refuses a server seen
@@ -366,7 +366,9 @@ async def run(
         others.append(probe)
         await probe.start()
         for s in range(senders):
-            sender = Boss(dsn, instance_name=f"sender-{s}", **quiet)
+            # registered as pg-boss registers every instance (qcore would leave a
+            # process that only sends out of the registry)
+            sender = Boss(dsn, instance_name=f"sender-{s}", register_instance=True, **quiet)
             others.append(sender)
             await sender.start()
             for k in range(10):

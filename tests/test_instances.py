@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,8 @@ LIFE = textwrap.dedent(
 
     async def main():
         boss = Boss(sys.argv[1], schema=sys.argv[2], supervise=False, schedule=False,
-                    instance_name="killed", instance_heartbeat_seconds=1)
+                    register_instance=True, instance_name="killed",
+                    instance_heartbeat_seconds=1)
         await boss.start()
         print("up", flush=True)
         await asyncio.sleep(600)
@@ -41,7 +43,7 @@ LIFE = textwrap.dedent(
 
 @pytest.fixture
 async def boss(pg_dsn: str) -> AsyncIterator[Boss]:
-    instance = Boss(pg_dsn, schema=SCHEMA, supervise=False, schedule=False)
+    instance = Boss(pg_dsn, schema=SCHEMA, supervise=False, schedule=False, register_instance=True)
     await instance.start()
     try:
         yield instance
@@ -69,7 +71,12 @@ async def test_lives_killed_with_sigkill_count_as_crash_restarts(pg_dsn: str, bo
     await set_clock(ctx, 60)  # a minute on: both have missed their three heartbeats
     try:
         async with Boss(
-            pg_dsn, schema=SCHEMA, supervise=False, schedule=False, instance_name="killed"
+            pg_dsn,
+            schema=SCHEMA,
+            supervise=False,
+            schedule=False,
+            register_instance=True,
+            instance_name="killed",
         ) as again:
             [me] = [i for i in await again.get_instances() if i.id == again.instance_id]
             assert me.crash_restarts == 2 and me.crash_restarts_since is not None
@@ -99,7 +106,8 @@ async def test_a_password_in_the_connection_string_is_never_stored(pg_dsn: str) 
     secret = "sekrit-Pa55-word"
     user, _, rest = pg_dsn.partition("@")
     dsn = f"{user}:{secret}@{rest}"  # trust auth: the password is sent, never checked
-    async with Boss(dsn, schema=SCHEMA, supervise=False, schedule=False, password=secret) as b:
+    quiet: dict[str, Any] = {"supervise": False, "schedule": False, "register_instance": True}
+    async with Boss(dsn, schema=SCHEMA, password=secret, **quiet) as b:
         rows = await b.db.execute(f"SELECT to_jsonb(i)::text AS row FROM {SCHEMA}.instance i")
         await b.db.execute_script(f"DROP SCHEMA {SCHEMA} CASCADE")
     assert rows and not any(secret in r["row"] for r in rows)

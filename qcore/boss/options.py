@@ -197,7 +197,7 @@ class RegistryOptions:
                 f"register_instance must be True, False or None, got {self.register_instance!r}"
             )
         if key is not None and self.register_instance is False:
-            raise ConfigError("instance_key needs register_instance (a keyed server beats)")
+            raise ConfigError("instance_key needs register_instance=True (a keyed server beats)")
 
     def registers_at_start(self, *, supervise: bool, schedule: bool) -> bool:
         """Whether ``start()`` registers this ``Boss``.

@@ -8,8 +8,8 @@ The table has one line per server with an instance key (``--all`` adds the anony
 ones: qcore scripts and pg-boss instances; ``--anonymous`` shows only those), live ones
 first, then the latest heard; ``--live``, ``--paused`` and ``--search TEXT`` (a piece of
 the key, name or host) narrow it, and a last line counts the whole registry. Each line
-tells whether it is live, its name, instance key, its pause (paused, pause requested
-until the server acknowledges it, resume requested, no), host and
+tells whether it is live, its name, instance key, its pause (yes; requested or resuming
+until the server acknowledges the change; no), host and
 pid, the CPU cores it used and its memory against its container's limit at its last
 heartbeat, its worker loops, its crash restarts, the jobs its key's servers have claimed
 (a keyed server) and how long ago it was heard from. The database is
@@ -30,6 +30,14 @@ from qcore.cli.table import format_table
 from qcore.job import Instance, InstanceCounts
 
 __all__ = ["add_parser", "format_counts", "format_instances", "run"]
+
+#: the ``paused`` column: yes, or asked and not yet read by the server, or no
+PAUSE_COLUMN = {
+    "paused": "yes",
+    "pause requested": "requested",
+    "resume requested": "resuming",
+    "": "no",
+}
 
 COLUMNS = (
     "live",
@@ -97,7 +105,7 @@ def _row(instance: Instance, now: dt.datetime) -> tuple[str, ...]:
         "yes" if instance.live else ("stopped" if instance.stopped_on else "quiet"),
         instance.name or "-",
         instance.instance_key or "-",
-        instance.pause_status or "no",
+        PAUSE_COLUMN[instance.pause_status],
         instance.host,
         str(instance.pid),
         "-" if cpu is None else f"{cpu:.2f}/{limit:g}" if limit else f"{cpu:.2f}",

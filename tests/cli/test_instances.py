@@ -67,6 +67,13 @@ async def test_pause_resume_and_remove_from_the_shell(
             assert me.paused
             assert await asyncio.to_thread(main, ["instances", *base]) == 0
             line = next(x for x in capsys.readouterr().out.splitlines() if "b:ram-2gb" in x)
+            # no worker, no listener: the server reads its pause at its next heartbeat
+            assert line.split()[COLUMNS.index("paused")] == "requested"
+            registry = b.services.get("registry", InstanceRegistry)
+            assert registry is not None
+            await registry.exclusive(registry.run_pass)  # that heartbeat, now
+            assert await asyncio.to_thread(main, ["instances", *base]) == 0
+            line = next(x for x in capsys.readouterr().out.splitlines() if "b:ram-2gb" in x)
             assert line.split()[COLUMNS.index("paused")] == "yes"
             assert await asyncio.to_thread(main, ["resume-instance", "b:ram-2gb", *base]) == 0
             argv = ["remove-instance", "--instance-key", "b:ram-2gb", *base]

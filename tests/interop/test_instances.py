@@ -13,7 +13,12 @@ pytestmark = interop_marks()
 async def test_each_runtime_lists_the_others_rows(pg_dsn: str, shared: Context) -> None:
     ctx = shared
     async with Boss(
-        pg_dsn, schema=ctx.schema_spec, supervise=False, schedule=False, instance_name="py-1"
+        pg_dsn,
+        schema=ctx.schema_spec,
+        supervise=False,
+        schedule=False,
+        register_instance=True,
+        instance_name="py-1",
     ) as boss:
         results = await in_thread(pg_dsn, ctx, {"op": "getInstances", "args": [{}]})
         listed = {row["name"]: row for row in results[0]}

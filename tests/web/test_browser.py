@@ -29,6 +29,7 @@ import pytest_asyncio
 from qcore import Boss
 from qcore.conformance.helpers import set_clock
 from qcore.metrics import MetricsHistoryAdmin, MetricsRecorder, PgBossQueues, PostgresMetricsStore
+from qcore.services.instances import InstanceRegistry
 from tests.conftest import admin_execute
 from tests.web.test_web import XSS_DATA, fill, fleet_boss
 
@@ -253,25 +254,46 @@ async def test_markup_in_job_data_never_runs(world: World, browser: Any) -> None
 
 
 async def test_pausing_an_instance_from_the_board(world: World, browser: Any) -> None:
+    """The board's pause is "requested" until the server reads it (this one has no
+    worker and no listener: at its heartbeat), then "paused", acknowledged; a resume
+    the same way."""
+
     def pause() -> str:
         _open(browser, f"{world.board.url}/instances")
         _click(browser, browser.find_element(By.CSS_SELECTOR, f'tr[data-key="{KEY}"] button.pause'))
         return _text(browser)
 
+    def row_text() -> str:
+        _open(browser, f"{world.board.url}/instances")
+        return str(browser.find_element(By.CSS_SELECTOR, f'tr[data-key="{KEY}"]').text)
+
+    async def heartbeat() -> None:
+        registry = world.boss.services.get("registry", InstanceRegistry)
+        assert registry is not None
+        await registry.exclusive(registry.run_pass)
+
     shown = await _run(pause)
     assert f"paused {KEY}" in shown
     [row] = [i for i in await world.boss.get_instances() if i.instance_key == KEY]
     assert row.paused
+    assert "pause requested" in await _run(row_text)
+    await heartbeat()
+    assert world.boss.paused
+    acknowledged = await _run(row_text)
+    assert "paused" in acknowledged and "acknowledged" in acknowledged
+    assert "requested" not in acknowledged
 
     def resume() -> str:
         row = browser.find_element(By.CSS_SELECTOR, f'tr[data-key="{KEY}"]')
-        assert "paused" in row.text
         _click(browser, row.find_element(By.CSS_SELECTOR, "button.resume"))
         return str(browser.find_element(By.CSS_SELECTOR, f'tr[data-key="{KEY}"]').text)
 
-    assert "paused" not in await _run(resume)
+    assert "resume requested" in await _run(resume)
     [row] = [i for i in await world.boss.get_instances() if i.instance_key == KEY]
     assert not row.paused
+    await heartbeat()
+    assert not world.boss.paused
+    assert "paused" not in await _run(row_text) and "requested" not in await _run(row_text)
 
 
 async def test_retrying_a_failed_job_requeues_it(world: World, browser: Any) -> None:

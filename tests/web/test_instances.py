@@ -46,7 +46,8 @@ async def registry(pg_dsn: str) -> AsyncIterator[Boss]:
         )
         for n in range(3)
     ]
-    servers.append(Boss(pg_dsn, schema=schema, supervise=False, schedule=False))
+    anonymous = Boss(pg_dsn, schema=schema, supervise=False, schedule=False, register_instance=True)
+    servers.append(anonymous)
     try:
         async with contextlib.AsyncExitStack() as stack:
             for server in servers:
@@ -92,11 +93,11 @@ async def test_live_keyed_servers_lead_and_the_counts_cover_every_row(registry: 
         await registry.pause_instance("gpu-1")
         paused = await http.get("/instances", params={"state": "paused"})
         assert _keys(paused.text) == ["gpu-1"]
-        assert "pause requested" in paused.text and "not yet acknowledged" in paused.text
+        assert ">pause requested</span>" in paused.text and "not yet acknowledged" in paused.text
         ctx = registry.context()  # what the server does when it reads its pause
         await follow_pause(ctx, "gpu-1", await read_pause(ctx, "gpu-1"), lambda _: None)
         acknowledged = await http.get("/instances", params={"state": "paused"})
-        assert "pause requested" not in acknowledged.text
+        assert ">pause requested</span>" not in acknowledged.text
         assert re.search(r">paused</span> <span[^>]*>acknowledged ", acknowledged.text)
         anonymous = await http.get("/instances", params={"show": "anonymous", "state": "live"})
         assert _keys(anonymous.text) == [""]

@@ -156,7 +156,7 @@ async def test_a_process_that_only_sends_stays_out_of_the_registry(
     """Left to qcore (``register_instance`` unset), a ``Boss`` that neither supervises,
     keeps time nor has a key writes no row while it only sends; its first ``work()``
     registers it; ``register_instance=True`` registers a sender at start."""
-    quiet = {"supervise": False, "schedule": False}
+    quiet: dict[str, Any] = {"supervise": False, "schedule": False}
     async with running(Boss(db=db, backend=backend, schema=schema, **quiet)) as b:
         await b.create_queue("q")
         assert await b.send("q") is not None
@@ -171,7 +171,7 @@ async def test_a_process_that_only_sends_stays_out_of_the_registry(
     async with running(working_first) as b:
         assert b.instance_id in {i.id for i in await b.get_instances()}
     with pytest.raises(ConfigError, match="register_instance must be True, False or None"):
-        Boss(db=db, backend=backend, schema=schema, register_instance="yes")
+        Boss(db=db, backend=backend, schema=schema, register_instance="yes")  # type: ignore[arg-type]
 
 
 async def test_crash_restarts_count_the_lives_that_ended_without_stop(
