@@ -7,8 +7,11 @@ The per-backend fixtures (``backend``, ``provisioned``, ``db``, ``schema``, ``ct
 
 from __future__ import annotations
 
+import asyncio
+import io
 import os
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 from urllib.parse import quote
@@ -94,3 +97,43 @@ async def shared(pg_dsn: str) -> AsyncIterator[Context]:
     finally:
         await db.execute_script(f"DROP SCHEMA IF EXISTS {quote_identifier(schema)} CASCADE")
         await db.close()
+
+
+#: how long the session's leftover tasks get to end once cancelled, in all
+LEFTOVER_SECONDS = 30.0
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session", autouse=True)
+async def leftover_tasks() -> AsyncIterator[None]:
+    """At the end of the session, the tasks tests left on the shared event loop end.
+
+    Each is cancelled, again and again while it catches the cancellation and waits on,
+    for up to :data:`LEFTOVER_SECONDS` in all; one still running then is reported with
+    its stack (a warning in the run's summary) and left behind, so closing the loop
+    afterwards cannot hang the whole run on it.
+    """
+    yield
+    loop = asyncio.get_running_loop()
+    current = asyncio.current_task()
+    deadline = loop.time() + LEFTOVER_SECONDS
+    left = {t for t in asyncio.all_tasks() if t is not current and not t.done()}
+    while left and loop.time() < deadline:
+        for task in left:
+            task.cancel()
+        await asyncio.wait(left, timeout=0.5)
+        left = {t for t in left if not t.done()}
+    for task in left:
+        stack = io.StringIO()
+        task.print_stack(file=stack)
+        warnings.warn(
+            f"a task ignored cancellation at the end of the session: {task!r}\n"
+            f"{stack.getvalue()}",
+            pytest.PytestWarning,
+            stacklevel=1,
+        )
+        _LEFT_BEHIND.append(task)
+        asyncio.tasks._unregister_task(task)  # the loop's close skips it
+
+
+#: the tasks the session could not end (kept referenced; never awaited again)
+_LEFT_BEHIND: list[asyncio.Task[Any]] = []
