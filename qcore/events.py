@@ -30,6 +30,8 @@ EVENTS = (
     "instance_paused",
     "instance_resumed",
     "instance_removed",
+    "instance_limited",
+    "instance_unlimited",
 )
 
 

@@ -166,6 +166,9 @@ class Boss(
         self._affinity = Affinity(key=self.instance_key)
         #: whether an operator paused this server (its workers claim nothing meanwhile)
         self.paused = False
+        #: why the system limiter holds this server's claiming (None: it does not)
+        self.limited: str | None = None
+        self._beats: set[asyncio.Task[None]] = set()  # heartbeats asked for out of turn
         if registry.register_instance is not False and connection.get("application_name") is None:
             # its connections name it, so pg_stat_activity joins its row
             connection = {**connection, "application_name": f"qcore:{str(self.instance_id)[:8]}"}
@@ -350,7 +353,32 @@ class Boss(
             workers=self.worker_statuses,
             pool=pool,
             on_paused=self._set_paused,
+            limited=lambda: self.limited,
         )
+
+    def _set_limited(self, reason: str | None) -> None:
+        """The system limiter holds claiming (``reason``) or lets it go (None).
+
+        The row says so at once: the registry beats now rather than at its next
+        heartbeat.
+        """
+        self.limited = reason
+        if reason is None:
+            self._wake_all()
+        registry = self._running.get("registry", InstanceRegistry)
+        if registry is not None:
+            self._beat_soon(registry)
+
+    def _beat_soon(self, registry: InstanceRegistry) -> None:
+        async def beat() -> None:
+            try:
+                await registry.exclusive(registry.run_pass)
+            except Exception as exc:  # the next heartbeat writes the row again
+                self.events.emit("error", exc)
+
+        task = asyncio.ensure_future(beat())
+        self._beats.add(task)
+        task.add_done_callback(self._beats.discard)
 
     async def _register_late(self) -> None:
         """A ``Boss`` left to register when it works: its first worker registers it."""

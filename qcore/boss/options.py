@@ -37,6 +37,7 @@ from qcore.backend import Backend
 from qcore.db import ConnectionOptions
 from qcore.errors import ConfigError, ValidationError
 from qcore.identifiers import schema_name
+from qcore.services.limiter import SystemLimits
 from qcore.services.maintenance import DAY_SECONDS, Maintenance
 from qcore.services.timekeeper import TimekeeperSettings
 from qcore.verbs import instances as instance_ops
@@ -99,6 +100,7 @@ class BossOptions(ConnectionOptions, total=False):
     instance_name: str | None
     instance_heartbeat_seconds: int
     instance_key: str | None
+    system_limiter: SystemLimits | Mapping[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,8 @@ class RegistryOptions:
     instance_name: str | None = field(default=None, metadata=UNRECORDED)
     instance_heartbeat_seconds: int = 30
     instance_key: str | None = None
+    #: pause claiming while this process lacks CPU or memory (see qcore.services.limiter)
+    system_limiter: SystemLimits | Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         name = self.instance_name
@@ -192,6 +196,7 @@ class RegistryOptions:
         except ValidationError as exc:
             raise ConfigError(str(exc)) from None
         object.__setattr__(self, "instance_key", key)
+        object.__setattr__(self, "system_limiter", SystemLimits.of(self.system_limiter))
         if self.register_instance not in (None, True, False):
             raise ConfigError(
                 f"register_instance must be True, False or None, got {self.register_instance!r}"

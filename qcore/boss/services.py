@@ -24,6 +24,7 @@ from qcore.periodic import Service
 from qcore.services.bam import BamWorker
 from qcore.services.flows import FlowResolver
 from qcore.services.instances import InstanceRegistry
+from qcore.services.limiter import SystemLimiter
 from qcore.services.monitor import Supervisor
 from qcore.services.notifier import Notifier
 from qcore.services.pause_watch import PauseWatch
@@ -63,6 +64,8 @@ class Host(Protocol):
     def _pause_noticed(self, key: str | None) -> None: ...
 
     def _reconnected(self) -> None: ...
+
+    def _set_limited(self, reason: str | None) -> None: ...
 
     @property
     def _wip(self) -> Service: ...
@@ -164,6 +167,13 @@ def _registry(boss: Host) -> Service | None:
     return boss._registry() if registers or late else None
 
 
+def _limiter(boss: Host) -> Service | None:
+    limits = boss.settings.registry.system_limiter
+    if limits is None:
+        return None
+    return SystemLimiter(boss.events, limits, on_limited=boss._set_limited)
+
+
 def _pause_watch(boss: Host) -> Service | None:
     # a keyed server only (it registers at start): an operator pauses a server by its key
     key = boss.settings.registry.instance_key
@@ -175,6 +185,7 @@ def _pause_watch(boss: Host) -> Service | None:
 SERVICES: tuple[Registration, ...] = (
     Registration("registry", _registry),
     Registration("pause_watch", _pause_watch),
+    Registration("limiter", _limiter),
     Registration("notifier", _notifier),
     Registration("supervisor", _supervisor, busy=lambda s: s.maintaining),
     Registration("flows", _flows, busy=lambda s: s.busy),

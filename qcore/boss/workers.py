@@ -48,6 +48,7 @@ class WorkerParts(BossParts, Protocol):
 
     #: whether an operator paused this server (its workers claim nothing meanwhile)
     paused: bool
+    limited: str | None
     #: handlers registered with handler(), run by work_handlers()
     handlers: list[Handler]
     _ctx: Context | None
@@ -161,7 +162,7 @@ class WorkerVerbs:
             context=self.context,
             events=self.events,
             listening=self._listening,
-            paused=lambda: self.paused,
+            paused=lambda: self.paused or self.limited is not None,
             on_change=self._wip.changed,
             poll=self._poll,
             failures=self._failures,

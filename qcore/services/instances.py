@@ -143,6 +143,7 @@ class InstanceRegistry(Periodic):
         workers: Callable[[], Sequence[Any]],
         pool: Callable[[], dict[str, int] | None],
         on_paused: Callable[[bool], None] | None = None,
+        limited: Callable[[], str | None] = lambda: None,
     ) -> None:
         super().__init__(events, float(settings.heartbeat_seconds), detached=True)
         self._context = context
@@ -150,6 +151,7 @@ class InstanceRegistry(Periodic):
         self._workers = workers
         self._pool = pool
         self._on_paused = on_paused
+        self._limited = limited
         self._lag = LoopLag()
         self._usage: ProcessUsage | None = None
         self._started_on: dt.datetime | None = None
@@ -227,6 +229,8 @@ class InstanceRegistry(Periodic):
         s = self.settings
         pool = self._pool() or {}
         metrics = self._usage.sample() if self._usage is not None else None
+        if metrics is not None:
+            metrics["limitedBy"] = self._limited()  # qcore's: the system limiter's reason
         return {
             "id": s.id,
             "name": s.name,
