@@ -147,6 +147,10 @@ class Job:
     #: the instance key of the server that claimed the job last (qcore's own table: a
     #: plain string, never a reference; None for an anonymous server or pg-boss)
     processed_on_instance_key: str | None = None
+    #: the regular expression a server's key must match to claim the job, as it was sent
+    #: (qcore's own table; read by get_job_by_id and find_jobs while the job can still
+    #: be claimed: the pattern is forgotten once it cannot)
+    preferred_instance_key_pattern: str | None = None
     # -- run time (not a column) -----------------------------------------------------
     _cancelled: threading.Event | None = field(default=None, init=False, compare=False, repr=False)
 

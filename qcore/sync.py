@@ -301,6 +301,7 @@ class SyncBoss:
     get_instances = _blocking(Boss.get_instances)
     list_instances = _blocking(Boss.list_instances)
     instance_counts = _blocking(Boss.instance_counts)
+    get_affinity_backlog = _blocking(Boss.get_affinity_backlog)
     pause_instance = _blocking(Boss.pause_instance)
     resume_instance = _blocking(Boss.resume_instance)
     remove_instance = _blocking(Boss.remove_instance)

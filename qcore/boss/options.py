@@ -83,6 +83,7 @@ class BossOptions(ConnectionOptions, total=False):
     queue_cache_interval_seconds: float
     warning_slow_query_seconds: float
     warning_queue_size: int
+    warning_affinity_unmatched_seconds: float
     persist_warnings: bool
     warning_retention_days: int | None
     persist_queue_stats: bool

@@ -74,6 +74,8 @@ class Maintenance:
     queue_cache_interval_seconds: float = 60.0
     warning_slow_query_seconds: float = 30.0
     warning_queue_size: int = 10_000
+    #: a job with affinity ready this long that no live server's key matches is warned of
+    warning_affinity_unmatched_seconds: float = 300.0
     persist_warnings: bool = False
     warning_retention_days: int | None = None
     persist_queue_stats: bool = False
@@ -91,6 +93,7 @@ class Maintenance:
             "queue_cache_interval_seconds",
             "reindex_interval_seconds",
             "warning_slow_query_seconds",
+            "warning_affinity_unmatched_seconds",
         ):
             check_number(option, getattr(self, option), 1, DAY_SECONDS, integer=False)
         check_number("warning_queue_size", self.warning_queue_size, 1, 2**31 - 1, integer=True)

@@ -56,7 +56,7 @@ from qcore.services.maintenance import Maintenance
 from qcore.services.statistics import refresh_statistics
 from qcore.services.vacuum import VacuumWatch
 from qcore.sql import monitor as sql
-from qcore.verbs import jobs
+from qcore.verbs import affinity, jobs
 from qcore.verbs.queues import missing_queue
 from qcore.verbs.reindex import Reindex, rebuild
 
@@ -185,6 +185,9 @@ async def supervise(
             )
             maintained += retention.maintained
             deleted += retention.deleted
+    if claimed and events is not None and not stopping():
+        after = settings.warning_affinity_unmatched_seconds
+        await affinity.warn_unmatched(ctx, claimed, events, after)
     if not stopping():
         await maintenance.prune(ctx, settings, stopping=stopping)
     if vacuum is not None and settings.monitor_vacuum and not stopping():

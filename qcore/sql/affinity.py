@@ -25,6 +25,7 @@ __all__ = [
     "create_job_processed_table",
     "insert_patterns",
     "notify_patterned",
+    "pattern_backlog",
     "patterned_column",
     "prune_patterns",
     "record_processed",
@@ -182,6 +183,27 @@ def waiting_patterns(q: str) -> Statement:
         " AND t.pattern > walk.pattern ORDER BY t.pattern LIMIT 1)"
         " FROM walk WHERE walk.pattern IS NOT NULL)"
         f" SELECT pattern FROM walk WHERE pattern IS NOT NULL LIMIT {p('limit')}::int"
+    )
+
+
+@lru_cache(maxsize=8)
+def pattern_backlog(q: str) -> Statement:
+    """The waiting jobs with a pattern of ``queues``, by queue and pattern, most first.
+
+    Columns: ``queue``, ``pattern``, ``waiting`` (created or retrying), ``oldest_ready``
+    (the earliest ``start_after`` already passed; NULL while none is) and
+    ``ready_seconds`` (how long ago, by the database's clock); at most ``limit`` rows. A
+    join of qcore's pattern table onto the job table, the same everywhere.
+    """
+    p = Params()
+    ready = f"min(CASE WHEN j.start_after <= {q}.job_now() THEN j.start_after END)"
+    return p.statement(
+        f"SELECT pt.name AS queue, pt.pattern, count(*) AS waiting, {ready} AS oldest_ready,"
+        f" extract(epoch FROM {q}.job_now() - {ready}) AS ready_seconds"
+        f" FROM {_patterns(q)} pt JOIN {q}.job j ON j.name = pt.name AND j.id = pt.id"
+        f" WHERE pt.name = ANY({p('queues')}::text[]) AND j.state < 'active'"
+        f" GROUP BY pt.name, pt.pattern ORDER BY count(*) DESC, pt.name, pt.pattern"
+        f" LIMIT {p('limit')}::int"
     )
 
 

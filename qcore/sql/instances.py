@@ -39,6 +39,7 @@ __all__ = [
     "instance_counts",
     "instance_exists",
     "list_instances",
+    "live_instance_keys",
     "prune_instance_lives",
     "read_instance_pause",
     "register_instance",
@@ -464,6 +465,16 @@ def add_pause_acknowledged_column(schema: str) -> DDL:
 
 #: what a keyed server reads of its key: the pause, when it was asked, when acknowledged
 _PAUSE_STATE = "k.paused, k.changed_on, k.acknowledged_on"
+
+
+@lru_cache(maxsize=16)
+def live_instance_keys(q: str) -> Statement:
+    """The distinct keys (``key``) of the live keyed servers, from their rows; everywhere alike."""
+    return Statement(
+        "SELECT DISTINCT i.config ->> 'instanceKey' AS key"
+        f" FROM {q}.instance i WHERE i.stopped_on IS NULL AND NOT ({_quiet(q, 'i')})"
+        " AND i.config ->> 'instanceKey' IS NOT NULL"
+    )
 
 
 @lru_cache(maxsize=16)

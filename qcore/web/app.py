@@ -238,6 +238,7 @@ class Dashboard:
             depth_chart=Markup(depth_chart(page.depth)) if len(page.depth) > 1 else None,
             charts=history_charts(history, name) if history else None,
             dead_letter_for=page.dead_letter_for,
+            patterns=page.patterns,
         )
 
     async def job(self, request: Request) -> Response:

@@ -25,6 +25,7 @@ from qcore.metrics import (
     Usage,
     WindowHistory,
 )
+from qcore.verbs.affinity import PatternBacklog
 from qcore.verbs.queues import missing_queue
 from qcore.verbs.schedules import Schedule
 from qcore.verbs.warnings import StoredWarning
@@ -147,6 +148,8 @@ class QueuePage:
     page: JobPage
     depth: list[dict[str, Any]]
     dead_letter_for: list[str]
+    #: its waiting jobs by affinity pattern (empty: none has one)
+    patterns: list[PatternBacklog]
 
 
 def cursor(created_on: dt.datetime | None, id: uuid.UUID) -> str:
@@ -245,6 +248,7 @@ class Board:
             page=page,
             depth=depth[::-1],
             dead_letter_for=sorted(q.name for q in queues if q.dead_letter == name),
+            patterns=await self.boss.get_affinity_backlog(name),
         )
 
     async def jobs(self, name: str, *, filter: JobFilter, before: str | None) -> JobPage:

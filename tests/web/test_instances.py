@@ -108,3 +108,30 @@ async def test_bad_filters_are_refused(registry: Boss) -> None:
         for params in ({"show": "everyone"}, {"state": "asleep"}, {"after": "x"}):
             page = await http.get("/instances", params=params)
             assert page.status_code == 400, params
+
+
+async def test_the_queue_page_counts_waiting_jobs_by_pattern_and_the_job_page_shows_it(
+    pg_dsn: str,
+) -> None:
+    schema = f"web_affinity_{uuid.uuid4().hex[:8]}"
+    boss = Boss(pg_dsn, schema=schema, supervise=False, schedule=False, instance_key="a:ram-8gb")
+    await boss.start()
+    try:
+        await boss.create_queue("render")
+        gpu = await boss.send("render", {"n": 1}, preferred_instance_key_pattern="<b>gpu</b>")
+        await boss.send("render", {"n": 2}, preferred_instance_key_pattern="ram-8gb")
+        async with client(create_app(boss)) as http:
+            page = await http.get("/queue", params={"name": "render"})
+            assert page.status_code == 200
+            section = page.text[page.text.index('id="affinity"') :]
+            assert "&lt;b&gt;gpu&lt;/b&gt;" in section and "<b>gpu</b>" not in section
+            matched = r'ram-8gb</td><td class="num">1</td><td>[^<]*</td><td class="num">1<'
+            assert re.search(matched, section)  # one waits; one live server (this one) matches
+            assert '<span class="badge failed">none</span>' in section  # no server has a gpu
+            job = await http.get("/job", params={"queue": "render", "id": str(gpu)})
+            assert "<dt>affinity</dt><dd class=\"mono\">&lt;b&gt;gpu&lt;/b&gt;</dd>" in job.text
+            plain = await http.get("/queue", params={"name": "render", "state": "completed"})
+            assert plain.status_code == 200
+    finally:
+        await boss.stop()
+        admin_execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE', pg_dsn)

@@ -8,7 +8,10 @@ from typing import Any
 from qcore.arguments import verb
 from qcore.boss.verbs.parts import BossParts
 from qcore.job import InstanceCounts, InstanceListing, InstancePage
+from qcore.options import queue_name
+from qcore.verbs import affinity as affinity_ops
 from qcore.verbs import instances as instance_ops
+from qcore.verbs.affinity import PatternBacklog
 
 __all__ = ["InstanceVerbs"]
 
@@ -71,6 +74,18 @@ class InstanceVerbs:
     async def instance_counts(self: BossParts, *, db: Any = None) -> InstanceCounts:
         """The registry's counts: rows, live, keyed, anonymous live and paused servers."""
         return await instance_ops.instance_counts(self.context(db))
+
+    @verb()
+    async def get_affinity_backlog(
+        self: BossParts, name: str, *, db: Any = None
+    ) -> list[PatternBacklog]:
+        """Queue ``name``'s waiting jobs by affinity pattern, most first.
+
+        Each with how many wait, since when one has been ready, and how many live
+        servers' keys match it (0: none can run them now; the supervise pass warns of
+        that as ``affinity_unmatched``).
+        """
+        return await affinity_ops.pattern_backlog(self.context(db), [queue_name(name)])
 
     @verb()
     async def pause_instance(self: BossParts, instance_key: str, *, db: Any = None) -> None:

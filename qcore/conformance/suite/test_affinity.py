@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 
 from qcore import Boss, JobState
-from qcore.conformance.helpers import count, running
+from qcore.conformance.helpers import count, running, set_clock
 from qcore.errors import ConfigError, ValidationError
+from qcore.events import Events, WarningEvent
 from qcore.services.instances import InstanceRegistry
 from qcore.services.maintenance import prune_affinity
+from qcore.services.monitor import supervise
 from qcore.verbs import jobs
 from qcore.verbs.jobs.locked import check_locked_claims
 
@@ -308,3 +310,47 @@ async def test_jobs_processed_are_counted_per_key(db: Any, backend: Any, schema:
             await c.get_instances(offset=-1)
         with pytest.raises(ValidationError, match="not both"):
             await c.get_instances(offset=0, after=c.instance_id)
+
+
+async def test_an_operator_sees_each_pattern_and_whether_a_live_server_matches_it(
+    db: Any, backend: Any, schema: str
+) -> None:
+    """A job's pattern is on the job; the queue's waiting jobs are counted by pattern
+    with the live servers each matches; a pattern no live server matches, ready longer
+    than ``warning_affinity_unmatched_seconds``, is warned of as ``affinity_unmatched``
+    by the supervise pass (the schema's clock runs ahead instead of a wait)."""
+    # beats every hour: still live when the clock runs ten minutes ahead
+    sender = _boss(db, backend, schema, A, instance_heartbeat_seconds=3600)
+    async with running(sender) as a:
+        await a.create_queue("render")
+        gpu = await a.send("render", "g1", preferred_instance_key_pattern="gpu")
+        await a.send("render", "g2", preferred_instance_key_pattern="gpu")
+        await a.send("render", "big", preferred_instance_key_pattern="ram-8gb")
+        await a.send("render", "plain")
+        assert gpu is not None
+        job = await a.get_job_by_id("render", gpu)
+        assert job is not None and job.preferred_instance_key_pattern == "gpu"
+        [found] = [j for j in await a.find_jobs("render") if j.data == "big"]
+        assert found.preferred_instance_key_pattern == "ram-8gb"
+
+        backlog = await a.get_affinity_backlog("render")
+        assert [(b.pattern, b.waiting, b.live_matches) for b in backlog] == [
+            ("gpu", 2, 0),
+            ("ram-8gb", 1, 1),
+        ]
+        assert all(b.ready_seconds is not None and b.ready_seconds < 300 for b in backlog)
+
+        ctx = a.context()
+        events = Events()
+        warned: list[WarningEvent] = []
+        events.on("warning", warned.append)
+        await supervise(ctx, events=events)
+        assert [w for w in warned if w.type == "affinity_unmatched"] == []  # not for long yet
+        await set_clock(ctx, 600)
+        try:
+            await supervise(ctx, events=events)
+        finally:
+            await set_clock(ctx, 0)
+        [unmatched] = [w for w in warned if w.type == "affinity_unmatched"]
+        assert unmatched.data["queue"] == "render" and unmatched.data["pattern"] == "gpu"
+        assert unmatched.data["waiting"] == 2 and "no live server" in unmatched.message

@@ -6,21 +6,25 @@ from functools import lru_cache
 
 from qcore.identifiers import quote
 from qcore.sql._statement import Params, Statement, before_keyset
-from qcore.sql.affinity import JOB_PROCESSED_TABLE
+from qcore.sql.affinity import JOB_PATTERN_TABLE, JOB_PROCESSED_TABLE
 from qcore.sql.jobs.columns import JOB_COLUMNS, queue_cte, returning_columns
 
 
 def _attribution(q: str, attributed: bool) -> tuple[str, str]:
-    """With ``attributed``: the column ``processed_on_instance_key`` and its join onto ``j``.
+    """With ``attributed``: who claimed the job and its affinity pattern, joined onto ``j``.
 
-    ``attributed``: qcore's attribution table exists.
+    The columns ``processed_on_instance_key`` and ``preferred_instance_key_pattern``;
+    ``attributed``: qcore's attribution and pattern tables exist (installed together).
     """
     if not attributed:
         return "", ""
     table = f"{q}.{quote(JOB_PROCESSED_TABLE)}"
+    patterns = f"{q}.{quote(JOB_PATTERN_TABLE)}"
     return (
-        ", r.instance_key AS processed_on_instance_key",
-        f" LEFT JOIN {table} r ON r.name = j.name AND r.id = j.id",
+        ", r.instance_key AS processed_on_instance_key,"
+        " pt.pattern AS preferred_instance_key_pattern",
+        f" LEFT JOIN {table} r ON r.name = j.name AND r.id = j.id"
+        f" LEFT JOIN {patterns} pt ON pt.name = j.name AND pt.id = j.id",
     )
 
 
