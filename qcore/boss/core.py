@@ -69,6 +69,7 @@ from qcore.services.instances import InstanceRegistry, RegistrySettings, recorde
 from qcore.services.notifier import Notifier
 from qcore.services.pause_watch import PauseWatch
 from qcore.services.warnings import WarningRecorder, slow_query_watch
+from qcore.verbs.instances import InstanceNotice
 from qcore.verbs.jobs.shared import SharedStatements
 from qcore.verbs.schema import (
     affinity_tables_present,
@@ -405,16 +406,26 @@ class Boss(
         notifier = self._running.get("notifier", Notifier)
         return notifier is not None and notifier.available
 
-    def _pause_noticed(self, key: str | None) -> None:
-        """A notice that ``key``'s pause changed (None: notices may have been missed)."""
+    def _instance_noticed(self, notice: InstanceNotice | None) -> None:
+        """Another process paused, resumed or removed a key (None: notices may be lost).
+
+        This server's own key: its pause watch reads it now (and announces the change
+        itself). Another key: the ``instance_<action>`` event here too, unless this
+        ``Boss`` did it (it emitted the event already).
+        """
         watch = self._running.get("pause_watch", PauseWatch)
-        if watch is not None and key in (None, watch.key):
-            watch.poke()
+        if notice is None or notice.key == self.instance_key:
+            if watch is not None:
+                watch.poke()
+            return
+        if notice.by != str(self.instance_id):
+            event = {"instance_key": notice.key, "by": notice.by}
+            self.events.emit(f"instance_{notice.action}", event)
 
     def _reconnected(self) -> None:
         """The listener is back: what it may have missed is read again."""
         self._wake_all()
-        self._pause_noticed(None)
+        self._instance_noticed(None)
 
     @property
     def _owns_db(self) -> bool:

@@ -30,6 +30,7 @@ from qcore.services.notifier import Notifier
 from qcore.services.pause_watch import PauseWatch
 from qcore.services.timekeeper import ClockSkew, Timekeeper
 from qcore.tasks import UNWIND_SECONDS
+from qcore.verbs.instances import InstanceNotice
 from qcore.worker import Worker
 
 __all__ = ["SERVICES", "Host", "Registration", "Running", "busy"]
@@ -61,7 +62,7 @@ class Host(Protocol):
 
     def _pause_watch(self, key: str) -> PauseWatch: ...
 
-    def _pause_noticed(self, key: str | None) -> None: ...
+    def _instance_noticed(self, notice: InstanceNotice | None) -> None: ...
 
     def _reconnected(self) -> None: ...
 
@@ -103,7 +104,7 @@ def _notifier(boss: Host) -> Service | None:
         boss.context(),
         boss.events,
         on_queue=boss._wake,
-        on_instance=boss._pause_noticed,
+        on_instance=boss._instance_noticed,
         on_reconnect=boss._reconnected,
     )
 

@@ -7,8 +7,8 @@ so a pg-boss producer wakes qcore workers and the other way round. A job insert
 payload; each one calls ``on_queue(name)``, which wakes that queue's idle workers. A
 job with an affinity pattern notifies JSON instead (see :mod:`qcore.affinity`): a
 server whose key the pattern cannot match skips it. An operator's pause or resume of a
-keyed server notifies ``{"instanceKey": ..., "paused": ...}``: ``on_instance(key)``
-(see :mod:`qcore.services.pause_watch`); pg-boss ignores it.
+server (or a removal) notifies ``{"instanceKey": ..., "action": ..., "by": ...}``:
+``on_instance(notice)`` (see :mod:`qcore.services.pause_watch`); pg-boss ignores it.
 
 A notification is only a latency hint: workers keep polling. The adapter owns
 the dedicated connection, its heartbeat (every 10 s, 5 s timeout) and the
@@ -31,7 +31,7 @@ from qcore.context import Context
 from qcore.db import Listener
 from qcore.events import Events
 from qcore.sql.locks import notify_channel
-from qcore.verbs.instances import paused_key
+from qcore.verbs.instances import InstanceNotice
 
 __all__ = ["UNAVAILABLE", "Notifier"]
 
@@ -55,7 +55,7 @@ class Notifier:
         *,
         on_queue: Callable[[str], None],
         on_reconnect: Callable[[], None],
-        on_instance: Callable[[str], None] | None = None,
+        on_instance: Callable[[InstanceNotice | None], None] | None = None,
     ) -> None:
         self._ctx = ctx
         self._events = events
@@ -107,10 +107,10 @@ class Notifier:
         self._events.warn(UNAVAILABLE, message, channel=self.channel, **data)
 
     def _message(self, _channel: str, payload: str) -> None:
-        key = paused_key(payload)
-        if key is not None:
+        notice = InstanceNotice.parse(payload)
+        if notice is not None:
             if self._on_instance is not None:
-                self._on_instance(key)
+                self._on_instance(notice)
             return
         queue, pattern = parse_notify_payload(payload)
         if pattern is not None and not self._ctx.affinity.matches(pattern):

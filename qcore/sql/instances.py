@@ -40,6 +40,7 @@ __all__ = [
     "instance_exists",
     "list_instances",
     "live_instance_keys",
+    "notify_instances",
     "prune_instance_lives",
     "read_instance_pause",
     "register_instance",
@@ -555,6 +556,15 @@ def set_instance_paused(q: str, *, create: bool, own: bool, notify: bool) -> Sta
         f"WITH changed AS ({change}) SELECT c.instance_key,"
         f" pg_notify({p('channel')}::text, {p('payload')}::text) IS NOT NULL AS notified"
         " FROM changed c"
+    )
+
+
+@lru_cache(maxsize=1)
+def notify_instances() -> Statement:
+    """Send ``payload`` on ``channel`` (a removal's notice; LISTEN/NOTIFY backends only)."""
+    p = Params()
+    return p.statement(
+        f"SELECT pg_notify({p('channel')}::text, {p('payload')}::text) IS NOT NULL AS notified"
     )
 
 

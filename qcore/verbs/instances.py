@@ -26,6 +26,7 @@ __all__ = [
     "INSTANCE_KEY_ENV",
     "MAX_INSTANCES_PAGE",
     "REMOVE_AFTER_MINUTES",
+    "InstanceNotice",
     "PauseState",
     "acknowledge_pause",
     "get_instances",
@@ -33,8 +34,6 @@ __all__ = [
     "instance_key",
     "list_instances",
     "pause_instance",
-    "pause_notice",
-    "paused_key",
     "read_pause",
     "remove_instance",
     "resume_instance",
@@ -194,56 +193,83 @@ async def instance_counts(ctx: Context) -> InstanceCounts:
     return InstanceCounts(**{k: int(v) for k, v in row.items()})
 
 
-#: the field of a NOTIFY payload that names a paused or resumed server's key (a job's
-#: payload is a queue name or ``{"queue": ..., "pattern": ...}``; pg-boss ignores this one)
-PAUSE_NOTICE_FIELD = "instanceKey"
+#: what an instance notice says was done to a key (each also an event of that name,
+#: ``instance_<action>``)
+NOTICE_ACTIONS = ("paused", "resumed", "removed")
 
 
-def pause_notice(key: str, paused: bool) -> str:
-    """The NOTIFY payload telling the server with ``key`` to read its pause state now."""
-    return json.dumps({PAUSE_NOTICE_FIELD: key, "paused": paused}, separators=(",", ":"))
+@dataclass(frozen=True, slots=True)
+class InstanceNotice:
+    """A NOTIFY payload telling every listening server a key was paused, resumed or removed.
+
+    ``by``: the instance id of the ``Boss`` that did it (it told its own listeners
+    already). JSON with an ``instanceKey`` field: never read as a queue name (a job's
+    payload is a queue name or ``{"queue": ..., "pattern": ...}``); pg-boss ignores it.
+    """
+
+    key: str
+    action: str
+    by: str | None = None
+
+    def payload(self) -> str:
+        body = {"instanceKey": self.key, "action": self.action, "by": self.by}
+        return json.dumps(body, separators=(",", ":"))
+
+    @classmethod
+    def parse(cls, payload: str) -> InstanceNotice | None:
+        """The notice ``payload`` holds (None: another payload)."""
+        if not payload.startswith("{"):
+            return None
+        try:
+            decoded = json.loads(payload)
+        except ValueError:
+            return None
+        if not isinstance(decoded, dict):
+            return None
+        key, action, by = decoded.get("instanceKey"), decoded.get("action"), decoded.get("by")
+        if not isinstance(key, str) or action not in NOTICE_ACTIONS:
+            return None
+        return cls(key, action, by if isinstance(by, str) else None)
 
 
-def paused_key(payload: str) -> str | None:
-    """The key a NOTIFY payload of :func:`pause_notice` names (None: another payload)."""
-    if not payload.startswith("{"):
-        return None
-    try:
-        decoded = json.loads(payload)
-    except ValueError:
-        return None
-    key = decoded.get(PAUSE_NOTICE_FIELD) if isinstance(decoded, dict) else None
-    return key if isinstance(key, str) else None
+def _notice(ctx: Context, notice: InstanceNotice) -> dict[str, Any]:
+    """The values that send ``notice`` with a statement (none where nothing listens)."""
+    if not ctx.backend.capabilities.listen_notify:
+        return {}
+    return {"channel": notify_channel(ctx.schema_spec), "payload": notice.payload()}
 
 
-async def _set_paused(ctx: Context, key: str, paused: bool, *, own: bool) -> list[Any]:
-    """Store a pause or resume of ``key``, told at once to a listening server."""
-    notify = ctx.backend.capabilities.listen_notify
-    statement = sql.set_instance_paused(ctx.q, create=paused, own=own, notify=notify)
-    values: dict[str, Any] = {"key": key, "paused": paused}
-    if notify:
-        values.update(channel=notify_channel(ctx.schema_spec), payload=pause_notice(key, paused))
-    return await retry.run(ctx, statement, **values)
+async def _set_paused(
+    ctx: Context, key: str, paused: bool, *, own: bool, by: str | None
+) -> list[Any]:
+    """Store a pause or resume of ``key``, told at once to every listening server."""
+    told = _notice(ctx, InstanceNotice(key, "paused" if paused else "resumed", by))
+    statement = sql.set_instance_paused(ctx.q, create=paused, own=own, notify=bool(told))
+    return await retry.run(ctx, statement, key=key, paused=paused, **told)
 
 
-async def pause_instance(ctx: Context, key: str, *, own: bool = False) -> None:
+async def pause_instance(
+    ctx: Context, key: str, *, own: bool = False, by: str | None = None
+) -> None:
     """Pause the server with ``key`` until it is resumed.
 
     It keeps heartbeating and claims nothing: at once where LISTEN/NOTIFY reaches it,
     else from its next poll. The pause is persisted, so a restart stays paused. A key no
     server has used yet is paused ahead of it. ``own``: the server itself asks (it
-    acknowledges the pause as it is stored).
+    acknowledges the pause as it is stored); ``by``: the asking instance's id, in the notice.
     """
-    await _set_paused(ctx, instance_key(key), True, own=own)
+    await _set_paused(ctx, instance_key(key), True, own=own, by=by)
 
 
-async def resume_instance(ctx: Context, key: str, *, own: bool = False) -> None:
+async def resume_instance(
+    ctx: Context, key: str, *, own: bool = False, by: str | None = None
+) -> None:
     """Let the server with ``key`` claim again.
 
     As a pause, at once or from its next poll; ``ValidationError`` for a key no server
     has used or paused.
     """
-    if not await _set_paused(ctx, instance_key(key), False, own=own):
+    if not await _set_paused(ctx, instance_key(key), False, own=own, by=by):
         raise ValidationError(f"no server has instance key {key!r}: nothing to resume")
 
 
@@ -281,11 +307,12 @@ async def acknowledge_pause(ctx: Context, key: str, state: PauseState) -> None:
         )
 
 
-async def remove_instance(ctx: Context, key: str) -> int:
+async def remove_instance(ctx: Context, key: str, *, by: str | None = None) -> int:
     """Forget ``key`` and its pause state, and delete its servers' rows from the registry.
 
     Refused with ``ValidationError`` while a server with it was seen within the last 30
     minutes, or for an unknown key. Jobs are never touched. Returns the rows deleted.
+    Every listening server is told (``by``: the asking instance's id).
     """
     [row] = await retry.run(
         ctx, sql.remove_instance_key(ctx.q), key=instance_key(key), minutes=REMOVE_AFTER_MINUTES
@@ -298,4 +325,7 @@ async def remove_instance(ctx: Context, key: str) -> int:
             f" minutes ago; it can be removed once it has been gone {REMOVE_AFTER_MINUTES}"
             " minutes (stop it first)"
         )
+    told = _notice(ctx, InstanceNotice(key, "removed", by))
+    if told:
+        await retry.run(ctx, sql.notify_instances(), **told)
     return int(row["rows_removed"])

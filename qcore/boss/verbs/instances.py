@@ -99,7 +99,8 @@ class InstanceVerbs:
         restarts. Emits ``instance_paused`` here.
         """
         own = instance_key == self.instance_key
-        await instance_ops.pause_instance(self.context(db), instance_key, own=own)
+        by = str(self.instance_id)
+        await instance_ops.pause_instance(self.context(db), instance_key, own=own, by=by)
         if own:
             self._set_paused(True, announce=False)
         self.events.emit("instance_paused", {"instance_key": instance_key})
@@ -112,7 +113,8 @@ class InstanceVerbs:
         ``instance_resumed`` here.
         """
         own = instance_key == self.instance_key
-        await instance_ops.resume_instance(self.context(db), instance_key, own=own)
+        by = str(self.instance_id)
+        await instance_ops.resume_instance(self.context(db), instance_key, own=own, by=by)
         if own:
             self._set_paused(False, announce=False)
         self.events.emit("instance_resumed", {"instance_key": instance_key})
@@ -124,6 +126,7 @@ class InstanceVerbs:
         Its key, pause state and registry rows go (the number of rows is returned); jobs
         are never touched. Before that, a ``ValidationError``. Emits ``instance_removed``.
         """
-        removed = await instance_ops.remove_instance(self.context(db), instance_key)
+        by = str(self.instance_id)
+        removed = await instance_ops.remove_instance(self.context(db), instance_key, by=by)
         self.events.emit("instance_removed", {"instance_key": instance_key})
         return removed

@@ -5,6 +5,7 @@ Each mixin's methods take ``self`` as a :class:`BossParts`, and ``Boss`` is one.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, Protocol
 
 from qcore.boss.services import Running
@@ -33,6 +34,7 @@ class BossParts(Protocol):
     _stopped: bool
     #: this server's instance key (None: anonymous)
     instance_key: str | None
+    instance_id: uuid.UUID
 
     def _set_paused(self, paused: bool, *, announce: bool = True) -> None: ...
 

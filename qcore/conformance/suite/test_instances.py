@@ -420,6 +420,48 @@ async def test_a_pause_reaches_a_listening_server_at_once(
         await until(lambda: not b.paused, timeout=15, what="the resume, told by NOTIFY")
 
 
+async def test_pause_resume_and_remove_are_told_to_every_listening_instance(
+    db: Any, backend: Any, schema: str
+) -> None:
+    """Where LISTEN/NOTIFY reaches them, every instance emits ``instance_paused``,
+    ``instance_resumed`` and ``instance_removed`` when any process does one (with the
+    id of the ``Boss`` that did it); that ``Boss`` emits each once."""
+    admin = _boss(db, backend, schema, register_instance=False, use_listen_notify=True)
+    other = _boss(db, backend, schema, instance_key="o:cpu", use_listen_notify=True)
+    heard: dict[str, list[tuple[str, Any]]] = {"admin": [], "other": []}
+    for who, boss in (("admin", admin), ("other", other)):
+        for action in ("paused", "resumed", "removed"):
+            boss.on(
+                f"instance_{action}",
+                lambda e, who=who, action=action: heard[who].append((action, e)),
+            )
+    async with running(admin) as a, running(other) as o:
+        for boss in (a, o):
+            notifier = boss.services.get("notifier", Notifier)
+            if notifier is None or not notifier.available:
+                pytest.skip("needs LISTEN/NOTIFY through this backend and adapter (listen_notify)")
+        await a.pause_instance("gone:gpu")  # a key no server has: removable at once
+        await a.resume_instance("gone:gpu")
+        await a.remove_instance("gone:gpu")
+        await until(lambda: len(heard["other"]) == 3, timeout=15, what="the three notices")
+        assert [(action, e["instance_key"]) for action, e in heard["other"]] == [
+            ("paused", "gone:gpu"),
+            ("resumed", "gone:gpu"),
+            ("removed", "gone:gpu"),
+        ]
+        assert {e["by"] for _, e in heard["other"]} == {str(a.instance_id)}
+        # notices reach a listener in commit order: once the admin hears the other's
+        # pause, its own three notices have come back to it too, and were not re-emitted
+        await o.pause_instance("marker:x")
+        await until(lambda: len(heard["admin"]) == 4, timeout=15, what="the other's notice")
+        assert [(action, e.get("by")) for action, e in heard["admin"]] == [
+            ("paused", None),
+            ("resumed", None),
+            ("removed", None),
+            ("paused", str(o.instance_id)),
+        ]
+
+
 async def test_a_pause_survives_the_servers_restart(db: Any, backend: Any, schema: str) -> None:
     admin = _boss(db, backend, schema, register_instance=False)
     async with running(admin) as a:
