@@ -39,6 +39,7 @@ from qcore.sql import affinity as affinity_sql
 from qcore.sql import instances as instance_sql
 from qcore.sql import maintenance as sql
 from qcore.sql._statement import Statement
+from qcore.verbs import audit
 from qcore.verbs.reindex import Reindex
 
 __all__ = [
@@ -260,6 +261,7 @@ async def prune(ctx: Context, settings: Maintenance, *, stopping: Callable[[], b
     await retry.run(ctx, instance_sql.trim_dead_instances(ctx.q, skip_locked=skip_locked))
     if ctx.affinity.installed:
         await prune_affinity(ctx, stopping=stopping)
+    await audit.prune(ctx)
     if settings.persist_warnings and settings.warning_retention_days:
         await retry.run(ctx, sql.prune_warnings(ctx.q), days=settings.warning_retention_days)
     if not settings.persist_queue_stats:

@@ -42,6 +42,7 @@ from qcore.sql.affinity import (
     create_job_pattern_table,
     create_job_processed_table,
 )
+from qcore.sql.audit import AUDIT_TABLE, create_audit_index, create_audit_table
 from qcore.sql.catalog import (
     ALL_INDEXES,
     BAM_TABLE,
@@ -128,14 +129,20 @@ __all__ = [
 
 
 #: the names of qcore's own tables (:func:`qcore_tables`), beside pg-boss's in a schema
-QCORE_TABLES = (LOCK_TABLE, INSTANCE_KEY_TABLE, JOB_PATTERN_TABLE, JOB_PROCESSED_TABLE)
+QCORE_TABLES = (
+    LOCK_TABLE,
+    INSTANCE_KEY_TABLE,
+    JOB_PATTERN_TABLE,
+    JOB_PROCESSED_TABLE,
+    AUDIT_TABLE,
+)
 
 
 def qcore_tables(schema: str) -> list[DDL]:
     """qcore's own tables, which pg-boss neither has nor reads. Idempotent.
 
-    The lock table (first: the first lease needs it), instance keys, job patterns and
-    attribution.
+    The lock table (first: the first lease needs it), instance keys, job patterns,
+    attribution and the board's audit log.
     """
     return [
         create_lock_table(schema),
@@ -145,6 +152,8 @@ def qcore_tables(schema: str) -> list[DDL]:
         create_job_pattern_table(schema),
         create_job_pattern_index(schema),
         create_job_processed_table(schema),
+        create_audit_table(schema),
+        create_audit_index(schema),
     ]
 
 

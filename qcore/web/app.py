@@ -39,6 +39,7 @@ from qcore.errors import (
     ValidationError,
 )
 from qcore.metrics import MetricsHistoryAdmin, MetricsHistoryProvider
+from qcore.verbs import audit as audit_ops
 from qcore.web import prometheus
 from qcore.web.board import (
     INSTANCE_SHOWN,
@@ -336,6 +337,44 @@ class Dashboard:
 
     # -- actions -----------------------------------------------------------------------
 
+    def actor(self, request: Request) -> str:
+        """Who asks, as the board knows them, and from where.
+
+        The host application's signed-in user (an ``AuthenticationMiddleware`` in front
+        of a mounted board), else the basic-auth user, else the token's holder, else
+        ``anonymous``; with the client's address.
+        """
+        user = request.scope.get("user")
+        name = (
+            getattr(user, "display_name", None)
+            if getattr(user, "is_authenticated", False)
+            else None
+        )
+        if not name:
+            scheme = request.headers.get("authorization", "").partition(" ")[0].lower()
+            if scheme == "basic" and self.access.user is not None:
+                name = self.access.user
+            elif self.access.token is not None:
+                name = "token holder"
+        host = request.client.host if request.client is not None else "unknown host"
+        return f"{name or 'anonymous'} ({host})"
+
+    async def audit(self, request: Request, action: str, target: str, **detail: Any) -> None:
+        """Record an action carried out in the audit log.
+
+        A record that fails is an ``error`` event: the action stands and says so.
+        """
+        try:
+            ctx = self.board.boss.context()
+            await audit_ops.record(ctx, self.actor(request), action, target, detail or None)
+        except QcoreError as exc:
+            self.board.boss.events.emit("error", exc)
+
+    async def audit_log(self, request: Request) -> Response:
+        after = request.query_params.get("after") or None
+        page = await audit_ops.list_audit(self.board.boss.context(), after=after)
+        return self.render(request, "audit.html", entries=page, next_after=page.next)
+
     async def job_action(self, request: Request) -> Response:
         fields = await self.form(request)
         name, ident, action = (
@@ -351,6 +390,7 @@ class Dashboard:
             self.board.boss, action
         )
         result = await verb(name, [ident])
+        await self.audit(request, f"job {action}", f"{name}/{ident}", affected=result.affected)
         done = f"{action}: {result.affected} job(s)"
         if action == "delete":
             return self.back(request, "/queue", done, name=name)
@@ -374,6 +414,7 @@ class Dashboard:
         if fields.get("singleton_key"):
             options["singleton_key"] = fields["singleton_key"]
         job = await self.board.boss.send(name, data, **options)
+        await self.audit(request, "job create", f"{name}/{job}", created=job is not None)
         if job is None:
             return self.back(
                 request, "/queue", "not created: the queue's policy refused it", name=name
@@ -383,6 +424,7 @@ class Dashboard:
     async def redrive(self, request: Request) -> Response:
         name = (await self.form(request)).get("queue", "")
         moved = await self.board.boss.redrive(name)
+        await self.audit(request, "redrive", name, moved=moved)
         return self.back(request, "/queue", f"redrove {moved} job(s)", name=name)
 
     async def instance_action(self, request: Request) -> Response:
@@ -394,6 +436,7 @@ class Dashboard:
             )
         verb = getattr(self.board.boss, f"{action}_instance")
         await verb(key)
+        await self.audit(request, f"instance {action}", key)
         return self.back(request, "/instances", f"{action}d {key}")
 
     async def purge(self, request: Request) -> Response:
@@ -402,6 +445,7 @@ class Dashboard:
             raise _NoHistory(configured=False)
         with _store_state():
             await self.board.admin.purge(before=cutoff)
+        await self.audit(request, "history purge", "metrics history", before=cutoff)
         what = "all history" if cutoff is None else f"history before {cutoff.isoformat()}"
         return self.back(request, "/history/storage", f"purged {what}")
 
@@ -531,6 +575,7 @@ def create_app(
         Route("/instances", h(ui.instances)),
         Route("/instances", h(ui.instance_action), methods=["POST"]),
         Route("/warnings", h(ui.warnings)),
+        Route("/audit", h(ui.audit_log)),
         Route("/schedules", h(ui.schedules)),
         Route("/history", h(ui.history)),
         Route("/history/storage", h(ui.storage)),
