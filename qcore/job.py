@@ -359,6 +359,8 @@ class Instance:
     pause_changed_on: dt.datetime | None = None
     #: when its server acknowledged that change (None: not yet, or never asked)
     pause_acknowledged_on: dt.datetime | None = None
+    #: when any server with that key last beat (its current life, whichever row this is)
+    key_seen_on: dt.datetime | None = None
 
     @property
     def pause_acknowledged(self) -> bool:

@@ -287,13 +287,15 @@ def _key_columns(q: str, keys: bool) -> tuple[str, str]:
     if not keys:
         return (
             "NULL::text AS instance_key, false AS paused, 0 AS jobs_processed,"
-            " NULL::timestamptz AS pause_changed_on, NULL::timestamptz AS pause_acknowledged_on",
+            " NULL::timestamptz AS pause_changed_on, NULL::timestamptz AS pause_acknowledged_on,"
+            " NULL::timestamptz AS key_seen_on",
             "",
         )
     return (
         "k.instance_key, COALESCE(k.paused, false) AS paused,"
         " COALESCE(k.jobs_processed, 0) AS jobs_processed,"
-        " k.changed_on AS pause_changed_on, k.acknowledged_on AS pause_acknowledged_on",
+        " k.changed_on AS pause_changed_on, k.acknowledged_on AS pause_acknowledged_on,"
+        " k.seen_on AS key_seen_on",
         f" LEFT JOIN {_keys(q)} k ON k.instance_key = i.config ->> 'instanceKey'",
     )
 

@@ -54,6 +54,18 @@ STALLED_AFTER_SECONDS = 300
 #: an instance heard from longer ago than this may be removed (seed 003)
 REMOVABLE_AFTER = dt.timedelta(minutes=30)
 
+def _removable(instance: Instance, now: dt.datetime) -> bool:
+    """Whether the board offers to remove a row: a keyed server gone 30 minutes.
+
+    Gone: neither this row nor any other life of its key (the key's last beat) was heard
+    from within :data:`REMOVABLE_AFTER`, as ``remove_instance`` requires.
+    """
+    if instance.instance_key is None or instance.live:
+        return False
+    heard = max(instance.heartbeat_on, instance.key_seen_on or instance.heartbeat_on)
+    return now - heard > REMOVABLE_AFTER
+
+
 #: jobs per page of a queue's job list
 PAGE_SIZE = 50
 
@@ -308,15 +320,7 @@ class Board:
             limit=PAGE_SIZE,
             after=after,
         )
-        listed = [
-            (
-                i,
-                i.instance_key is not None
-                and not i.live
-                and now - i.heartbeat_on > REMOVABLE_AFTER,
-            )
-            for i in rows
-        ]
+        listed = [(i, _removable(i, now)) for i in rows]
         return InstancesPage(listed, rows.next, await self.boss.instance_counts())
 
     async def warnings(self, *, before: str | None) -> tuple[list[StoredWarning], str | None]:

@@ -135,3 +135,45 @@ async def test_the_queue_page_counts_waiting_jobs_by_pattern_and_the_job_page_sh
     finally:
         await boss.stop()
         admin_execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE', pg_dsn)
+
+
+async def test_remove_is_offered_only_for_a_key_gone_30_minutes(registry: Boss) -> None:
+    """An earlier life of a key whose server is live now, and a key heard from ten
+    minutes ago, offer no Remove (``remove_instance`` would refuse them); a key gone two
+    hours offers it, and the Remove goes through."""
+    ctx = registry.context()
+    for key, minutes in (("gpu-0", 120), ("recent", 10), ("retired", 120)):
+        await ctx.db.execute(
+            f"INSERT INTO {ctx.q}.instance (id, name, host, pid, version, node_version,"
+            " heartbeat_seconds, supervise, schedule, migrate, persist_queue_stats,"
+            " persist_warnings, config, started_on, heartbeat_on, stopped_on)"
+            " SELECT gen_random_uuid(), $1, 'old-host', 1, 'x', 'x', 30, false, false,"
+            " false, false, false, jsonb_build_object('instanceKey', $1::text), t, t, t"
+            f" FROM (SELECT {ctx.q}.job_now() - $2::int * interval '1 minute' AS t) s",
+            [key, minutes],
+        )
+        await ctx.db.execute(  # as its server's key beat (gpu-0's beats on, live)
+            f"INSERT INTO {ctx.q}.qcore_instance_key (instance_key, seen_on)"
+            f" VALUES ($1, {ctx.q}.job_now() - $2::int * interval '1 minute')"
+            " ON CONFLICT (instance_key) DO NOTHING",
+            [key, minutes],
+        )
+    async with client(create_app(registry)) as http:
+        page = await http.get("/instances", params={"show": "all", "q": "old-host"})
+        rows = re.findall(r'<tr data-key="([^"]*)".*?</tr>', page.text, re.S)
+        assert sorted(rows) == ["gpu-0", "recent", "retired"]
+        offered = {
+            key
+            for key, row in re.findall(r'<tr data-key="([^"]*)"(.*?)</tr>', page.text, re.S)
+            if 'value="remove"' in row
+        }
+        assert offered == {"retired"}
+        token = re.search(r'name="csrf" value="([0-9a-f]+)"', page.text)
+        assert token
+        for key, status in (("retired", 303), ("gpu-0", 400)):
+            done = await http.post(
+                "/instances", data={"csrf": token.group(1), "action": "remove", "key": key}
+            )
+            assert done.status_code == status, done.text
+        left = await registry.list_instances(keyed=True, search="old-host")
+        assert sorted(str(i.instance_key) for i in left) == ["gpu-0", "recent"]
