@@ -54,6 +54,7 @@ STALLED_AFTER_SECONDS = 300
 #: an instance heard from longer ago than this may be removed (seed 003)
 REMOVABLE_AFTER = dt.timedelta(minutes=30)
 
+
 def _removable(instance: Instance, now: dt.datetime) -> bool:
     """Whether the board offers to remove a row: a keyed server gone 30 minutes.
 

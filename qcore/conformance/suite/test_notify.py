@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -15,6 +16,7 @@ import pytest
 import pytest_asyncio
 
 from qcore import Boss
+from qcore.affinity import Affinity
 from qcore.backend import Backend
 from qcore.conformance.helpers import cut_connection
 from qcore.conformance.provisioners import Provisioner
@@ -271,3 +273,25 @@ def _terminate_listener(url: str, channel: str) -> int:
             [f"LISTEN %{channel}%"],
         ).fetchone()
     return int(row[0]) if row else 0
+
+
+@pytest.mark.requires("listen_notify")
+async def test_a_wake_for_a_pattern_this_server_cannot_match_is_skipped(ctx: Context) -> None:
+    """A job with an affinity pattern notifies its pattern; a server whose key cannot
+    match it does not wake for it (its workers would claim nothing), one whose key
+    matches does."""
+    heard = Heard()
+    server = replace(ctx, affinity=Affinity(key="b:ram-2gb:cpu-1cor"))
+    sender = replace(ctx, affinity=Affinity(key="a:ram-8gb:cpu-4cor"))
+    notifier = Notifier(server, Events(), on_queue=heard.on_queue, on_reconnect=heard.on_reconnect)
+    assert await notifier.start()
+    try:
+        await queues.create_queue(ctx, "render", notify=True)
+        await queues.create_queue(ctx, FENCE, notify=True)
+        await jobs.send(sender, "render", {"n": 1}, preferred_instance_key_pattern="ram-8gb")
+        await heard.nothing_before(ctx)  # notified, and skipped: not this server's
+        await jobs.send(sender, "render", {"n": 2}, preferred_instance_key_pattern="ram-2gb")
+        since = time.monotonic()
+        await _prompt(heard, "render", since)
+    finally:
+        await notifier.stop()
