@@ -433,10 +433,10 @@ def create_instance_key_table(schema: str) -> DDL:
         " instance_key text PRIMARY KEY,"
         " paused boolean NOT NULL DEFAULT false,"
         " changed_on timestamptz,"
-        " acknowledged_on timestamptz,"
         " seen_on timestamptz,"
         " instance_id uuid,"
-        " jobs_processed bigint NOT NULL DEFAULT 0"
+        " jobs_processed bigint NOT NULL DEFAULT 0,"
+        " acknowledged_on timestamptz"  # last, where an older install's ALTER puts it
         ")",
         skip_if=(table_in_schema, {"schema": schema, "name": INSTANCE_KEY_TABLE}),
     )

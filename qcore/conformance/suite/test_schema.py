@@ -233,12 +233,21 @@ TABLE_COLUMNS: dict[str, list[tuple[str, str, bool]]] = {
         ("seen_on", TS, False),
         ("instance_id", "uuid", False),
         ("jobs_processed", "bigint", True),
+        ("acknowledged_on", TS, False),
     ],
     "qcore_job_pattern": [("name", "text", True), ("id", "uuid", True), ("pattern", "text", True)],
     "qcore_job_processed": [
         ("name", "text", True),
         ("id", "uuid", True),
         ("instance_key", "text", True),
+    ],
+    "qcore_audit": [
+        ("id", "uuid", True),
+        ("at", TS, True),
+        ("actor", "text", True),
+        ("action", "text", True),
+        ("target", "text", True),
+        ("detail", "jsonb", False),
     ],
 }
 
@@ -296,6 +305,8 @@ def expected_indexes(
         ("qcore_job_pattern", "qcore_job_pattern_pkey"): (True, 2, False, None),
         ("qcore_job_pattern", "qcore_job_pattern_i1"): (False, 2, False, None),
         ("qcore_job_processed", "qcore_job_processed_pkey"): (True, 2, False, None),
+        ("qcore_audit", "qcore_audit_pkey"): (True, 1, False, None),
+        ("qcore_audit", "qcore_audit_i1"): (False, 2, False, None),
     }
     for n, (unique, keys, partial, include) in JOB_INDEXES.items():
         found[(job_table, f"{job_table}_i{n}")] = (
@@ -354,6 +365,7 @@ def expected_constraints(
         ("qcore_instance_key", "qcore_instance_key_pkey"): ("p", False),
         ("qcore_job_pattern", "qcore_job_pattern_pkey"): ("p", False),
         ("qcore_job_processed", "qcore_job_processed_pkey"): ("p", False),
+        ("qcore_audit", "qcore_audit_pkey"): ("p", False),
     }
     if backend.schema.partitioned:
         found[("job_common", "job_common_pkey")] = ("p", False)
