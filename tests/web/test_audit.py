@@ -8,7 +8,7 @@ import base64
 import re
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import pytest_asyncio
@@ -106,3 +106,25 @@ async def test_the_log_pages_newest_first(boss: Boss) -> None:
         assert "older »" in page.text
         bad = await http.get("/audit", params={"after": "yesterday"})
         assert bad.status_code == 400
+
+
+async def test_a_job_page_offers_only_what_its_state_allows(boss: Boss) -> None:
+    """No Resume or Cancel on a completed job: cancel a job not yet ended, resume a
+    cancelled one, retry a failed one; delete any."""
+    await boss.create_queue("once", retry_limit=0)  # a failure fails the job for good
+    sent = [await boss.send("once") for _ in range(4)]
+    assert all(isinstance(j, uuid.UUID) for j in sent)
+    active, done, failed, cancelled = (cast(uuid.UUID, j) for j in sent)
+    assert len(await boss.fetch("once", batch_size=10)) == 4
+    await boss.complete("once", [done])
+    await boss.fail("once", [failed], {"why": "test"})
+    await boss.cancel("once", [cancelled])
+    async with client(create_app(boss)) as http:
+        for job, offered in (
+            (active, ["cancel", "delete"]),
+            (done, ["delete"]),
+            (failed, ["retry", "delete"]),
+            (cancelled, ["resume", "delete"]),
+        ):
+            page = await http.get("/job", params={"queue": "once", "id": str(job)})
+            assert re.findall(r'id="action-([a-z]+)"', page.text) == offered, job
