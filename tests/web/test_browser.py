@@ -272,6 +272,19 @@ async def test_pausing_an_instance_from_the_board(world: World, browser: Any) ->
         assert registry is not None
         await registry.exclusive(registry.run_pass)
 
+    def layout() -> tuple[str, str]:
+        _open(browser, f"{world.board.url}/instances")
+        return (
+            browser.execute_script(
+                "return getComputedStyle(document.querySelector('tr[data-key] td.actions')).display"
+            ),
+            browser.execute_script(
+                "return getComputedStyle(document.querySelector('tr[data-key] td.key')).whiteSpace"
+            ),
+        )
+
+    # the action column is a table cell (aligned with its header), keys never wrap
+    assert await _run(layout) == ("table-cell", "nowrap")
     shown = await _run(pause)
     assert f"paused {KEY}" in shown
     [row] = [i for i in await world.boss.get_instances() if i.instance_key == KEY]
