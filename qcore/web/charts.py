@@ -47,6 +47,12 @@ _TIME_STEPS = (
     *(_DAY * d for d in (1, 2, 3, 4, 7, 14, 30, 60, 90, 180, 365)),
 )
 _DURATION_UNITS = ((_DAY * 1000, "d"), (3_600_000, "h"), (60_000, "min"), (1000, "s"))
+#: a log axis of durations is labelled at these round ones (ms), not at powers of ten:
+#: "1 min", never "1.67 min"
+_ROUND_DURATIONS_MS = (
+    0.1, 1, 10, 100, 1000, 10_000, 60_000, 600_000, 3_600_000, 6 * 3_600_000,
+    _DAY * 1000, 7 * _DAY * 1000, 30 * _DAY * 1000, 365 * _DAY * 1000,
+)  # fmt: skip
 _COMPLETED_FILL, _FAILED_FILL = "#2e7d32", "#c62828"  # fallbacks; CSS classes override
 _FILLING_COLUMN = ' stroke="currentColor" stroke-dasharray="3 2" fill-opacity="0.5"'
 
@@ -111,8 +117,11 @@ def line_chart(
         def y(v: float) -> float:
             return bottom - (math.log10(v) - lo) / (hi - lo) * (bottom - top)
 
-        stride = math.ceil((hi - lo + 1) / 7)  # at most ~7 labelled decades
-        ticks = [10.0**k for k in range(lo, hi + 1, stride)]
+        if unit == "ms":  # round durations within the decades shown
+            ladder = [d for d in _ROUND_DURATIONS_MS if 10.0**lo <= d <= 10.0**hi]
+        else:
+            ladder = [10.0**k for k in range(lo, hi + 1)]
+        ticks = ladder[:: math.ceil(len(ladder) / 7)]  # at most ~7 labels
         axis_title = f"{unit}, log scale" if unit else "log scale"
     else:
         y_max = _nice_max(max(values))

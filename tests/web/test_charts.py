@@ -338,3 +338,13 @@ def test_naive_datetimes_are_taken_as_utc() -> None:
     assert line_chart([Series("a", naive)], title="t") == line_chart(
         [Series("a", aware)], title="t"
     )
+
+
+def test_a_log_axis_of_durations_is_labelled_in_round_durations() -> None:
+    """Waits from half a second to two hours: the labels are round ("1 min", "1 h"),
+    never a power of ten of milliseconds spelled in minutes ("1.67 min")."""
+    series = [Series("p95 wait", minutes(500, 90_000, 7_200_000))]
+    root = parse(line_chart(series, title="Latency", unit="ms", log_scale=True))
+    labels = texts(root, "y-tick")
+    assert labels == ["100 ms", "1 s", "10 s", "1 min", "10 min", "1 h"]
+    assert not any("." in label for label in labels)
