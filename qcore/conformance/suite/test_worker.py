@@ -30,6 +30,7 @@ from qcore.errors import (
     ConnectionLostError,
     NotStartedError,
     QueueNotFoundError,
+    SerializationError,
     ValidationError,
 )
 from qcore.job import Job, JobResult, JobState
@@ -225,11 +226,23 @@ async def _heartbeat_on(boss: Boss, name: str, job_id: uuid.UUID) -> Any:
 
 
 async def _age_heartbeat(boss: Boss, job_id: uuid.UUID, seconds: int) -> None:
-    await boss.db.execute(
-        f'UPDATE "{boss.schema}".job SET heartbeat_on = heartbeat_on - $2::int'
-        " * interval '1 second' WHERE id = $1::uuid",
-        [job_id, seconds],
-    )
+    """Move a job's heartbeat back, retried as any client retries a serialization failure.
+
+    The worker's own refresh may write the row at the same moment (40001 on
+    serializable engines).
+    """
+    for attempt in range(10):
+        try:
+            await boss.db.execute(
+                f'UPDATE "{boss.schema}".job SET heartbeat_on = heartbeat_on - $2::int'
+                " * interval '1 second' WHERE id = $1::uuid",
+                [job_id, seconds],
+            )
+            return
+        except SerializationError:
+            if attempt == 9:
+                raise
+            await asyncio.sleep(0.05 * (attempt + 1))
 
 
 async def _later(boss: Boss, name: str, job_id: uuid.UUID, than: Any) -> bool:
