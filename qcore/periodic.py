@@ -81,6 +81,7 @@ class Periodic:
         self._task: asyncio.Future[None] | None = None
         self._pass: asyncio.Future[bool] | None = None
         self._stopping = False
+        self._soon: set[asyncio.Task[None]] = set()  # passes asked for out of turn
         #: how long the last background pass took, in seconds (None before the first)
         self.last_pass_seconds: float | None = None
 
@@ -126,6 +127,27 @@ class Periodic:
                 return None
             return await work()
 
+    def soon(self, work: Callable[[], Awaitable[object]] | None = None) -> None:
+        """Run ``work()`` (a pass by default) in the background, as :meth:`exclusive` runs it.
+
+        Not beside another pass; a failure is an ``error`` event (or a log line), as a
+        background pass's. :meth:`stop` waits for it; once stopping, nothing is asked.
+        """
+        if self._stopping:
+            return
+        task = asyncio.ensure_future(self._run_soon(work or self.run_pass))
+        self._soon.add(task)
+        task.add_done_callback(self._soon.discard)
+
+    async def _run_soon(self, work: Callable[[], Awaitable[object]]) -> None:
+        try:
+            await self.exclusive(work)
+        except Exception as exc:  # the next pass does the work again
+            if self.events is not None:
+                self.events.emit("error", exc)
+            else:
+                log.exception("the %s pass failed", self.name)
+
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self.next_delay())
@@ -168,3 +190,5 @@ class Periodic:
                 await running
         async with self._lock:  # an explicit pass in flight
             pass
+        if self._soon:  # asked for out of turn: they see the stop and return
+            await asyncio.gather(*self._soon, return_exceptions=True)

@@ -169,7 +169,6 @@ class Boss(
         self.paused = False
         #: why the system limiter holds this server's claiming (None: it does not)
         self.limited: str | None = None
-        self._beats: set[asyncio.Task[None]] = set()  # heartbeats asked for out of turn
         if registry.register_instance is not False and connection.get("application_name") is None:
             # its connections name it, so pg_stat_activity joins its row
             connection = {**connection, "application_name": f"qcore:{str(self.instance_id)[:8]}"}
@@ -368,18 +367,7 @@ class Boss(
             self._wake_all()
         registry = self._running.get("registry", InstanceRegistry)
         if registry is not None:
-            self._beat_soon(registry)
-
-    def _beat_soon(self, registry: InstanceRegistry) -> None:
-        async def beat() -> None:
-            try:
-                await registry.exclusive(registry.run_pass)
-            except Exception as exc:  # the next heartbeat writes the row again
-                self.events.emit("error", exc)
-
-        task = asyncio.ensure_future(beat())
-        self._beats.add(task)
-        task.add_done_callback(self._beats.discard)
+            registry.soon()  # a heartbeat out of turn
 
     async def _register_late(self) -> None:
         """A ``Boss`` left to register when it works: its first worker registers it."""

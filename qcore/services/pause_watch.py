@@ -16,7 +16,6 @@ Whoever reads a change applies it and acknowledges it in the row, so the board t
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from qcore.context import Context
@@ -65,7 +64,6 @@ class PauseWatch(Periodic):
         self._intervals = intervals
         self._listening = listening
         self._on_paused = on_paused
-        self._pokes: set[asyncio.Task[object]] = set()
 
     def next_delay(self) -> float:
         """The shortest polling interval of the server's workers."""
@@ -83,20 +81,4 @@ class PauseWatch(Periodic):
 
     def poke(self) -> None:
         """A notice said the key changed: read it at once (after a read in flight)."""
-        if self.stopping:
-            return
-        task = asyncio.ensure_future(self._checked())
-        self._pokes.add(task)
-        task.add_done_callback(self._pokes.discard)
-
-    async def _checked(self) -> None:
-        try:
-            await self.exclusive(self.check)
-        except Exception as exc:  # the next poke, poll or heartbeat reads it again
-            assert self.events is not None
-            self.events.emit("error", exc)
-
-    async def stop(self) -> None:
-        await super().stop()
-        if self._pokes:
-            await asyncio.gather(*self._pokes, return_exceptions=True)
+        self.soon(self.check)
