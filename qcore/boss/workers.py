@@ -72,8 +72,6 @@ class WorkerParts(BossParts, Protocol):
         self, name: str, handler: Callable[[list[Job]], Any], **options: Unpack[WorkArguments]
     ) -> Worker: ...
 
-    def _listening(self, queue: str) -> bool: ...
-
     def _notices_reach(self) -> bool: ...
 
     async def _register_late(self) -> None: ...
@@ -161,7 +159,8 @@ class WorkerVerbs:
             WorkOptions(**options),
             context=self.context,
             events=self.events,
-            listening=self._listening,
+            # the listener is up; the worker checks that its queue itself notifies
+            listening=lambda _queue: self._notices_reach(),
             paused=lambda: self.paused or self.limited is not None,
             on_change=self._wip.changed,
             poll=self._poll,
@@ -300,13 +299,6 @@ class WorkerVerbs:
         self._unsettled = [job for worker in workers for job in worker.unsettled]
         if workers:
             self._wip.flush([w.status() for w in workers])
-
-    def _listening(self: WorkerParts, queue: str) -> bool:
-        """Whether a NOTIFY for ``queue`` reaches this instance now.
-
-        That is, its listener is up; the worker checks that the queue itself notifies.
-        """
-        return self._notices_reach()
 
     def _wake(self: WorkerParts, queue: str) -> None:
         for worker in self._workers.values():
