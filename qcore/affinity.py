@@ -28,6 +28,7 @@ __all__ = [
     "PATTERNS_MAX_AGE",
     "Affinity",
     "affinity_pattern",
+    "key_matches",
     "notify_payload",
     "parse_notify_payload",
 ]
@@ -68,6 +69,18 @@ def affinity_pattern(value: object, key: str | None) -> str:
             f"preferred_instance_key_pattern {value!r} is not a valid regular expression: {exc}"
         ) from None
     return value
+
+
+def key_matches(pattern: str, key: str) -> bool:
+    """Whether an instance ``key`` matches a job's ``pattern`` as a claim judges it.
+
+    Unanchored and case-sensitive (``re.search``); a pattern that does not compile
+    (written by another client) matches nothing.
+    """
+    try:
+        return re.search(pattern, key) is not None
+    except re.error:
+        return False
 
 
 def notify_payload(queue: str, pattern: str) -> str:
@@ -129,10 +142,7 @@ class Affinity:
             return False
         verdict = self._verdicts.get(pattern)
         if verdict is None:
-            try:
-                verdict = re.search(pattern, self.key) is not None
-            except re.error:  # written by another client: a pattern that cannot match
-                verdict = False
+            verdict = key_matches(pattern, self.key)
             if len(self._verdicts) >= VERDICTS_KEPT:
                 self._verdicts.clear()
             self._verdicts[pattern] = verdict

@@ -369,8 +369,7 @@ class Instance:
         False between an operator's pause (or resume) and the server reading it: "pause
         requested" rather than "paused".
         """
-        changed, acknowledged = self.pause_changed_on, self.pause_acknowledged_on
-        return changed is None or (acknowledged is not None and acknowledged >= changed)
+        return pause_acknowledged(self.pause_changed_on, self.pause_acknowledged_on)
 
     @property
     def pause_status(self) -> str:
@@ -391,6 +390,11 @@ class Instance:
 
 
 _INSTANCE_FIELDS = tuple(Instance.__dataclass_fields__)
+
+
+def pause_acknowledged(changed_on: dt.datetime | None, acknowledged_on: dt.datetime | None) -> bool:
+    """Whether a key's server acknowledged its last pause or resume (or none was asked)."""
+    return changed_on is None or (acknowledged_on is not None and acknowledged_on >= changed_on)
 
 
 class InstancePage(list[Instance]):

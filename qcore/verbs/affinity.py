@@ -11,11 +11,11 @@ of a pattern whose jobs have been ready longer than a threshold with no live mat
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from qcore import retry
+from qcore.affinity import key_matches
 from qcore.context import Context
 from qcore.events import Events
 from qcore.sql import affinity as sql
@@ -47,14 +47,6 @@ class PatternBacklog:
     live_matches: int
 
 
-def _matches(pattern: str, key: str) -> bool:
-    """As a claim judges it: unanchored and case-sensitive; a broken pattern never matches."""
-    try:
-        return re.search(pattern, key) is not None
-    except re.error:
-        return False
-
-
 async def live_keys(ctx: Context) -> list[str]:
     """The keys of the live keyed servers."""
     rows = await retry.run(ctx, instance_sql.live_instance_keys(ctx.q))
@@ -81,7 +73,7 @@ async def pattern_backlog(
             waiting=int(r["waiting"]),
             oldest_ready=r["oldest_ready"],
             ready_seconds=None if r["ready_seconds"] is None else float(r["ready_seconds"]),
-            live_matches=sum(_matches(str(r["pattern"]), k) for k in keys),
+            live_matches=sum(key_matches(str(r["pattern"]), k) for k in keys),
         )
         for r in rows
     ]

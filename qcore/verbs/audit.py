@@ -21,7 +21,7 @@ from qcore.context import Context
 from qcore.errors import ValidationError
 from qcore.options import check_count
 from qcore.sql import audit as sql
-from qcore.sql.probes import table_in_schema
+from qcore.verbs.schema import table_present
 
 __all__ = ["MAX_AUDIT_PAGE", "AuditEntry", "AuditPage", "list_audit", "prune", "record"]
 
@@ -51,16 +51,11 @@ class AuditPage(list[AuditEntry]):
         self.next = next
 
 
-async def _present(ctx: Context) -> bool:
-    [row] = await retry.run(ctx, table_in_schema, schema=ctx.schema, name=sql.AUDIT_TABLE)
-    return bool(row["present"])
-
-
 async def record(
     ctx: Context, actor: str, action: str, target: str, detail: dict[str, Any] | None = None
 ) -> bool:
     """Record one action; False where the schema has no log."""
-    if not await _present(ctx):
+    if not await table_present(ctx, sql.AUDIT_TABLE):
         return False
     text = None if detail is None else json.dumps(detail, default=str)
     await retry.run(
@@ -81,7 +76,7 @@ async def list_audit(ctx: Context, *, limit: int = 50, after: str | None = None)
             raise ValidationError(
                 f"after must be a cursor of the audit log, got {after!r}"
             ) from None
-    if not await _present(ctx):
+    if not await table_present(ctx, sql.AUDIT_TABLE):
         return AuditPage([], None)
     rows = await retry.run(ctx, sql.list_audit(ctx.q, after=after is not None), **values)
     entries = [
@@ -102,5 +97,5 @@ async def list_audit(ctx: Context, *, limit: int = 50, after: str | None = None)
 
 async def prune(ctx: Context) -> None:
     """Forget the rows past :data:`~qcore.sql.audit.AUDIT_RETENTION_DAYS` (maintenance's)."""
-    if await _present(ctx):
+    if await table_present(ctx, sql.AUDIT_TABLE):
         await retry.run(ctx, sql.prune_audit(ctx.q), days=sql.AUDIT_RETENTION_DAYS)

@@ -16,11 +16,17 @@ from typing import Any
 from qcore import retry
 from qcore.context import Context
 from qcore.errors import ValidationError
-from qcore.job import Instance, InstanceCounts, InstanceListing, InstancePage
+from qcore.job import (
+    Instance,
+    InstanceCounts,
+    InstanceListing,
+    InstancePage,
+    pause_acknowledged,
+)
 from qcore.options import check_count, check_int, check_text
 from qcore.sql import instances as sql
 from qcore.sql.locks import notify_channel
-from qcore.sql.probes import table_in_schema
+from qcore.verbs.schema import table_present
 
 __all__ = [
     "INSTANCE_KEY_ENV",
@@ -70,8 +76,7 @@ def instance_key(value: object) -> str:
 
 
 async def _has_key_table(ctx: Context) -> bool:
-    [row] = await retry.run(ctx, table_in_schema, schema=ctx.schema, name=sql.INSTANCE_KEY_TABLE)
-    return bool(row["present"])
+    return await table_present(ctx, sql.INSTANCE_KEY_TABLE)
 
 
 async def get_instances(
@@ -284,9 +289,7 @@ class PauseState:
     @property
     def acknowledged(self) -> bool:
         """Whether the server has acknowledged the last change (or none was asked)."""
-        if self.changed_on is None:
-            return True
-        return self.acknowledged_on is not None and self.acknowledged_on >= self.changed_on
+        return pause_acknowledged(self.changed_on, self.acknowledged_on)
 
     @classmethod
     def from_row(cls, row: Any) -> PauseState:

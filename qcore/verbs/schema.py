@@ -47,6 +47,7 @@ __all__ = [
     "is_installed",
     "rollback",
     "schema_version",
+    "table_present",
 ]
 
 log = logging.getLogger("qcore.schema")
@@ -276,14 +277,23 @@ async def _install(ctx: Context, create_schema: bool) -> None:
     )
 
 
+async def table_present(ctx: Context, name: str) -> bool:
+    """Whether the schema has the table ``name`` (one of qcore's own may be missing).
+
+    An install pg-boss made that qcore never migrated lacks them, and so does one whose
+    owner has not started this version yet.
+    """
+    [row] = await retry.run(ctx, table_in_schema, schema=ctx.schema, name=name)
+    return bool(row["present"])
+
+
 async def affinity_tables_present(ctx: Context) -> bool:
     """Whether the schema has qcore's job pattern table.
 
     It has not on an install pg-boss made that qcore never migrated: claims then ignore
     affinity.
     """
-    [row] = await retry.run(ctx, table_in_schema, schema=ctx.schema, name=JOB_PATTERN_TABLE)
-    return bool(row["present"])
+    return await table_present(ctx, JOB_PATTERN_TABLE)
 
 
 def get_construction_plans(
