@@ -442,28 +442,26 @@ def create_instance_key_table(schema: str) -> DDL:
     )
 
 
-def add_jobs_processed_column(schema: str) -> DDL:
-    """The key table's count of jobs claimed (added after the table first shipped)."""
+def _add_key_column(schema: str, column: str, definition: str) -> DDL:
+    """A column the key table gained after it first shipped, skipped where it is."""
     return DDL(
         f"ALTER TABLE {quote(schema)}.{quote(INSTANCE_KEY_TABLE)}"
-        " ADD COLUMN IF NOT EXISTS jobs_processed bigint NOT NULL DEFAULT 0",
+        f" ADD COLUMN IF NOT EXISTS {column} {definition}",
         skip_if=(
             column_in_table,
-            {"schema": schema, "table": INSTANCE_KEY_TABLE, "column": "jobs_processed"},
+            {"schema": schema, "table": INSTANCE_KEY_TABLE, "column": column},
         ),
     )
+
+
+def add_jobs_processed_column(schema: str) -> DDL:
+    """The key table's count of jobs claimed (added after the table first shipped)."""
+    return _add_key_column(schema, "jobs_processed", "bigint NOT NULL DEFAULT 0")
 
 
 def add_pause_acknowledged_column(schema: str) -> DDL:
     """The key table's moment its server acknowledged the last pause or resume (added later)."""
-    return DDL(
-        f"ALTER TABLE {quote(schema)}.{quote(INSTANCE_KEY_TABLE)}"
-        " ADD COLUMN IF NOT EXISTS acknowledged_on timestamptz",
-        skip_if=(
-            column_in_table,
-            {"schema": schema, "table": INSTANCE_KEY_TABLE, "column": "acknowledged_on"},
-        ),
-    )
+    return _add_key_column(schema, "acknowledged_on", "timestamptz")
 
 
 #: what a keyed server reads of its key: the pause, when it was asked, when acknowledged

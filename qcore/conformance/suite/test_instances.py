@@ -42,6 +42,18 @@ async def _beat(boss: Boss) -> None:
     await registry.exclusive(registry.run_pass)
 
 
+async def _working(boss: Boss) -> list[uuid.UUID]:
+    """Queue ``q`` and a worker on it polling every 0.5 s; the ids of the jobs it ran."""
+    await boss.create_queue("q")
+    handled: list[uuid.UUID] = []
+
+    async def handler(batch: list[Job]) -> None:
+        handled.extend(j.id for j in batch)
+
+    await boss.work("q", handler, polling_interval_seconds=0.5)
+    return handled
+
+
 async def _insert_dead(ctx: Context, n: int, *, name: str | None, days_ago: float = 0) -> None:
     """``n`` stopped rows of lives named ``name``, started one after another."""
     for k in range(n):
@@ -284,13 +296,7 @@ async def test_a_paused_server_claims_nothing_until_resumed(
     server.on("instance_paused", lambda e: seen.append(("paused", e)))
     server.on("instance_resumed", lambda e: seen.append(("resumed", e)))
     async with running(server) as b, running(admin) as a:
-        await b.create_queue("q")
-        handled: list[uuid.UUID] = []
-
-        async def handler(batch: list[Job]) -> None:
-            handled.extend(j.id for j in batch)
-
-        await b.work("q", handler, polling_interval_seconds=0.5)
+        handled = await _working(b)
         await a.pause_instance("b:ram-2gb:cpu-1cor")
         await _beat(b)
         assert b.paused and seen[-1][0] == "paused"
@@ -313,15 +319,9 @@ async def test_a_server_pausing_itself_claims_nothing_from_that_moment(
     next heartbeat (every 30 s here); resuming it lets them claim at once."""
     server = _boss(db, backend, schema, instance_key="self:gpu")
     async with running(server) as b:
-        await b.create_queue("q")
-        handled: list[uuid.UUID] = []
-
-        async def handler(batch: list[Job]) -> None:
-            handled.extend(j.id for j in batch)
-
         await b.pause_instance("self:gpu")
         assert b.paused
-        await b.work("q", handler, polling_interval_seconds=0.5)
+        handled = await _working(b)
         sent = await b.send("q")
         assert sent is not None
         await asyncio.sleep(3)  # six polls of a worker that is not claiming
@@ -343,13 +343,7 @@ async def test_a_pause_from_another_process_holds_the_server_within_its_polling_
     server = _boss(db, backend, schema, instance_key="w:cpu", use_listen_notify=False)
     admin = _boss(db, backend, schema, register_instance=False)
     async with running(server) as b, running(admin) as a:
-        await b.create_queue("q")
-        handled: list[uuid.UUID] = []
-
-        async def handler(batch: list[Job]) -> None:
-            handled.extend(j.id for j in batch)
-
-        await b.work("q", handler, polling_interval_seconds=0.5)
+        handled = await _working(b)
         await a.pause_instance("w:cpu")
         await until(lambda: b.paused, timeout=15, what="the pause, read between heartbeats")
 
