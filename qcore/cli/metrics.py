@@ -1,7 +1,9 @@
 """``qcore metrics``: metrics history from the command line.
 
 ``qcore metrics record`` runs the recorder in this process (every ``--interval``
-seconds until interrupted; ``--once``: one tick), ``stats`` prints the store's
+seconds until interrupted; ``--once``: one tick; its retention ``--retention-days`` or
+``--retain-minutes``/``--retain-hours``/``--retain-days``, ``--no-latency`` for counts
+only: :mod:`qcore.cli.history`), ``stats`` prints the store's
 footprint by tier and queue, ``purge [QUEUE] [--before DATE] --yes`` deletes history,
 ``index [QUEUE ...] [--run]`` prints (or runs) the statements that give queues the
 index their counts need. The store lives in ``--store-schema`` (default: the queues'
@@ -10,7 +12,8 @@ Wherever it lives, the history is that of the job schema ``--schema`` (its queue
 keyed ``pgboss:<schema>:`` in the store), so every verb reads and deletes the same rows
 whatever ``--store-schema`` is. A purge says how many rows the store deleted.
 Exit status 0; 1 when the database cannot be read or qcore refuses; 2 for a usage error
-(a purge without ``--yes``); 3 when a purge found nothing to delete.
+(a purge without ``--yes``, a value out of range, ``--redis`` with ``--store-schema``);
+3 when a purge found nothing to delete.
 """
 
 from __future__ import annotations
@@ -19,15 +22,16 @@ import argparse
 import asyncio
 import dataclasses
 import datetime as dt
+import sys
 from typing import Any
 
+from qcore.cli import history
 from qcore.cli.connection import Target, add_database_arguments, open_context, run_command
 from qcore.cli.table import format_table, print_json
 from qcore.context import Context
 from qcore.errors import ValidationError
 from qcore.metrics import (
     MetricsHistoryAdmin,
-    MetricsRecorder,
     MetricsStore,
     PgBossQueues,
     PostgresMetricsStore,
@@ -45,8 +49,7 @@ def add_parser(commands: Any) -> None:
     )
     verbs = metrics.add_subparsers(dest="verb", metavar="VERB", required=True)
     record = verbs.add_parser("record", help="run the recorder in this process")
-    record.add_argument("--interval", type=float, default=60.0, help="seconds between ticks")
-    record.add_argument("--retention-days", type=int, default=None)
+    history.add_recorder_arguments(record)
     record.add_argument("--once", action="store_true", help="one tick, then exit")
     stats = verbs.add_parser("stats", help="rows and bytes by tier and queue")
     stats.add_argument("--json", action="store_true")
@@ -61,31 +64,8 @@ def add_parser(commands: Any) -> None:
     )
     for verb in (record, stats, purge, index):
         add_database_arguments(verb)
-        verb.add_argument(
-            "--store-schema",
-            default=None,
-            help="the schema holding the store's tables (default: --schema); the history"
-            " kept there is still that of --schema's queues",
-        )
-        verb.add_argument("--redis", default=None, metavar="URL", help="keep history in Redis")
-        verb.add_argument("--redis-prefix", default="qcore:metrics", help="its key prefix")
-        verb.add_argument("--redis-cluster", action="store_true", help="URL is a cluster node")
+        history.add_store_arguments(verb)
         verb.set_defaults(run=run)
-
-
-def _store(ctx: Context, args: argparse.Namespace) -> MetricsStore:
-    if args.redis is not None:
-        if args.store_schema is not None:
-            raise ValidationError("give --store-schema or --redis, not both")
-        return RedisMetricsStore(
-            args.redis, prefix=args.redis_prefix, schema=ctx.schema, cluster=args.redis_cluster
-        )
-    return PostgresMetricsStore(
-        ctx.db,
-        schema=args.store_schema or ctx.schema_spec,
-        backend=ctx.backend,
-        queue_schema=ctx.schema_spec,
-    )
 
 
 def _where(ctx: Context, store: MetricsStore) -> str:
@@ -98,12 +78,7 @@ def _where(ctx: Context, store: MetricsStore) -> str:
 
 
 async def _record(ctx: Context, store: MetricsStore, args: argparse.Namespace) -> int:
-    recorder = MetricsRecorder(
-        store,
-        PgBossQueues(ctx),
-        interval_seconds=args.interval,
-        retention_days=args.retention_days,
-    )
+    recorder = history.recording_from(args).recorder(store, PgBossQueues(ctx))
     if args.once:
         changed = await recorder.tick()
         print(f"recorded: {changed} queue-minute(s) changed")
@@ -185,9 +160,17 @@ _VERBS = {"record": _record, "stats": _stats, "purge": _purge, "index": _index}
 
 
 def run(args: argparse.Namespace) -> int:
+    try:  # the options' own checks, before anything connects
+        history.check_store(args)
+        if args.verb == "record":
+            history.recording_from(args)
+    except history.UsageError as exc:
+        print(f"qcore metrics: {exc}", file=sys.stderr)
+        return 2
+
     async def work(target: Target) -> int:
         async with open_context(target) as ctx:
-            store = _store(ctx, args)
+            store = history.store_from(args, ctx)
             try:
                 return await _VERBS[args.verb](ctx, store, args)
             finally:

@@ -96,7 +96,7 @@ def test_the_same_verbs_on_a_redis_store(pg_dsn: str, filled: str) -> None:
         assert run_qcore("metrics", "purge", "--yes", *common).returncode == 0
         assert json.loads(run_qcore("metrics", "stats", "--json", *common).stdout)["rows"] == 0
         both = run_qcore("metrics", "stats", "--store-schema", "x", *common)
-        assert both.returncode == 1 and "not both" in both.stderr
+        assert both.returncode == 2 and "not both" in both.stderr  # a usage error
     finally:
         asyncio.run(_drop(prefix))
 
