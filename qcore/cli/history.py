@@ -55,12 +55,21 @@ def add_store_arguments(parser: Any) -> None:
     parser.add_argument(
         "--store-schema",
         default=None,
+        metavar="SCHEMA",
         help="the schema holding the store's tables (default: --schema); the history kept"
         " there is still that of --schema's queues",
     )
-    parser.add_argument("--redis", default=None, metavar="URL", help="keep history in Redis")
     parser.add_argument(
-        "--redis-prefix", default=REDIS_PREFIX, help=f"its key prefix (default: {REDIS_PREFIX})"
+        "--redis",
+        default=None,
+        metavar="URL",
+        help="keep history in Redis (not with --store-schema)",
+    )
+    parser.add_argument(
+        "--redis-prefix",
+        default=REDIS_PREFIX,
+        metavar="PREFIX",
+        help=f"its key prefix (default: {REDIS_PREFIX})",
     )
     parser.add_argument("--redis-cluster", action="store_true", help="URL is a cluster node")
 

@@ -59,7 +59,12 @@ def _free_port() -> int:
 
 
 class Server:
-    """``qcore dashboard`` in a subprocess, until stopped."""
+    """``qcore dashboard`` in a subprocess, until stopped.
+
+    A board with ``--history`` records too: its recorder's one tick at start finds the
+    queues' leases held by the fixture's recorder, and the next is an hour away, so the
+    history the pages show (and a purge leaves) is the fixture's alone.
+    """
 
     def __init__(self, dsn: str, schema: str, *extra: str) -> None:
         self.port = _free_port()
@@ -67,7 +72,7 @@ class Server:
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "qcore", "dashboard", "--url", dsn, "--schema", schema,
-             "--port", str(self.port), "--history", *extra],
+             "--port", str(self.port), "--history", "--interval", "3600", *extra],
             stdout=self.log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         deadline = time.monotonic() + 60
