@@ -14,7 +14,6 @@ from psycopg.conninfo import make_conninfo
 
 from qcore import backends
 from qcore.backend import Backend, FetchStrategy, LockStrategy, MutationStrategy
-from qcore.conformance import guard
 from qcore.conformance.guard import (
     DETECTORS,
     GuardedDatabase,
@@ -24,6 +23,8 @@ from qcore.conformance.guard import (
     forbidden_features,
     violations,
 )
+from qcore.conformance.guard.analysis import analyse, analyse_text
+from qcore.conformance.schemas import fresh_name
 from qcore.db import Database, Rows
 from qcore.db.psycopg import PsycopgDatabase
 from qcore.errors import DatabaseError, SerializationError
@@ -356,12 +357,29 @@ def test_unparseable_sql_is_refused_with_a_clear_error() -> None:
 
 def test_parse_results_are_cached() -> None:
     sql = f"SELECT pg_advisory_xact_lock(1) /* {uuid.uuid4()} */"
-    before = guard.analyse.cache_info()
+    before = analyse_text.cache_info()
     for _ in range(5):
         assert violations(sql, COCKROACH) == ["advisory_locks"]
-    after = guard.analyse.cache_info()
+    after = analyse_text.cache_info()
     assert after.misses - before.misses == 1
     assert after.hits - before.hits == 4
+
+
+def test_statements_on_two_test_schemas_share_one_analysis() -> None:
+    """Each test runs the same statements on a schema of its own: they are parsed once,
+    and what the guard says of each still names its own schema."""
+    marker = uuid.uuid4().hex
+    first, second = fresh_name(), fresh_name()
+    texts = [
+        f'SELECT pg_advisory_xact_lock(1) FROM "{name}".job /* {marker} */'
+        for name in (first, second)
+    ]
+    before = analyse_text.cache_info()
+    found = [analyse(text) for text in texts]
+    after = analyse_text.cache_info()
+    assert after.misses - before.misses == 1 and after.hits - before.hits == 1
+    assert [f.features for [f] in found] == [("advisory_locks",), ("advisory_locks",)]
+    assert [f.statement for [f] in found] == texts
 
 
 # ----------------------------------------------------------------------------- derivation

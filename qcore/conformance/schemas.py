@@ -23,13 +23,14 @@ each test installs and drops a schema of its own, as before.
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from qcore.identifiers import quote
 
-__all__ = ["REUSING_PROVISIONERS", "SchemaPool", "fresh_name"]
+__all__ = ["FRESH_NAME", "REUSING_PROVISIONERS", "SchemaPool", "fresh_name"]
 
 #: the provisioners whose engine is PostgreSQL itself, run as a superuser
 REUSING_PROVISIONERS = frozenset({"local", "emulation", "pglite"})
@@ -91,6 +92,10 @@ _WRITTEN = (
     " AND c.relkind = 'r' AND (pg_relation_size(c.oid) > 0 OR EXISTS (SELECT 1 FROM pg_index i"
     " WHERE i.indrelid = c.oid AND pg_relation_size(i.indexrelid) > 8192))"
 )
+
+
+#: what :func:`fresh_name` gives, as a pattern
+FRESH_NAME = re.compile(r"qcore_test_[0-9a-f]{12}")
 
 
 def fresh_name() -> str:
