@@ -185,10 +185,10 @@ class RedisMetricsStore:
             return None
         if rest.endswith(":d"):
             return rest[:-2], "d", None
-        key, tier, group = rest.rsplit(":", 2)
-        if tier not in _SPAN or not group.isdigit():
+        parts = rest.rsplit(":", 2)
+        if len(parts) != 3 or parts[1] not in _SPAN or not parts[2].isdigit():
             return None
-        return key, tier, int(group)
+        return parts[0], parts[1], int(parts[2])
 
     def _ttl(self, name: str, retention: Retention, minute: int) -> int:
         """Seconds a data hash is kept from ``minute`` on (0: no TTL; below 0: past)."""
@@ -208,11 +208,17 @@ class RedisMetricsStore:
         return group * (_SPAN[tier] // TIERS[tier]) + int(field)
 
     async def _scan(self, namespace: str) -> AsyncIterator[tuple[str, tuple[str, str, int | None]]]:
-        """Every data hash under ``namespace``, found by SCAN."""
+        """Every data hash under ``namespace``, found by SCAN.
+
+        Not those of another store whose prefix lies inside this one's (``<prefix>:eu``,
+        known by its own ``__meta__`` key): its hashes match the same pattern.
+        """
         pattern = _GLOB.sub(r"\\\1", f"{self.prefix}:{namespace}") + "*"
-        async for raw in self._client.scan_iter(match=pattern, count=1000):
-            name = _text(raw)
-            parsed = self._parse(name)
+        names = [_text(raw) async for raw in self._client.scan_iter(match=pattern, count=1000)]
+        meta = ":__meta__"
+        nested = tuple(n[: -len(meta) + 1] for n in names if n.endswith(meta) and n != self._meta)
+        for name in names:
+            parsed = None if nested and name.startswith(nested) else self._parse(name)
             if parsed is not None:
                 yield name, parsed
 
