@@ -126,8 +126,7 @@ async def leftover_tasks() -> AsyncIterator[None]:
         stack = io.StringIO()
         task.print_stack(file=stack)
         warnings.warn(
-            f"a task ignored cancellation at the end of the session: {task!r}\n"
-            f"{stack.getvalue()}",
+            f"a task ignored cancellation at the end of the session: {task!r}\n{stack.getvalue()}",
             pytest.PytestWarning,
             stacklevel=1,
         )
@@ -137,3 +136,18 @@ async def leftover_tasks() -> AsyncIterator[None]:
 
 #: the tasks the session could not end (kept referenced; never awaited again)
 _LEFT_BEHIND: list[asyncio.Task[Any]] = []
+
+
+@pytest_asyncio.fixture
+async def redis() -> AsyncIterator[tuple[Any, str]]:
+    """A client of the local Redis server and a key prefix of the test's own (its keys
+    dropped afterwards)."""
+    from qcore.conformance.suite.test_metrics import drop_prefix, redis_client
+
+    client = await redis_client()
+    prefix = f"qcore-test:{uuid.uuid4().hex[:12]}"
+    try:
+        yield client, prefix
+    finally:
+        await drop_prefix(client, prefix)
+        await client.aclose()

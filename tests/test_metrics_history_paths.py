@@ -48,18 +48,6 @@ def ctx(shared: Context) -> Context:
     return shared
 
 
-@pytest_asyncio.fixture
-async def redis() -> AsyncIterator[tuple[Any, str]]:
-    """A Redis client and a prefix of the test's own (its keys dropped afterwards)."""
-    client = await redis_client()
-    prefix = f"qcore-test:{uuid.uuid4().hex[:12]}"
-    try:
-        yield client, prefix
-    finally:
-        await drop_prefix(client, prefix)
-        await client.aclose()
-
-
 def _pg_store(ctx: Context, **options: Any) -> PostgresMetricsStore:
     return PostgresMetricsStore(ctx.db, schema=ctx.schema, backend=ctx.backend, **options)
 

@@ -10,14 +10,12 @@ import socket
 import subprocess
 import tempfile
 import time
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
-from qcore.conformance.suite.test_metrics import _finished, _queue, drop_prefix, redis_client
+from qcore.conformance.suite.test_metrics import _finished, _queue, drop_prefix
 from qcore.context import Context
 from qcore.errors import SchemaVersionError, ValidationError
 from qcore.metrics import (
@@ -38,17 +36,6 @@ def ctx(shared: Context) -> Context:
     """What these tests check is the Redis store's, not a backend's: they run once, on
     PostgreSQL, instead of once per backend of the matrix."""
     return shared
-
-
-@pytest_asyncio.fixture
-async def redis() -> AsyncIterator[Any]:
-    client = await redis_client()
-    prefix = f"qcore-test:{uuid.uuid4().hex[:12]}"
-    try:
-        yield client, prefix
-    finally:
-        await drop_prefix(client, prefix)
-        await client.aclose()
 
 
 async def test_minute_and_hour_hashes_expire_with_their_tier_and_the_day_hash_is_trimmed(

@@ -131,18 +131,7 @@ async def test_a_mixed_fleet_sends_one_job_per_occurrence(pg_dsn: str, shared: C
     await queues.create_queue(ctx, SEND_IT)
     await queues.create_queue(ctx, "fleet")
     await schedules.schedule(ctx, "fleet", "* * * * * *", {"tick": True})  # every second
-    tomorrow = dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=1)
-    start = dt.datetime.combine(tomorrow, dt.time(0, 0, 30), dt.timezone.utc)
-    spec = {
-        "connectionString": pg_dsn,
-        "schema": ctx.schema_spec,
-        "start": start.isoformat(),
-        "options": {"cronMonitorIntervalSeconds": 1, "cronWorkerIntervalSeconds": 1},
-    }
-    node = await asyncio.to_thread(Stepped, spec)
-    clocked = _on_the_test_clock(pg_dsn)
-    fleet = [Boss(clocked, schema=ctx.schema_spec, supervise=False, schedule=False, max=4)]
-    fleet += [Boss(clocked, schema=ctx.schema_spec, supervise=False, schedule=False, max=4)]
+    node, fleet = await _on_one_clock(pg_dsn, ctx, 0, pgboss_intervals=(1, 1), qcores=2)
     warned: list[set[Any]] = [set() for _ in fleet]
 
     async def turn(boss: Boss, seen: set[Any]) -> None:
@@ -183,6 +172,30 @@ def _on_the_test_clock(dsn: str) -> str:
     return f"{dsn}{separator}options=-c%20pgboss.test_clock%3Don"
 
 
+async def _on_one_clock(
+    dsn: str, ctx: Context, hour: int, *, pgboss_intervals: tuple[int, int], qcores: int
+) -> tuple[Stepped, list[Boss]]:
+    """A pg-boss instance on a TestClock starting tomorrow at ``hour``:00:30, its cron
+    monitor and send-it worker every ``pgboss_intervals`` seconds, and ``qcores`` qcore
+    instances (not started, keeping no time of their own) reading that clock."""
+    tomorrow = dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=1)
+    start = dt.datetime.combine(tomorrow, dt.time(hour, 0, 30), dt.timezone.utc)
+    monitor, worker = pgboss_intervals
+    spec = {
+        "connectionString": dsn,
+        "schema": ctx.schema_spec,
+        "start": start.isoformat(),
+        "options": {"cronMonitorIntervalSeconds": monitor, "cronWorkerIntervalSeconds": worker},
+    }
+    node = await asyncio.to_thread(Stepped, spec)
+    clocked = _on_the_test_clock(dsn)
+    fleet = [
+        Boss(clocked, schema=ctx.schema_spec, supervise=False, schedule=False, max=2)
+        for _ in range(qcores)
+    ]
+    return node, fleet
+
+
 #: the simulated day in halves, each a test of its own, so that the two run side by side
 HALF_DAY_MINUTES = 12 * 60
 
@@ -203,19 +216,9 @@ async def test_three_qcore_instances_and_pgboss_for_a_simulated_day(
         await queues.create_queue(ctx, name)
     await schedules.schedule(ctx, "minutely", "* * * * *")
     await schedules.schedule(ctx, "five", "*/5 * * * *", key="k")
-    tomorrow = dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=1)
-    start = dt.datetime.combine(tomorrow, dt.time(starts_at_hour, 0, 30), dt.timezone.utc)
-    spec = {
-        "connectionString": pg_dsn,
-        "schema": ctx.schema_spec,
-        "start": start.isoformat(),
-        "options": {"cronMonitorIntervalSeconds": 45, "cronWorkerIntervalSeconds": 30},
-    }
-    node = await asyncio.to_thread(Stepped, spec)
-    clocked = _on_the_test_clock(pg_dsn)
-    fleet = [Boss(clocked, schema=ctx.schema_spec, supervise=False, schedule=False, max=2)]
-    fleet += [Boss(clocked, schema=ctx.schema_spec, supervise=False, schedule=False, max=2)]
-    fleet += [Boss(clocked, schema=ctx.schema_spec, supervise=False, schedule=False, max=2)]
+    node, fleet = await _on_one_clock(
+        pg_dsn, ctx, starts_at_hour, pgboss_intervals=(45, 30), qcores=3
+    )
     claimed = 0
     try:
         for boss in fleet:
