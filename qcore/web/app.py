@@ -58,7 +58,7 @@ from qcore.web.middleware import (
     route_path,
     set_session_cookie,
 )
-from qcore.web.render import depth_chart, environment, history_charts
+from qcore.web.render import depth_chart, environment, history_charts, link
 from qcore.web.security import Access, AllowedHosts, Csrf, SignInLimit
 
 __all__ = ["combine", "create_app"]
@@ -68,7 +68,7 @@ HERE = Path(__file__).parent
 REFRESH_SECONDS = 10
 #: what a history purge keeps, by choice on the storage panel
 KEEP_CHOICES = {"7d": 7, "30d": 30, "90d": 90}
-#: the tabs of the history page
+#: the tabs of a history chart area (queue page and history page), the first the default
 HISTORY_TABS = ("throughput", "latency")
 #: methods that only read, so a request may be run again after a lost connection
 READS = ("GET", "HEAD")
@@ -218,6 +218,7 @@ class Dashboard:
     async def queue(self, request: Request) -> Response:
         query = request.query_params
         name, span = query.get("name", ""), _one_of(query, "range", RANGES, "60m")
+        chart = _chart_tab(query)
         wanted = JobFilter(
             state=query.get("state") or None,
             key=query.get("key") or None,
@@ -238,6 +239,12 @@ class Dashboard:
             range=span,
             depth_chart=Markup(depth_chart(page.depth)) if len(page.depth) > 1 else None,
             charts=history_charts(history, name) if history else None,
+            history=history,
+            chart=chart,
+            chart_links={
+                t: link("/queue", name=name, range=span, chart=t, **wanted.params()) + "#history"
+                for t in HISTORY_TABS
+            },
             dead_letter_for=page.dead_letter_for,
             patterns=page.patterns,
         )
@@ -273,7 +280,7 @@ class Dashboard:
 
     async def history(self, request: Request) -> Response:
         span = _one_of(request.query_params, "range", RANGES, "7d")
-        tab = _one_of(request.query_params, "tab", HISTORY_TABS, HISTORY_TABS[0])
+        chart = _chart_tab(request.query_params)
         history = await _from_store(self.board.queue_history(None, span))
         busiest = max((t.completed + t.failed for t in history.breakdown), default=0)
         return self.render(
@@ -284,7 +291,8 @@ class Dashboard:
             range=span,
             busiest=busiest,
             charts=history_charts(history, "all queues"),
-            tab=tab,
+            chart=chart,
+            chart_links={t: link("/history", range=span, chart=t) for t in HISTORY_TABS},
         )
 
     async def storage(self, request: Request) -> Response:
@@ -476,6 +484,15 @@ def _one_of(query: Mapping[str, str], name: str, allowed: tuple[str, ...], defau
     if value not in allowed:
         raise ValidationError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
     return value
+
+
+def _chart_tab(query: Mapping[str, str]) -> str:
+    """The chart tab a page shows: ``chart`` (or the older ``tab``), else the default.
+
+    An unknown value is not an error: a tab is only a view, so the page shows the default.
+    """
+    value = query.get("chart") or query.get("tab") or HISTORY_TABS[0]
+    return value if value in HISTORY_TABS else HISTORY_TABS[0]
 
 
 def _check_query(request: Request) -> None:

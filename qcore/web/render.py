@@ -19,7 +19,7 @@ from markupsafe import Markup
 from qcore.metrics import LatencyPoint, WindowHistory
 from qcore.web import charts
 
-__all__ = ["depth_chart", "environment", "history_charts"]
+__all__ = ["depth_chart", "environment", "history_charts", "link"]
 
 HERE = Path(__file__).parent
 
@@ -71,11 +71,11 @@ def environment() -> Environment:
     env.filters["bytes"] = _bytes
     env.globals["split_bar"] = lambda c, f, top: Markup(charts.split_bar(c, f, top))
     env.globals["sparkline"] = lambda values: Markup(charts.sparkline(values))
-    env.globals["link"] = _link
+    env.globals["link"] = link
     return env
 
 
-def _link(path: str, **params: Any) -> str:
+def link(path: str, **params: Any) -> str:
     """``path`` with ``params`` (None left out) as its query, each value encoded."""
     given = {k: str(v) for k, v in params.items() if v is not None}
     return f"{path}?{urllib.parse.urlencode(given)}" if given else path

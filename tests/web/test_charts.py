@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from qcore.metrics import LatencyPoint, Percentiles, QueueTotals, ThroughputPoint, WindowHistory
 from qcore.web.charts import (
     EMPTY_TEXT,
     Series,
@@ -22,6 +23,7 @@ from qcore.web.charts import (
     split_widths,
     throughput_chart,
 )
+from qcore.web.render import environment, history_charts
 
 SVG = "{http://www.w3.org/2000/svg}"
 T0 = dt.datetime(2024, 12, 5, 10, 0, tzinfo=dt.timezone.utc)
@@ -348,3 +350,65 @@ def test_a_log_axis_of_durations_is_labelled_in_round_durations() -> None:
     labels = texts(root, "y-tick")
     assert labels == ["100 ms", "1 s", "10 s", "1 min", "10 min", "1 h"]
     assert not any("." in label for label in labels)
+
+
+# -- the chart area of the queue and history pages (qcore.web.render + its template) ----
+
+
+def percentiles(p50: float | None, p95: float | None, p99: float | None) -> Percentiles:
+    return Percentiles(p50=p50, p95=p95, p99=p99, samples=1 if p95 is not None else 0)
+
+
+def a_window() -> WindowHistory:
+    """Three 5-minute buckets, the newest still filling, and the range's totals."""
+    starts = [T0 + dt.timedelta(minutes=5 * i) for i in range(3)]
+    return WindowHistory(
+        throughput=[
+            ThroughputPoint(starts[0], 40, 2, False),
+            ThroughputPoint(starts[1], 50, 1, False),
+            ThroughputPoint(starts[2], 7, 0, True),
+        ],
+        latency=[
+            LatencyPoint(
+                starts[i], percentiles(5 + i, 50, 900), percentiles(20, 200, 2000), 30.0 + i, i == 2
+            )
+            for i in range(3)
+        ],
+        totals=QueueTotals(
+            "mail", 97, 3, wait=percentiles(6, 1500, 9000), run=percentiles(20, 250, 2500)
+        ),
+    )
+
+
+def chart_area(chart: str) -> str:
+    history = a_window()
+    return (
+        environment()
+        .get_template("_history_chart.html")
+        .render(
+            root="/board",
+            history=history,
+            charts=history_charts(history, "<b>mail</b>"),
+            chart=chart,
+            chart_links={t: f"/queue?name=%3Cb%3E&chart={t}" for t in ("throughput", "latency")},
+        )
+    )
+
+
+@pytest.mark.parametrize("chart", ["throughput", "latency"])
+def test_one_chart_at_a_time_behind_tabs_with_the_totals_that_follow(chart: str) -> None:
+    page = chart_area(chart)
+    panels = re.findall(r'data-panel="(\w+)"\s*(hidden)?', page)
+    assert [name for name, hidden in panels if not hidden] == [chart, chart]  # totals, figure
+    assert sorted(name for name, hidden in panels if hidden) == 2 * [
+        "latency" if chart == "throughput" else "throughput"
+    ]
+    here = re.findall(r'<a href="([^"]+)" role="tab" data-tab="(\w+)" aria-selected="true"', page)
+    assert here == [(f"/board/queue?name=%3Cb%3E&amp;chart={chart}", chart)]
+    # the totals computed from the range: counts on Throughput, p95s on Latency
+    totals = dict(re.findall(r'data-total="([\w-]+)">([^<]*)<', page))
+    assert totals == {"completed": "97", "failed": "3", "p95-run": "250 ms", "p95-wait": "1.5 s"}
+    throughput, latency = page.split('data-panel="latency"', 1)
+    assert 'data-total="completed"' in throughput and 'data-total="p95-run"' in latency
+    assert "<b>mail</b>" not in page and "&lt;b&gt;mail&lt;/b&gt;" in page  # escaped
+    assert "<details" in page and "<summary>" in page

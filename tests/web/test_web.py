@@ -161,6 +161,37 @@ async def test_every_page_renders_its_data(fleet: Fleet) -> None:
             assert "unsafe-inline" not in page.headers["content-security-policy"]
 
 
+async def test_the_chart_tab_is_a_query_parameter_and_an_unknown_one_is_the_default(
+    fleet: Fleet,
+) -> None:
+    def shown(html: str) -> list[str]:
+        panels = re.findall(r'data-panel="(\w+)"\s*(hidden)?', html)
+        return [name for name, hidden in panels if not hidden]
+
+    async with client(fleet.app()) as http:
+        for base in ("/queue?name=mail&range=60m", "/history?range=7d"):
+            for chart, tab in (
+                ("", "throughput"),
+                ("latency", "latency"),
+                ("throughput", "throughput"),
+                ("bogus", "throughput"),
+                ('"><script>alert(1)</script>', "throughput"),
+            ):
+                page = await http.get(
+                    base + ("&chart=" + urllib.parse.quote(chart) if chart else "")
+                )
+                assert page.status_code == 200, (base, chart, page.text[:300])
+                assert shown(page.text) == [tab, tab], (base, chart)
+                assert "<script>alert(1)" not in page.text
+                assert re.search(rf'data-tab="{tab}" aria-selected="true"', page.text)
+            latency = (await http.get(base + "&chart=latency")).text
+            assert "p95 run" in latency and "log scale" in latency
+            # the range links keep the tab shown
+            assert re.search(r"range=30d&amp;chart=latency", latency), base
+        older = await http.get("/history?tab=latency")  # the former parameter still works
+        assert shown(older.text) == ["latency", "latency"]
+
+
 async def test_markup_in_data_errors_and_warnings_is_shown_as_text(fleet: Fleet) -> None:
     async with client(fleet.app()) as http:
         job = (await http.get(f"/job?queue=mail&id={fleet.xss_job}")).text

@@ -37,8 +37,17 @@ function bindTabs() {
       for (const other of document.querySelectorAll("nav.tabs [data-tab]")) {
         other.classList.toggle("here", other === tab);
       }
+      for (const other of document.querySelectorAll("nav.tabs [data-tab]")) {
+        other.setAttribute("aria-selected", other === tab ? "true" : "false");
+      }
       for (const panel of document.querySelectorAll("[data-panel]")) {
         panel.hidden = panel.dataset.panel !== tab.dataset.tab;
+      }
+      // the range links keep the tab now shown
+      for (const link of document.querySelectorAll("nav.ranges a[data-range]")) {
+        const url = new URL(link.href);
+        url.searchParams.set("chart", tab.dataset.tab);
+        link.href = url.toString();
       }
       history.replaceState(null, "", tab.href);
     });
