@@ -37,7 +37,7 @@ __all__ = [
 ASYNC_FIXTURES = pytest_asyncio is not None
 
 #: the fixtures that install the test's schema, which may then come from the pool
-INSTALLING_FIXTURES = frozenset({"ctx", "sctx", "boss"})
+INSTALLING_FIXTURES = frozenset({"ctx", "sctx", "boss", "installed"})
 
 
 @pytest.fixture(scope="session")
@@ -184,6 +184,13 @@ if pytest_asyncio is not None:
         context = Context(db=db, backend=backend, schema_spec=schema)
         await install_or_migrate(context)
         return context
+
+    @pytest_asyncio.fixture
+    async def installed(ctx: Any) -> str:
+        """The test's ``schema`` with qcore's schema installed in it (from the pool where
+        the engine allows): for a test that starts ``Boss`` objects of its own on it
+        (``@pytest.mark.usefixtures("installed")``) and needs no empty schema."""
+        return str(ctx.schema_spec)
 
 
 if pytest_asyncio is not None:

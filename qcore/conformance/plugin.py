@@ -80,7 +80,7 @@ from qcore.conformance.report import (
 )
 
 if ASYNC_FIXTURES:  # the fixtures that exist only with pytest-asyncio
-    from qcore.conformance.fixtures import boss, ctx, pool, sctx  # noqa: F401
+    from qcore.conformance.fixtures import boss, ctx, installed, pool, sctx  # noqa: F401
 
 __all__ = [
     "BACKEND_FIXTURES",

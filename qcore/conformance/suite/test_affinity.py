@@ -38,6 +38,7 @@ async def _claim_all(boss: Boss, queue: str) -> set[str]:
     return {j.data for j in jobs}
 
 
+@pytest.mark.usefixtures("installed")
 async def test_each_server_claims_only_what_its_key_matches(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -65,6 +66,7 @@ async def test_each_server_claims_only_what_its_key_matches(
         assert await count(a.context(), "job", "name = 'reports' AND state = 'created'") == 1
 
 
+@pytest.mark.usefixtures("installed")
 async def test_a_claim_records_the_key_of_the_server_that_made_it(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -95,6 +97,7 @@ async def test_a_claim_records_the_key_of_the_server_that_made_it(
             assert again.id == mine and again.processed_on_instance_key == A
 
 
+@pytest.mark.usefixtures("installed")
 async def test_a_server_finds_its_jobs_behind_a_burst_for_others(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -120,6 +123,7 @@ async def test_a_server_finds_its_jobs_behind_a_burst_for_others(
         assert len(first) == 100 and all(j.priority == 5 for j in first)
 
 
+@pytest.mark.usefixtures("installed")
 async def test_a_pattern_new_to_a_server_is_claimed_at_its_next_fetch(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -135,6 +139,7 @@ async def test_a_pattern_new_to_a_server_is_claimed_at_its_next_fetch(
         assert job.data == "for-b"
 
 
+@pytest.mark.usefixtures("installed")
 async def test_a_queue_that_gains_and_loses_patterned_jobs_changes_the_claim_under_it(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -169,6 +174,7 @@ async def test_a_queue_that_gains_and_loses_patterned_jobs_changes_the_claim_und
         assert last.data == "plain-2" and not ctx.affinity.patterned("q")
 
 
+@pytest.mark.usefixtures("installed")
 async def test_a_bad_pattern_is_refused_before_anything_is_written(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -194,6 +200,7 @@ async def test_a_bad_pattern_is_refused_before_anything_is_written(
         assert await count(ctx, "qcore_job_pattern") == 0
 
 
+@pytest.mark.usefixtures("installed")
 async def test_insert_keeps_order_and_ids_with_patterns(db: Any, backend: Any, schema: str) -> None:
     async with running(_boss(db, backend, schema, A)) as a:
         await a.create_queue("q")
@@ -215,6 +222,7 @@ async def test_insert_keeps_order_and_ids_with_patterns(db: Any, backend: Any, s
         assert sorted(j.data for j in await a.fetch("q", batch_size=10)) == [0, 1]
 
 
+@pytest.mark.usefixtures("installed")
 async def test_a_send_dropped_by_its_policy_leaves_no_pattern(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -226,6 +234,7 @@ async def test_a_send_dropped_by_its_policy_leaves_no_pattern(
         assert await count(a.context(), "qcore_job_pattern") == 1
 
 
+@pytest.mark.usefixtures("installed")
 async def test_maintenance_forgets_patterns_of_ended_jobs_and_attribution_of_gone_ones(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -246,6 +255,7 @@ async def test_maintenance_forgets_patterns_of_ended_jobs_and_attribution_of_gon
         assert await count(ctx, "qcore_job_processed") == 0
 
 
+@pytest.mark.usefixtures("installed")
 async def test_work_runs_only_matching_jobs(db: Any, backend: Any, schema: str) -> None:
     from qcore.conformance.helpers import until
 
@@ -271,6 +281,7 @@ async def test_work_runs_only_matching_jobs(db: Any, backend: Any, schema: str) 
         assert await count(a.context(), "job", "name = 'q' AND state = 'created'") == 5
 
 
+@pytest.mark.usefixtures("installed")
 async def test_a_locked_claim_honours_affinity(db: Any, backend: Any, schema: str) -> None:
     async with (
         running(_boss(db, backend, schema, B)) as b,
@@ -292,6 +303,7 @@ async def test_a_locked_claim_honours_affinity(db: Any, backend: Any, schema: st
         assert read.processed_on_instance_key == B
 
 
+@pytest.mark.usefixtures("installed")
 async def test_jobs_processed_are_counted_per_key(db: Any, backend: Any, schema: str) -> None:
     async with running(_boss(db, backend, schema, C)) as c:
         await c.create_queue("q")
@@ -312,6 +324,7 @@ async def test_jobs_processed_are_counted_per_key(db: Any, backend: Any, schema:
             await c.get_instances(offset=0, after=c.instance_id)
 
 
+@pytest.mark.usefixtures("installed")
 async def test_an_operator_sees_each_pattern_and_whether_a_live_server_matches_it(
     db: Any, backend: Any, schema: str
 ) -> None:

@@ -65,6 +65,7 @@ async def test_start_is_idempotent_and_stop_keeps_a_given_connection(boss: Boss)
     await boss.start()
 
 
+@pytest.mark.usefixtures("installed")
 async def test_unlocked_claims_of_one_instance_share_a_statement(
     db: Any, backend: Backend, schema: str
 ) -> None:

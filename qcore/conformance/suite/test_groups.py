@@ -193,6 +193,7 @@ async def test_restore_is_fenced_and_only_for_active_jobs(sctx: Context) -> None
 # -- local_group_concurrency -----------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("installed")
 async def test_local_group_concurrency_runs_one_job_of_a_group_at_a_time(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -228,6 +229,7 @@ async def test_local_group_concurrency_runs_one_job_of_a_group_at_a_time(
         assert {r["retry_count"] for r in rows} == {0}  # a surplus hand-back spends nothing
 
 
+@pytest.mark.usefixtures("installed")
 async def test_local_group_concurrency_is_checked_when_the_worker_is_made(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -250,6 +252,7 @@ async def test_local_group_concurrency_is_checked_when_the_worker_is_made(
     assert boss.worker_statuses() == []
 
 
+@pytest.mark.usefixtures("installed")
 async def test_a_worker_with_group_concurrency_never_exceeds_it(
     db: Any, backend: Any, schema: str
 ) -> None:

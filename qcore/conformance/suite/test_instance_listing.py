@@ -25,6 +25,7 @@ def _boss(db: Any, backend: Any, schema: str, **options: Any) -> Boss:
     return Boss(db=db, backend=backend, schema=schema, supervise=False, **options)
 
 
+@pytest.mark.usefixtures("installed")
 async def test_live_servers_come_first_ahead_of_a_thousand_dead_rows(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -72,6 +73,7 @@ async def test_live_servers_come_first_ahead_of_a_thousand_dead_rows(
             await a.resume_instance("gpu-2")
 
 
+@pytest.mark.usefixtures("installed")
 async def test_remove_takes_every_row_of_the_server_and_leaves_its_jobs(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -103,6 +105,7 @@ async def test_remove_takes_every_row_of_the_server_and_leaves_its_jobs(
         assert kept.processed_on_instance_key == "retired:gpu"
 
 
+@pytest.mark.usefixtures("installed")
 async def test_a_recently_seen_server_is_not_removed(db: Any, backend: Any, schema: str) -> None:
     admin = _boss(db, backend, schema, register_instance=False)
     busy = _boss(db, backend, schema, instance_key="busy")
@@ -112,6 +115,7 @@ async def test_a_recently_seen_server_is_not_removed(db: Any, backend: Any, sche
         assert busy.instance_id in {i.id for i in await a.get_instances()}
 
 
+@pytest.mark.usefixtures("installed")
 async def test_bad_listing_arguments_are_refused(db: Any, backend: Any, schema: str) -> None:
     async with running(_boss(db, backend, schema, register_instance=False)) as a:
         for bad in (

@@ -69,6 +69,7 @@ async def _insert_dead(ctx: Context, n: int, *, name: str | None, days_ago: floa
         )
 
 
+@pytest.mark.usefixtures("installed")
 async def test_a_started_boss_registers_its_row(db: Any, backend: Any, schema: str) -> None:
     boss = _boss(db, backend, schema, instance_name="api-1", persist_warnings=True)
     async with running(boss) as b:
@@ -104,6 +105,7 @@ async def test_a_started_boss_registers_its_row(db: Any, backend: Any, schema: s
         assert again.id == row.id and again.live and again.started_on > started
 
 
+@pytest.mark.usefixtures("installed")
 async def test_the_seed_queries_work_on_qcore_rows(db: Any, backend: Any, schema: str) -> None:
     async with running(_boss(db, backend, schema, instance_name="w")) as b:
 
@@ -126,6 +128,7 @@ async def test_the_seed_queries_work_on_qcore_rows(db: Any, backend: Any, schema
         assert [(r["name"], r["concurrency"]) for r in working] == [("w", "3")]
 
 
+@pytest.mark.usefixtures("installed")
 async def test_get_instances_pages_and_refuses_bad_input(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -157,11 +160,13 @@ def test_instance_options_are_checked_at_construction() -> None:
             Boss("postgresql://localhost/x", **options)
 
 
+@pytest.mark.usefixtures("installed")
 async def test_register_instance_false_writes_no_row(db: Any, backend: Any, schema: str) -> None:
     async with running(_boss(db, backend, schema, register_instance=False)) as b:
         assert await b.get_instances() == []
 
 
+@pytest.mark.usefixtures("installed")
 async def test_a_process_that_only_sends_stays_out_of_the_registry(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -186,6 +191,7 @@ async def test_a_process_that_only_sends_stays_out_of_the_registry(
         Boss(db=db, backend=backend, schema=schema, register_instance="yes")  # type: ignore[arg-type]
 
 
+@pytest.mark.usefixtures("installed")
 async def test_crash_restarts_count_the_lives_that_ended_without_stop(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -213,6 +219,7 @@ async def test_crash_restarts_count_the_lives_that_ended_without_stop(
         assert (await _mine(b)).crash_restarts == 0
 
 
+@pytest.mark.usefixtures("installed")
 async def test_a_predecessor_still_reading_live_is_counted_once_it_goes_quiet(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -235,6 +242,7 @@ async def test_a_predecessor_still_reading_live_is_counted_once_it_goes_quiet(
         await set_clock(ctx, 0)
 
 
+@pytest.mark.usefixtures("installed")
 async def test_maintenance_deletes_old_rows_and_bounds_the_dead(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -255,6 +263,7 @@ async def test_maintenance_deletes_old_rows_and_bounds_the_dead(
         assert rows[0]["n"] == 21  # 20 kept, and the life that just stopped
 
 
+@pytest.mark.usefixtures("installed")
 async def test_trim_keeps_the_newest_dead_rows_in_all(db: Any, backend: Any, schema: str) -> None:
     async with running(_boss(db, backend, schema)) as b:
         ctx = b.context()
@@ -273,6 +282,7 @@ async def test_trim_keeps_the_newest_dead_rows_in_all(db: Any, backend: Any, sch
         assert (await _mine(b)).live  # the live row is never trimmed
 
 
+@pytest.mark.usefixtures("installed")
 async def test_heartbeats_move_the_row(db: Any, backend: Any, schema: str) -> None:
     async with running(_boss(db, backend, schema, instance_heartbeat_seconds=1)) as b:
         first = (await _mine(b)).heartbeat_on
@@ -287,6 +297,7 @@ async def test_heartbeats_move_the_row(db: Any, backend: Any, schema: str) -> No
 # -- instance keys: pause, resume, remove --------------------------------------------------
 
 
+@pytest.mark.usefixtures("installed")
 async def test_a_paused_server_claims_nothing_until_resumed(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -312,6 +323,7 @@ async def test_a_paused_server_claims_nothing_until_resumed(
         await until(lambda: handled == [sent], timeout=30, what="the job, once resumed")
 
 
+@pytest.mark.usefixtures("installed")
 async def test_a_server_pausing_itself_claims_nothing_from_that_moment(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -333,6 +345,7 @@ async def test_a_server_pausing_itself_claims_nothing_from_that_moment(
         await until(lambda: handled == [sent], timeout=30, what="the job, once resumed")
 
 
+@pytest.mark.usefixtures("installed")
 async def test_a_pause_from_another_process_holds_the_server_within_its_polling_interval(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -366,6 +379,7 @@ async def test_a_pause_from_another_process_holds_the_server_within_its_polling_
         assert me.pause_status == ""
 
 
+@pytest.mark.usefixtures("installed")
 async def test_a_pause_is_requested_until_the_server_acknowledges_it(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -389,6 +403,7 @@ async def test_a_pause_is_requested_until_the_server_acknowledges_it(
         assert not b.paused and (await _mine(b)).pause_status == ""
 
 
+@pytest.mark.usefixtures("installed")
 async def test_a_pause_reaches_a_listening_server_at_once(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -414,6 +429,7 @@ async def test_a_pause_reaches_a_listening_server_at_once(
         await until(lambda: not b.paused, timeout=15, what="the resume, told by NOTIFY")
 
 
+@pytest.mark.usefixtures("installed")
 async def test_pause_resume_and_remove_are_told_to_every_listening_instance(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -456,6 +472,7 @@ async def test_pause_resume_and_remove_are_told_to_every_listening_instance(
         ]
 
 
+@pytest.mark.usefixtures("installed")
 async def test_a_pause_survives_the_servers_restart(db: Any, backend: Any, schema: str) -> None:
     admin = _boss(db, backend, schema, register_instance=False)
     async with running(admin) as a:
@@ -469,6 +486,7 @@ async def test_a_pause_survives_the_servers_restart(db: Any, backend: Any, schem
             assert not b.paused
 
 
+@pytest.mark.usefixtures("installed")
 async def test_remove_is_refused_until_the_server_has_been_gone_30_minutes(
     db: Any, backend: Any, schema: str
 ) -> None:
@@ -494,6 +512,7 @@ async def test_remove_is_refused_until_the_server_has_been_gone_30_minutes(
             await a.resume_instance("gone")
 
 
+@pytest.mark.usefixtures("installed")
 async def test_bad_instance_keys_are_refused(
     db: Any, backend: Any, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -270,6 +270,7 @@ async def test_a_missing_queue_is_named(pctx: Context) -> None:
 # --------------------------------------------------------------------------- the worker
 
 
+@pytest.mark.usefixtures("installed")
 @pytest.mark.parametrize("batch", [1, 5])
 async def test_32_locked_loops_handle_each_job_once(
     pool: Any, backend: Backend, schema: str, pctx: Context, batch: int
@@ -294,6 +295,7 @@ async def test_32_locked_loops_handle_each_job_once(
     assert set(handled) == set(sent) and set(handled.values()) == {1}
 
 
+@pytest.mark.usefixtures("installed")
 async def test_a_locked_worker_settles_as_a_fetching_one(
     pool: Any, backend: Backend, schema: str, pctx: Context
 ) -> None:
@@ -344,6 +346,7 @@ async def test_a_locked_worker_settles_as_a_fetching_one(
     assert (second["state"], second["output"]) == ("failed", {"n": 1})
 
 
+@pytest.mark.usefixtures("installed")
 async def test_a_stop_fails_a_held_batch_past_the_deadline(
     pool: Any, backend: Backend, schema: str, pctx: Context
 ) -> None:
@@ -442,6 +445,7 @@ async def _drain_with_poison(
     return poison, others
 
 
+@pytest.mark.usefixtures("installed")
 @pytest.mark.parametrize("batch_size", [1, 10])
 @pytest.mark.parametrize("locked", [True, False], ids=["locked", "fetched"])
 async def test_an_error_the_database_cannot_hold_retries_fails_and_dead_letters(
@@ -482,6 +486,7 @@ async def test_an_error_the_database_cannot_hold_retries_fails_and_dead_letters(
     assert {r["source_retry_count"] for r in letters} == {1}
 
 
+@pytest.mark.usefixtures("installed")
 @pytest.mark.parametrize("locked", [True, False], ids=["locked", "fetched"])
 async def test_an_output_the_database_refuses_fails_the_job_not_the_queue(
     pool: Any, backend: Backend, schema: str, pctx: Context, locked: bool

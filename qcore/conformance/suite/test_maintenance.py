@@ -185,6 +185,7 @@ async def test_a_walk_cut_short_hands_its_claim_back(ctx: Context) -> None:
     assert await count(ctx, "job", "name = $1", "q") == 7
 
 
+@pytest.mark.usefixtures("installed")
 @pytest.mark.feature("warnings")
 async def test_persisted_warnings_are_pruned_after_their_retention(
     db: Any, backend: Backend, schema: str

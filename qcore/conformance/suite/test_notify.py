@@ -106,6 +106,7 @@ async def test_send_to_a_notify_queue_wakes_at_once(
     await heard.nothing_before(ctx)
 
 
+@pytest.mark.usefixtures("installed")
 @pytest.mark.requires("listen_notify")
 async def test_a_sent_job_starts_at_once_on_an_idle_worker(
     db: Database, backend: Backend, schema: str
@@ -201,6 +202,7 @@ async def test_heartbeat_keeps_a_healthy_listener(
         await notifier.stop()
 
 
+@pytest.mark.usefixtures("installed")
 async def test_unavailable_listener_warns_once_and_polls(
     db: Database, backend: Backend, schema: str
 ) -> None:

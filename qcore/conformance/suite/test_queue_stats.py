@@ -88,6 +88,7 @@ async def test_one_pass_makes_the_cached_counts_true(ctx: Context) -> None:
     assert later is not None and later.retained_count == 3 and later.total_count == 10
 
 
+@pytest.mark.usefixtures("installed")
 async def test_get_queue_stats_serves_the_cache_and_counts_a_new_queue(
     db: Any, backend: Backend, schema: str
 ) -> None:
@@ -107,6 +108,7 @@ async def test_get_queue_stats_serves_the_cache_and_counts_a_new_queue(
             await boss.get_queue_stats("missing")
 
 
+@pytest.mark.usefixtures("installed")
 async def test_persisted_snapshots_make_a_series(db: Any, backend: Backend, schema: str) -> None:
     boss = Boss(db=db, backend=backend, schema=schema, supervise=False, persist_queue_stats=True)
     async with running(boss):

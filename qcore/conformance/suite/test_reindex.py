@@ -39,6 +39,7 @@ async def _drained_backlog(boss: Boss, name: str = "q") -> None:
     await ctx.db.execute(f"VACUUM ANALYZE {ctx.q}.job")
 
 
+@pytest.mark.usefixtures("installed")
 @pytest.mark.requires("reindex")
 async def test_a_bloated_index_is_found_warned_and_rebuilt(
     db: Any, backend: Backend, schema: str
@@ -73,6 +74,7 @@ async def test_a_bloated_index_is_found_warned_and_rebuilt(
         assert await boss.get_reindex_commands(min_pages=10) == []
 
 
+@pytest.mark.usefixtures("installed")
 @pytest.mark.requires("reindex")
 async def test_a_partitioned_queues_own_table_is_checked_too(
     db: Any, backend: Backend, schema: str
@@ -98,6 +100,7 @@ async def test_a_partitioned_queues_own_table_is_checked_too(
         assert any(index in bloated for index in own_indexes), bloated
 
 
+@pytest.mark.usefixtures("installed")
 @pytest.mark.requires("reindex")
 async def test_an_index_of_long_singleton_keys_is_not_mistaken_for_bloat(
     db: Any, backend: Backend, schema: str
@@ -134,6 +137,7 @@ async def _invalidate(boss: Boss, index: str) -> None:
     )
 
 
+@pytest.mark.usefixtures("installed")
 @pytest.mark.requires("reindex")
 async def test_an_invalid_index_is_rebuilt_and_only_an_interrupted_rebuilds_stub_dropped(
     db: Any, backend: Backend, schema: str

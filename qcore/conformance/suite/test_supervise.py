@@ -291,6 +291,7 @@ async def test_loop_reports_errors_and_goes_on(ctx: Context) -> None:
     assert await supervisor.run() is None  # stopped: returns without running
 
 
+@pytest.mark.usefixtures("installed")
 async def test_stopped_boss_runs_no_pass(db: Any, backend: Backend, schema: str) -> None:
     boss = Boss(db=db, backend=backend, schema=schema, supervise=False)
     await boss.start()
@@ -323,6 +324,7 @@ async def _until(read: Any, expected: Any, timeout: float = 5.0) -> None:
 # --------------------------------------------------------------------------- interop
 
 
+@pytest.mark.usefixtures("installed")
 async def test_explicit_passes_keep_the_shared_intervals_and_return_after_stop(
     db: Any, backend: Backend, schema: str
 ) -> None:

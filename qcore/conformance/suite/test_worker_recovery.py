@@ -51,6 +51,7 @@ def need_own_sessions(backend: Backend, provisioned: Provisioner) -> None:
         )
 
 
+@pytest.mark.usefixtures("installed")
 async def test_workers_ride_out_terminated_connections(
     backend: Backend, provisioned: Provisioner, schema: str
 ) -> None:
@@ -142,6 +143,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.usefixtures("installed")
 async def test_a_killed_worker_process_loses_nothing(
     backend: Backend, provisioned: Provisioner, schema: str
 ) -> None:
