@@ -54,6 +54,7 @@ _ROUND_DURATIONS_MS = (
     _DAY * 1000, 7 * _DAY * 1000, 30 * _DAY * 1000, 365 * _DAY * 1000,
 )  # fmt: skip
 _COMPLETED_FILL, _FAILED_FILL = "#2e7d32", "#c62828"  # fallbacks; CSS classes override
+_GAUGE_DASH = "6 4"  # a dashed series (the queue-age gauge); a filling segment is "4 3"
 _FILLING_COLUMN = ' stroke="currentColor" stroke-dasharray="3 2" fill-opacity="0.5"'
 
 Point = tuple[float, float]
@@ -65,9 +66,10 @@ class Series:
 
     name: str  # legend text, e.g. "p95 run"
     points: list[tuple[dt.datetime, float | None]]  # oldest first; None = no value (gap)
-    css: str = "s1"  # class on the path: "s1".."s6", "completed", "failed"
+    css: str = "s1"  # class on the path: "s1".."s7", "completed", "failed"
     hidden: bool = False  # drawn, but with class "off" (the board's script toggles it)
     filling: bool = False  # the last point's bucket is still filling: dashed last segment
+    dashed: bool = False  # drawn dashed throughout (a gauge beside the percentiles)
 
 
 def format_duration_ms(value: float) -> str:
@@ -139,14 +141,16 @@ def line_chart(
     _x_axis(parts, _time_ticks(t0, t1), t1 - t0, x, right, bottom)
 
     for s in series:
-        name, cls = _esc(s.name), _esc(s.css) + (" off" if s.hidden else "")
+        name = _esc(s.name)
+        cls = _esc(s.css) + (" dashed" if s.dashed else "") + (" off" if s.hidden else "")
         coords = [(x(_ts(t)), y(v)) if v is not None and usable(v) else None for t, v in s.points]
         last_two = coords[-2:]
         dashed = s.filling and len(last_two) == 2 and None not in last_two
         d = _path_d(_runs(coords[:-1] if dashed else coords))
         line = f'fill="none" stroke="currentColor" stroke-width="1.5" data-series="{name}"'
         if d:
-            parts.append(f'<path class="line {cls}" d="{d}" {line}/>')
+            dash = f' stroke-dasharray="{_GAUGE_DASH}"' if s.dashed else ""
+            parts.append(f'<path class="line {cls}" d="{d}" {line}{dash}/>')
         if dashed:
             seg = _path_d([[p for p in last_two if p is not None]])
             parts.append(
@@ -167,7 +171,12 @@ def line_chart(
                 f"<title>{tip}</title></circle>"
             )
         parts.append("</g>")
-    _legend(parts, [(s.name, s.css, s.hidden) for s in series], left, height - 8)
+    _legend(
+        parts,
+        [(s.name, s.css + (" dashed" if s.dashed else ""), s.hidden) for s in series],
+        left,
+        height - 8,
+    )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -406,15 +415,26 @@ def _x_axis(
 def _legend(
     parts: list[str], items: Sequence[tuple[str, str, bool]], left: float, y: float
 ) -> None:
-    """A row of swatch + name entries, each with data-series for the toggle script."""
+    """A row of swatch + name entries, each with data-series for the toggle script.
+
+    A dashed series' swatch is a short dashed stroke rather than a square."""
     at = float(left)
     for name, css, hidden in items:
         cls = _esc(css) + (" off" if hidden else "")
+        if "dashed" in css.split():
+            swatch = (
+                f'<line class="swatch-line {_esc(css)}" x1="{_n(at - 2)}" x2="{_n(at + 12)}" '
+                f'y1="{_n(y - 4)}" y2="{_n(y - 4)}" stroke="currentColor" stroke-width="2" '
+                f'stroke-dasharray="4 2"/>'
+            )
+        else:
+            swatch = (
+                f'<rect class="swatch {_esc(css)}" x="{_n(at)}" y="{_n(y - 9)}" width="10" '
+                f'height="10" fill="currentColor"/>'
+            )
         parts.append(
-            f'<g class="legend-item {cls}" data-series="{_esc(name)}">'
-            f'<rect class="swatch {_esc(css)}" x="{_n(at)}" y="{_n(y - 9)}" width="10" height="10" '
-            f'fill="currentColor"/><text x="{_n(at + 14)}" y="{_n(y)}" font-size="11">'
-            f"{_esc(name)}</text></g>"
+            f'<g class="legend-item {cls}" data-series="{_esc(name)}">{swatch}'
+            f'<text x="{_n(at + 14)}" y="{_n(y)}" font-size="11">{_esc(name)}</text></g>'
         )
         at += 14 + 6.5 * len(name) + 16
 

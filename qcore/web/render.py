@@ -116,10 +116,19 @@ def history_charts(history: WindowHistory, label: str) -> dict[str, Markup]:
     filling = bool(latency) and latency[-1].filling
 
     def line(
-        name: str, pick: Callable[[LatencyPoint], float | None], css: str, hidden: bool = False
+        name: str,
+        pick: Callable[[LatencyPoint], float | None],
+        css: str,
+        hidden: bool = False,
+        dashed: bool = False,
     ) -> charts.Series:
         return charts.Series(
-            name, [(p.start, pick(p)) for p in latency], css=css, hidden=hidden, filling=filling
+            name,
+            [(p.start, pick(p)) for p in latency],
+            css=css,
+            hidden=hidden,
+            filling=filling,
+            dashed=dashed,
         )
 
     return {
@@ -131,14 +140,21 @@ def history_charts(history: WindowHistory, label: str) -> dict[str, Markup]:
         ),
         "latency": Markup(
             charts.line_chart(
+                # run in blues, wait in oranges, each percentile its own shade; the
+                # queue-age gauge shares the wait's duration axis, dashed
                 [
                     line("p95 run", lambda p: p.run.p95, "s1"),
                     line("p95 wait", lambda p: p.wait.p95, "s2"),
-                    line("queue age", lambda p: p.age * 1000 if p.age is not None else None, "s3"),
+                    line(
+                        "queue age",
+                        lambda p: p.age * 1000 if p.age is not None else None,
+                        "s3",
+                        dashed=True,
+                    ),
                     line("p50 run", lambda p: p.run.p50, "s4", hidden=True),
                     line("p99 run", lambda p: p.run.p99, "s5", hidden=True),
                     line("p50 wait", lambda p: p.wait.p50, "s6", hidden=True),
-                    line("p99 wait", lambda p: p.wait.p99, "s6", hidden=True),
+                    line("p99 wait", lambda p: p.wait.p99, "s7", hidden=True),
                 ],
                 title=f"latency, {label}",
                 unit="ms",

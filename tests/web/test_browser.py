@@ -343,6 +343,62 @@ async def test_the_range_selector_switches_series(world: World, browser: Any) ->
     assert ":" not in ticks_7d and ticks_7d != ticks_60m  # days over a week
 
 
+async def test_chart_tabs_legend_choices_and_the_fold_are_remembered(
+    world: World, browser: Any
+) -> None:
+    def shown(selector: str) -> list[str]:
+        return [
+            str(el.get_attribute("data-panel"))
+            for el in browser.find_elements(By.CSS_SELECTOR, selector)
+            if el.is_displayed()
+        ]
+
+    def series_off(name: str) -> bool:
+        item = browser.find_element(
+            By.CSS_SELECTOR, f"[data-panel=latency] .legend-item[data-series='{name}']"
+        )
+        return "off" in str(item.get_attribute("class")).split()
+
+    def use() -> None:
+        url = f"{world.board.url}/history?range=7d"
+        _open(browser, url)
+        browser.execute_script("localStorage.clear()")
+        _open(browser, url)
+        assert shown("[data-panel]") == ["throughput", "throughput"]  # totals, chart
+        assert "completed" in _text(browser) and "p95 run" not in _text(browser)
+        tab = browser.find_element(By.CSS_SELECTOR, "nav.tabs [data-tab=latency]")
+        tab.click()  # the script switches in place: no new page
+        assert shown("[data-panel]") == ["latency", "latency"]
+        assert "p95 run" in _text(browser) and "p95 wait" in _text(browser)
+        assert browser.current_url.endswith("chart=latency")
+        assert "chart=latency" in str(
+            browser.find_element(By.CSS_SELECTOR, "nav.ranges a[data-range='30d']").get_attribute(
+                "href"
+            )
+        )
+        assert series_off("p99 run") and not series_off("p95 run")
+        item = browser.find_element(
+            By.CSS_SELECTOR, "[data-panel=latency] .legend-item[data-series='p99 run'] text"
+        )
+        item.click()
+        assert not series_off("p99 run")
+        browser.refresh()  # a new page, the Latency tab from its URL, p99 run remembered
+        assert shown("[data-panel]") == ["latency", "latency"]
+        assert not series_off("p99 run") and series_off("p99 wait")
+        # the chart folds away, and stays folded on the next page
+        fold = browser.find_element(By.CSS_SELECTOR, "details.chart-fold")
+        assert fold.get_attribute("open") is not None
+        browser.find_element(By.CSS_SELECTOR, "details.chart-fold > summary").click()
+        _open(browser, f"{world.board.url}/queue?name=mail")
+        assert (
+            browser.find_element(By.CSS_SELECTOR, "details.chart-fold").get_attribute("open")
+            is None
+        )
+        browser.execute_script("localStorage.clear()")
+
+    await _run(use)
+
+
 async def test_the_storage_panel_confirms_before_it_purges(world: World, browser: Any) -> None:
     assert (await MetricsHistoryAdmin(world.store).stats()).rows > 0
 

@@ -412,3 +412,49 @@ def test_one_chart_at_a_time_behind_tabs_with_the_totals_that_follow(chart: str)
     assert 'data-total="completed"' in throughput and 'data-total="p95-run"' in latency
     assert "<b>mail</b>" not in page and "&lt;b&gt;mail&lt;/b&gt;" in page  # escaped
     assert "<details" in page and "<summary>" in page
+
+
+def test_a_dashed_series_is_dashed_throughout_with_a_dashed_swatch() -> None:
+    series = [Series("age", minutes(1, 2, 3), css="s3", dashed=True), Series("p95", minutes(2, 3))]
+    root = parse(line_chart(series, title="t", unit="ms", log_scale=True))
+    age, p95 = find(root, "path", "line")
+    assert (age.get("class") or "").split() == ["line", "s3", "dashed"]
+    assert age.get("stroke-dasharray") == "6 4" and p95.get("stroke-dasharray") is None
+    assert [ln.get("class") for ln in find(root, "line", "swatch-line")] == [
+        "swatch-line s3 dashed"
+    ]
+    assert len(find(root, "rect", "swatch")) == 1  # p95's square
+
+
+def test_the_latency_chart_draws_percentiles_in_distinct_colours_and_the_gauge_dashed() -> None:
+    root = parse(history_charts(a_window(), "mail")["latency"])
+    assert "log scale" in texts(root, "axis-title")[0]
+    legend = {
+        g.get("data-series"): (g.get("class") or "").split() for g in find(root, "g", "legend-item")
+    }
+    assert list(legend) == [
+        "p95 run", "p95 wait", "queue age", "p50 run", "p99 run", "p50 wait", "p99 wait",
+    ]  # fmt: skip
+    colours = {
+        name: next(c for c in cls if re.fullmatch(r"s\d", c)) for name, cls in legend.items()
+    }
+    assert len(set(colours.values())) == 7, colours  # every line its own colour
+    # drawn by default: p95 run, p95 wait, queue age; p50 and p99 a legend click away
+    hidden = {name for name, cls in legend.items() if "off" in cls}
+    assert hidden == {"p50 run", "p99 run", "p50 wait", "p99 wait"}
+    paths = find(root, "path", "line")
+    solid = [p for p in paths if "filling" not in (p.get("class") or "").split()]
+    age = [p for p in solid if p.get("data-series") == "queue age"]
+    assert len(age) == 1 and age[0].get("stroke-dasharray") == "6 4"  # the gauge, dashed
+    assert all(p.get("stroke-dasharray") is None for p in solid if p not in age)
+    # the newest bucket is still filling: every line's last segment is its own dashed path
+    tails = find(root, "path", "filling")
+    assert sorted(p.get("data-series") or "" for p in tails) == sorted(str(name) for name in legend)
+    assert all(p.get("stroke-dasharray") == "4 3" for p in tails)
+
+
+def test_the_throughput_chart_dashes_the_filling_bucket_of_a_window() -> None:
+    root = parse(history_charts(a_window(), "mail")["throughput"])
+    filling = [g for g in find(root, "g", "col") if "filling" in (g.get("class") or "").split()]
+    assert len(filling) == 1
+    assert all(r.get("stroke-dasharray") == "3 2" for r in find(filling[0], "rect", "completed"))

@@ -1,5 +1,6 @@
 // qcore dashboard: live refresh of the parts of a page marked data-live, chart series
-// toggles, tabs, and confirmations. Loaded from the package (no CDN); no inline scripts.
+// toggles and the chart's fold (both remembered in localStorage), tabs, and confirmations.
+// Loaded from the package (no CDN); no inline scripts.
 "use strict";
 
 function refreshLive() {
@@ -19,14 +20,57 @@ function refreshLive() {
     .catch(() => {});
 }
 
-function toggleSeries(event) {
-  const item = event.target.closest(".legend-item[data-series]");
-  if (!item) return;
-  const svg = item.closest("svg");
-  const name = item.getAttribute("data-series");
-  const off = !item.classList.contains("off");
+// what a legend click shows or hides is remembered in this browser, by series name
+const SERIES_KEY = "qcore.chart.series";
+const FOLD_KEY = "qcore.chart.open";
+
+function remembered(key) {
+  try {
+    return JSON.parse(localStorage.getItem(key) || "null");
+  } catch (e) {
+    return null;
+  }
+}
+
+function remember(key, value) {
+  try {
+    localStorage.setItem(key, JSON.stringify(value));
+  } catch (e) {
+    // storage refused (private mode, quota): the choice lasts for this page only
+  }
+}
+
+function showSeries(svg, name, off) {
   for (const el of svg.querySelectorAll("[data-series]")) {
     if (el.getAttribute("data-series") === name) el.classList.toggle("off", off);
+  }
+}
+
+function toggleSeries(event) {
+  const item = event.target.closest("svg.line-chart .legend-item[data-series]");
+  if (!item) return;
+  const name = item.getAttribute("data-series");
+  const off = !item.classList.contains("off");
+  for (const svg of document.querySelectorAll("svg.line-chart")) showSeries(svg, name, off);
+  const choices = remembered(SERIES_KEY) || {};
+  choices[name] = !off;
+  remember(SERIES_KEY, choices);
+}
+
+function restoreSeries() {
+  const choices = remembered(SERIES_KEY);
+  if (!choices || typeof choices !== "object") return;
+  for (const item of document.querySelectorAll("svg.line-chart .legend-item[data-series]")) {
+    const name = item.getAttribute("data-series");
+    if (typeof choices[name] === "boolean") showSeries(item.closest("svg"), name, !choices[name]);
+  }
+}
+
+function bindFold() {
+  const open = remembered(FOLD_KEY);
+  for (const fold of document.querySelectorAll("details.chart-fold")) {
+    if (typeof open === "boolean") fold.open = open;
+    fold.addEventListener("toggle", () => remember(FOLD_KEY, fold.open));
   }
 }
 
@@ -69,6 +113,8 @@ function bindConfirms(root) {
 
 document.addEventListener("DOMContentLoaded", () => {
   document.addEventListener("click", toggleSeries);
+  restoreSeries();
+  bindFold();
   bindTabs();
   bindConfirms(document);
   const seconds = Number(document.body.dataset.refresh || 0);
