@@ -273,7 +273,9 @@ async def test_every_answer_carries_the_security_headers(
 # -- bad query parameters --------------------------------------------------------------
 
 
-async def test_a_bad_range_or_tab_is_a_400_naming_what_is_allowed(small: Small) -> None:
+async def test_a_bad_range_is_a_400_naming_what_is_allowed_a_bad_tab_the_default(
+    small: Small,
+) -> None:
     for app in (small.app(), create_app(small.boss)):  # with history and without
         async with client(app) as http:
             for path in ("/queue?name=q&range=1y", "/queue?name=q&range="):
@@ -284,8 +286,10 @@ async def test_a_bad_range_or_tab_is_a_400_naming_what_is_allowed(small: Small) 
     async with client(small.app()) as http:
         answer = await http.get("/history?range=1y")
         assert answer.status_code == 400 and "60m, 7d, 30d, 90d" in answer.text
-        answer = await http.get("/history?tab=pie")
-        assert answer.status_code == 400 and "throughput, latency" in answer.text
+        for path in ("/history?tab=pie", "/history?chart=pie", "/queue?name=q&chart=pie"):
+            answer = await http.get(path)  # a tab is only a view: the default one
+            assert answer.status_code == 200, path
+            assert 'data-tab="throughput" aria-selected="true"' in answer.text, path
         assert (await http.get("/history?range=30d&tab=latency")).status_code == 200
 
 
