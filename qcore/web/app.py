@@ -66,8 +66,9 @@ __all__ = ["combine", "create_app"]
 HERE = Path(__file__).parent
 #: how often an open page refreshes its live parts (seconds)
 REFRESH_SECONDS = 10
-#: what a history purge keeps, by choice on the storage panel
-KEEP_CHOICES = {"7d": 7, "30d": 30, "90d": 90}
+#: what a history purge keeps, by choice on the storage panel: the charts' ranges of days
+#: (so the trims follow what a chart can show)
+KEEP_CHOICES = {r: int(r[:-1]) for r in RANGES if r.endswith("d")}
 #: the tabs of a history chart area (queue page and history page), the first the default
 HISTORY_TABS = ("throughput", "latency")
 #: methods that only read, so a request may be run again after a lost connection
@@ -297,7 +298,15 @@ class Dashboard:
 
     async def storage(self, request: Request) -> Response:
         usage = await _from_store(self.board.storage())
-        return self.render(request, "storage.html", usage=usage, keeps=KEEP_CHOICES)
+        # the range charted on the page that linked here (an unknown one: none)
+        charted = request.query_params.get("range", "")
+        return self.render(
+            request,
+            "storage.html",
+            usage=usage,
+            keeps=KEEP_CHOICES,
+            charted=charted if charted in RANGES else None,
+        )
 
     async def confirm_purge(self, request: Request) -> Response:
         keep = request.query_params.get("keep", "")

@@ -428,6 +428,25 @@ async def test_prometheus_endpoint(fleet: Fleet) -> None:
     assert {s.labels["queue"]: s.value for s in runs}["mail"] == 31
 
 
+async def test_the_storage_panel_trims_follow_the_charted_range(fleet: Fleet) -> None:
+    async with client(fleet.app()) as http:
+        history = (await http.get("/history?range=30d")).text
+        assert 'href="/history/storage?range=30d" class="menu" id="storage-link"' in history
+        storage = (await http.get("/history/storage?range=30d")).text
+        keeps = re.findall(r'class="button( here)?" href="[^"]*" id="keep-(\w+)"', storage)
+        assert keeps == [("", "7d"), (" here", "30d"), ("", "90d")]  # the charts' day ranges
+        assert "(the charted range)" in storage and 'id="charted"' in storage
+        hour = (await http.get("/history/storage?range=60m")).text
+        assert "charts the last 60m" in hour
+        marked = re.findall(r'class="button( here)?" href="[^"]*" id="keep-(\w+)"', hour)
+        assert marked == [("", "7d"), ("", "30d"), ("", "90d")]  # no trim keeps just an hour
+        assert "(the charted range)" not in hour
+        for odd in ("bogus", "%3Cb%3E"):
+            page = await http.get(f"/history/storage?range={odd}")
+            assert page.status_code == 200 and 'id="charted"' not in page.text
+            assert "<b>" not in page.text
+
+
 async def test_the_storage_panel_confirms_then_purges(fleet: Fleet) -> None:
     async with client(fleet.app()) as http:
         confirm = await http.get("/history/purge?keep=all")
