@@ -23,9 +23,9 @@ from psycopg.conninfo import conninfo_to_dict
 
 from qcore import backends
 from qcore.conformance.provisioners import LocalProvisioner, NotAvailable
+from qcore.conformance.schemas import SchemaPool
 from qcore.context import Context
 from qcore.db import connect
-from qcore.identifiers import quote as quote_identifier
 from qcore.schema import install_or_migrate
 
 ADMIN_DSN = os.environ.get("QCORE_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -84,19 +84,34 @@ def pg_dsn() -> Iterator[str]:
         provisioner.stop()
 
 
+@pytest.fixture(scope="session")
+def shared_installs() -> SchemaPool:
+    """The installs :func:`shared` hands out, one test at a time (this worker's)."""
+    return SchemaPool()
+
+
 @pytest_asyncio.fixture
-async def shared(pg_dsn: str) -> AsyncIterator[Context]:
-    """A qcore Context on a fresh schema of the local PostgreSQL, installed by qcore: the
-    schema a test shares with the real pg-boss (``tests.interop.pgboss``)."""
+async def shared(pg_dsn: str, shared_installs: SchemaPool) -> AsyncIterator[Context]:
+    """A qcore Context on a schema of its own of the local PostgreSQL, installed by qcore:
+    the schema a test shares with the real pg-boss (``tests.interop.pgboss``). An install
+    from this worker's pool, reset to the state of a new one (one a test changed is
+    dropped and replaced: :mod:`qcore.conformance.schemas`)."""
     db = await connect(pg_dsn, max=4)
-    schema = f"interop_{uuid.uuid4().hex[:10]}"
-    ctx = Context(db=db, backend=backends.get("postgres"), schema_spec=schema)
+    schema = await shared_installs.take(db)
     try:
-        await install_or_migrate(ctx)
-        yield ctx
+        if schema is None:
+            schema = f"interop_{uuid.uuid4().hex[:10]}"  # no "qcore_" in pg-boss's reports
+            await install_or_migrate(_postgres(db, schema))
+            await shared_installs.remember(db, schema)
+        yield _postgres(db, schema)
     finally:
-        await db.execute_script(f"DROP SCHEMA IF EXISTS {quote_identifier(schema)} CASCADE")
+        if schema is not None:
+            shared_installs.give_back(schema)
         await db.close()
+
+
+def _postgres(db: Any, schema: str) -> Context:
+    return Context(db=db, backend=backends.get("postgres"), schema_spec=schema)
 
 
 #: how long the session's leftover tasks get to end once cancelled, in all
