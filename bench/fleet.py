@@ -472,12 +472,13 @@ async def run(
                 assert reply.status_code == 200, (path, reply.text[:300])
                 size = len(reply.content)
                 pages[path] = {"ms": round(ms, 1), "round_trips": trips, "bytes": size}
-                if path == "/":  # the overview's tile "live / total instances live"
+                if path == "/":  # the overview's tile "live / all keyed servers live"
                     tile = re.search(
-                        r'"n">([\d,]+) / ([\d,]+)</span><span class="l">instances live', reply.text
+                        r'"n">([\d,]+) / ([\d,]+)</span><span class="l">keyed servers live',
+                        reply.text,
                     )
                     pages[path]["live_shown"] = int(tile[1].replace(",", "")) if tile else None
-                    pages[path]["live"] = counts.live
+                    pages[path]["live"] = keyed_live
                 if path == "/instances":
                     shown = set(re.findall(r'data-key="([^"]+)" class="live"', reply.text))
                     pages[path]["live_keyed_shown"] = len(shown)
@@ -575,7 +576,7 @@ def table(report: dict[str, Any]) -> str:
         "| figure | ms | round trips | note |",
         "|---|---:|---:|---|",
         f"| overview page `/` | {pages['/']['ms']} | {pages['/']['round_trips']} |"
-        f" {pages['/']['bytes']:,} bytes; live instances it shows:"
+        f" {pages['/']['bytes']:,} bytes; live keyed servers it counts:"
         f" {pages['/']['live_shown']} of {pages['/']['live']} |",
         f"| instances page `/instances` | {shown['ms']} | {shown['round_trips']} |"
         f" {shown['bytes']:,} bytes; live keyed servers shown:"
