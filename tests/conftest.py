@@ -84,6 +84,18 @@ def pg_dsn() -> Iterator[str]:
         provisioner.stop()
 
 
+@pytest.fixture
+def empty_database() -> Iterator[str]:
+    """The URL of an empty database of its own on the local PostgreSQL, dropped
+    afterwards (for a command that installs into a database it finds empty)."""
+    name = f"qcore_empty_{uuid.uuid4().hex[:10]}"
+    admin_execute(f"CREATE DATABASE {name}")
+    try:
+        yield with_database(ADMIN_DSN, name)
+    finally:
+        admin_execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
 @pytest.fixture(scope="session")
 def shared_installs() -> SchemaPool:
     """The installs :func:`shared` hands out, one test at a time (this worker's)."""

@@ -21,7 +21,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import uuid
 import venv
 import zipfile
 from collections.abc import Callable, Iterator
@@ -33,7 +32,7 @@ import psycopg
 import pytest
 
 from qcore import __version__
-from tests.conftest import ADMIN_DSN, admin_execute, with_database
+from tests.conftest import ADMIN_DSN
 
 pytestmark = [pytest.mark.feature("packaging"), pytest.mark.postgres]
 
@@ -353,18 +352,7 @@ def _get(url: str) -> tuple[int, str]:
         return exc.code, exc.read().decode(errors="replace")
 
 
-@pytest.fixture
-def fresh_database() -> Iterator[str]:
-    """An empty database on the local PostgreSQL, dropped afterwards."""
-    name = f"qcore_readme_{uuid.uuid4().hex[:10]}"
-    admin_execute(f"CREATE DATABASE {name}")
-    try:
-        yield with_database(ADMIN_DSN, name)
-    finally:
-        admin_execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-
-
-def test_the_readmes_quickstart_runs_as_written(user_env: Env, fresh_database: str) -> None:
+def test_the_readmes_quickstart_runs_as_written(user_env: Env, empty_database: str) -> None:
     """A new user's first hour: install with the dashboard extra, save the quickstart,
     run it, work its job with ``qcore work``, and look at it with ``qcore dashboard``."""
     quickstart = readme_quickstart()
@@ -377,14 +365,14 @@ def test_the_readmes_quickstart_runs_as_written(user_env: Env, fresh_database: s
     env |= {
         # the environment's python and qcore first, as an activated venv has them
         "PATH": f"{Path(user_env.python).parent}{os.pathsep}{env.get('PATH', '')}",
-        "DATABASE_URL": fresh_database,
+        "DATABASE_URL": empty_database,
         "PYTHONUNBUFFERED": "1",
     }
     for variable in ("QCORE_DATABASE_URL", "PGHOST", "PGDATABASE", "PGUSER", "PGPORT"):
         env.pop(variable, None)
 
     def jobs() -> list[str]:
-        with psycopg.connect(fresh_database, autocommit=True) as conn:
+        with psycopg.connect(empty_database, autocommit=True) as conn:
             return [str(row[0]) for row in conn.execute("SELECT state FROM pgboss.job")]
 
     # 1. the script: creates its queue, sends its job (nothing works it yet)
@@ -440,7 +428,7 @@ def test_the_readmes_quickstart_runs_as_written(user_env: Env, fresh_database: s
     code, page = answers["/"]
     assert code == 200 and "Overview" in page, (code, page[:2000], output)
     code, page = answers["/queues"]
-    with psycopg.connect(fresh_database, autocommit=True) as conn:
+    with psycopg.connect(empty_database, autocommit=True) as conn:
         queues = [str(row[0]) for row in conn.execute("SELECT name FROM pgboss.queue")]
     assert code == 200 and queues and all(q in page for q in queues), (code, queues, output)
     # uvicorn shuts down cleanly on SIGTERM, then ends by the signal it caught (so its

@@ -37,7 +37,7 @@ from qcore.conformance.helpers import set_clock
 from qcore.conformance.suite.test_metrics import REDIS_URL, drop_prefix, redis_client
 from qcore.metrics import Retention
 from tests.cli import run_qcore
-from tests.conftest import ADMIN_DSN, admin_execute, with_database
+from tests.conftest import admin_execute
 
 pytestmark = [pytest.mark.postgres, pytest.mark.feature("cli")]
 
@@ -76,17 +76,6 @@ def filled(pg_dsn: str) -> Iterator[str]:
         yield schema
     finally:
         admin_execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE", pg_dsn)
-
-
-@pytest.fixture
-def other_database() -> Iterator[str]:
-    """An empty database of its own on the local PostgreSQL, dropped afterwards."""
-    name = f"qcore_hist_{uuid.uuid4().hex[:10]}"
-    admin_execute(f"CREATE DATABASE {name}")
-    try:
-        yield with_database(ADMIN_DSN, name)
-    finally:
-        admin_execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def _table(dsn: str, schema: str, name: str) -> bool:
@@ -287,20 +276,20 @@ def test_the_image_builds() -> None:
 
 
 def test_every_database_on_the_board_is_recorded(
-    pg_dsn: str, filled: str, other_database: str
+    pg_dsn: str, filled: str, empty_database: str
 ) -> None:
-    asyncio.run(_fill(other_database, filled))  # the same schema in another database
+    asyncio.run(_fill(empty_database, filled))  # the same schema in another database
     argv = ["dashboard", "--url", pg_dsn, "--schema", filled, "--history"]
-    argv += ["--database", f"eu={other_database}", "--interval", "30"]
+    argv += ["--database", f"eu={empty_database}", "--interval", "30"]
     with serving(argv, {}) as board:
         _wait_for("history rows in the main database", lambda: _rows(pg_dsn, filled) == 6, board)
-        _wait_for("history rows in eu", lambda: _rows(other_database, filled) == 6, board)
+        _wait_for("history rows in eu", lambda: _rows(empty_database, filled) == 6, board)
         assert "every 30 s" in board.output()
         for name in ("main", "eu"):
             code, page = board.get(f"/db/{name}/history")
             assert code == 200 and "mail" in page, (name, code, page[:2000])
         _stopped_cleanly(board)
-    assert _leases(pg_dsn, filled) == 0 and _leases(other_database, filled) == 0
+    assert _leases(pg_dsn, filled) == 0 and _leases(empty_database, filled) == 0
 
 
 def test_a_read_only_board_creates_nothing_and_records_nothing(pg_dsn: str, filled: str) -> None:
@@ -333,7 +322,7 @@ def test_a_failing_tick_leaves_the_board_serving(pg_dsn: str, filled: str) -> No
 
 
 def test_the_board_records_into_redis_under_its_prefix(
-    pg_dsn: str, filled: str, other_database: str
+    pg_dsn: str, filled: str, empty_database: str
 ) -> None:
     """Each database under a prefix of its own: the main one under ``--redis-prefix``,
     ``eu`` (the same schema in another database) under ``<prefix>.eu``."""
@@ -341,9 +330,9 @@ def test_the_board_records_into_redis_under_its_prefix(
     prefixes = {"main": prefix, "eu": f"{prefix}.eu"}
     for each in prefixes.values():
         asyncio.run(_redis_keys(each, drop=True))  # skips the test when no Redis answers
-    asyncio.run(_fill(other_database, filled))
+    asyncio.run(_fill(empty_database, filled))
     argv = ["dashboard", "--url", pg_dsn, "--schema", filled, "--history"]
-    argv += ["--redis", REDIS_URL, "--redis-prefix", prefix, "--database", f"eu={other_database}"]
+    argv += ["--redis", REDIS_URL, "--redis-prefix", prefix, "--database", f"eu={empty_database}"]
     try:
         with serving(argv, {}) as board:
 
@@ -363,7 +352,7 @@ def test_the_board_records_into_redis_under_its_prefix(
         for name, each in prefixes.items():
             keys = asyncio.run(_redis_keys(each))
             assert not any(":__lease__:" in k for k in keys), keys  # handed back at the stop
-            url = pg_dsn if name == "main" else other_database
+            url = pg_dsn if name == "main" else empty_database
             common = ["--url", url, "--schema", filled, "--redis", REDIS_URL]
             stats = run_qcore("metrics", "stats", "--json", *common, "--redis-prefix", each)
             assert json.loads(stats.stdout)["rows"] == 6, (name, stats.stderr)
