@@ -71,6 +71,11 @@ class Series:
     filling: bool = False  # the last point's bucket is still filling: dashed last segment
     dashed: bool = False  # drawn dashed throughout (a gauge beside the percentiles)
 
+    @property
+    def classes(self) -> str:
+        """The classes of its path and legend swatch ("dashed" for a dashed series)."""
+        return self.css + (" dashed" if self.dashed else "")
+
 
 def format_duration_ms(value: float) -> str:
     """A duration given in milliseconds, compactly: "0.5 ms", "12 ms", "1.5 s", "1.5 min"."""
@@ -142,7 +147,7 @@ def line_chart(
 
     for s in series:
         name = _esc(s.name)
-        cls = _esc(s.css) + (" dashed" if s.dashed else "") + (" off" if s.hidden else "")
+        cls = _esc(s.classes) + (" off" if s.hidden else "")
         coords = [(x(_ts(t)), y(v)) if v is not None and usable(v) else None for t, v in s.points]
         last_two = coords[-2:]
         dashed = s.filling and len(last_two) == 2 and None not in last_two
@@ -171,12 +176,7 @@ def line_chart(
                 f"<title>{tip}</title></circle>"
             )
         parts.append("</g>")
-    _legend(
-        parts,
-        [(s.name, s.css + (" dashed" if s.dashed else ""), s.hidden) for s in series],
-        left,
-        height - 8,
-    )
+    _legend(parts, [(s.name, s.classes, s.hidden) for s in series], left, height - 8)
     parts.append("</svg>")
     return "".join(parts)
 
