@@ -29,7 +29,8 @@ async def custom_and_generic_plans(
     await tx.execute("SET LOCAL plan_cache_mode = force_generic_plan")
     await tx.execute("PREPARE qcore_test_plan AS " + sql)
     literals = ", ".join(literal(v) for v in params)  # EXECUTE takes no binds
-    (generic,) = await tx.execute(f"{explain}EXECUTE qcore_test_plan({literals})")
+    arguments = f"({literals})" if literals else ""
+    (generic,) = await tx.execute(f"{explain}EXECUTE qcore_test_plan{arguments}")
     await tx.execute("DEALLOCATE qcore_test_plan")  # a rollback would keep it
     return [custom["QUERY PLAN"][0]["Plan"], generic["QUERY PLAN"][0]["Plan"]]
 

@@ -875,6 +875,46 @@ def test_runner_can_leave_the_independent_tests_out(
     assert "Backend-independent" not in (tmp_path / "compatibility.md").read_text()
 
 
+#: a test file with no test run per backend; it notes each process that imports it
+INDEPENDENT_ONLY = """
+import os
+import sys
+
+with open(os.environ["QCORE_IMPORTS_LOG"], "a") as log:
+    log.write(("collect" if "--collect-only" in sys.argv else "run") + "\\n")
+
+
+def test_alone():
+    pass
+"""
+
+
+def test_backend_runs_import_only_the_files_with_backend_tests(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One collection finds the files holding a per-backend test; the backend-only runs
+    are handed those, so a file of independent tests is imported by neither (every
+    worker of every backend would import it, to deselect all it holds)."""
+    pytester.makeini(ASYNC_INI)
+    pytester.makepyfile(test_suite=RUNNER_TESTS, test_alone=INDEPENDENT_ONLY)
+    imports = tmp_path / "imports.log"
+    monkeypatch.setenv("QCORE_IMPORTS_LOG", str(imports))
+    options = RunOptions(
+        backends=["cockroachdb", "example"],
+        tests=[pytester.path],
+        results_dir=tmp_path / "results",
+        table=None,
+        cwd=pytester.path,
+        out=(tmp_path / "log.txt").open("w"),
+    )
+    assert run_matrix(options) == 0, (tmp_path / "log.txt").read_text()
+    assert options.backend_test_files == [pytester.path / "test_suite.py"]
+    assert imports.read_text().split() == ["collect"]
+    results = load_results(tmp_path / "results")
+    assert results["cockroachdb"]["totals"]["passed"] == 1  # test_select; notify is off
+    assert results["example"]["totals"]["passed"] == 1
+
+
 def test_runner_fails_on_a_failing_backend(pytester: pytest.Pytester, tmp_path: Path) -> None:
     pytester.makeini(ASYNC_INI)
     pytester.makepyfile(test_fail="def test_bad(backend):\n    assert backend.name != 'citus'\n")

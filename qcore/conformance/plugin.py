@@ -70,6 +70,7 @@ from qcore.conformance.markers import DEFAULT_FEATURE
 from qcore.conformance.report import (
     NOT_RUN,
     REPORT_FORMAT,
+    REPORT_VARIABLE,
     SKIP_UNSUPPORTED,
     STATE_KEY,
     MatrixState,
@@ -98,11 +99,6 @@ BACKEND_FIXTURES = frozenset({"backend", "provisioned", "db", "schema", "boss"})
 
 
 # --------------------------------------------------------------------------- options
-
-
-#: where a run writes its report when ``--matrix-report`` is not given (CI sets it around
-#: the README's ``python -m pytest``, so the matrix records that run's backend from it)
-REPORT_VARIABLE = "QCORE_MATRIX_REPORT"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -139,6 +135,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="install and drop a schema per test instead of resetting pooled installs"
         " (slower; to rule the pool out when a test fails).",
+    )
+    group.addoption(
+        "--list-test-files",
+        dest="qcore_list_test_files",
+        metavar="PATH",
+        default=None,
+        help="write the files of the tests collected (after deselection), one absolute path"
+        " a line, to PATH (the matrix runner hands them to each backend's run).",
     )
     group.addoption(
         "--backend-tests-only",
@@ -266,6 +270,13 @@ def pytest_collection_modifyitems(
             feature=_feature_of(item),
             requires=_requires_of(item),
         )
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    target = session.config.getoption("qcore_list_test_files")
+    if target:
+        files = sorted({str(item.path) for item in session.items})
+        Path(target).write_text("".join(f"{name}\n" for name in files), encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- running

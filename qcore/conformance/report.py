@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_BACKEND",
     "NOT_RUN",
     "REPORT_FORMAT",
+    "REPORT_VARIABLE",
     "SKIP_NOT_AVAILABLE",
     "SKIP_OTHER",
     "SKIP_UNSUPPORTED",
@@ -42,6 +43,10 @@ __all__ = [
     "merged",
     "state_of",
 ]
+
+#: where a run writes its report when ``--matrix-report`` is not given (CI sets it around
+#: the README's ``python -m pytest``, so the matrix records that run's backend from it)
+REPORT_VARIABLE = "QCORE_MATRIX_REPORT"
 
 #: the ``format`` field of a --matrix-report file
 #: (2: a test with no passing call is ``not_run``; 1 counted it as passed)

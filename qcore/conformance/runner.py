@@ -27,6 +27,7 @@ from typing import Any, TextIO
 from qcore import backends as registry
 from qcore.conformance import SUITE
 from qcore.conformance.provisioners import best_provisioner
+from qcore.conformance.report import REPORT_VARIABLE
 from qcore.conformance.results import summarise, write_results
 from qcore.conformance.table import write_table
 from qcore.errors import ConfigError
@@ -83,6 +84,10 @@ class RunOptions:
     backend_tests_only: bool = False
     #: how many backends run at once (each its own pytest process and database)
     jobs: int = 1
+    #: the files under ``tests`` holding a test run per backend (found once by
+    #: :func:`find_backend_test_files`): a run that leaves the backend-independent tests
+    #: out imports only these instead of every test module, in each of its workers
+    backend_test_files: list[Path] = field(default_factory=list)
     out: TextIO = sys.stdout
     #: serialises writes to ``out`` between concurrent backends
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -150,6 +155,17 @@ def _write(options: RunOptions, text: str) -> None:
             options.out.flush()
 
 
+def _backend_tests_only(options: RunOptions, name: str) -> bool:
+    """Whether backend ``name``'s run leaves the backend-independent tests out."""
+    return name != INDEPENDENT_RUN or options.backend_tests_only
+
+
+def _test_paths(options: RunOptions, name: str) -> list[Path]:
+    if _backend_tests_only(options, name) and options.backend_test_files:
+        return options.backend_test_files
+    return options.tests
+
+
 def _pytest_command(options: RunOptions, name: str, report: Path) -> list[str]:
     command = [
         sys.executable,
@@ -157,7 +173,7 @@ def _pytest_command(options: RunOptions, name: str, report: Path) -> list[str]:
         "pytest",
         "-p",
         "qcore.conformance.plugin",
-        *map(str, options.tests),
+        *map(str, _test_paths(options, name)),
         "--backend",
         name,
         "--matrix-report",
@@ -166,7 +182,7 @@ def _pytest_command(options: RunOptions, name: str, report: Path) -> list[str]:
         "-p",
         "no:cacheprovider",
     ]
-    if name != INDEPENDENT_RUN or options.backend_tests_only:
+    if _backend_tests_only(options, name):
         command.append("--backend-tests-only")
     if options.dsn:
         command += ["--dsn", options.dsn]
@@ -261,11 +277,48 @@ def _not_run(totals: dict[str, Any]) -> str:
     return f", {totals['not_run']} not run" if totals.get("not_run") else ""
 
 
+def find_backend_test_files(options: RunOptions, backend: str) -> list[Path]:
+    """The files under ``options.tests`` holding a test run per backend, found by one
+    collection (the same files for every backend: the backend is a parameter of such a
+    test, never a reason to collect it); empty when that collection fails, so each
+    backend's run collects everything and reports the failure itself."""
+    with tempfile.TemporaryDirectory(prefix="qcore-matrix-") as tmp:
+        listing = Path(tmp) / "files.txt"
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "qcore.conformance.plugin",
+            *map(str, options.tests),
+            "--backend",
+            backend,
+            "--backend-tests-only",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--list-test-files",
+            str(listing),
+            *options.pytest_args,
+        ]
+        env = {k: v for k, v in os.environ.items() if k != REPORT_VARIABLE}
+        done = subprocess.run(
+            command, cwd=options.cwd, stdin=subprocess.DEVNULL, capture_output=True, env=env
+        )
+        if done.returncode != 0 or not listing.exists():
+            return []
+        return [Path(line) for line in listing.read_text(encoding="utf-8").splitlines()]
+
+
 def run_matrix(options: RunOptions) -> int:
     """Run every backend (``jobs`` at a time), write its results and the table; 1 if any
     backend failed."""
     out = options.out
     count = len(options.backends)
+    narrowed = [name for name in options.backends if _backend_tests_only(options, name)]
+    if narrowed and not options.backend_test_files:
+        options.backend_test_files = find_backend_test_files(options, narrowed[0])
     with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
         running = [
             pool.submit(run_backend, options, name, index, count)

@@ -53,9 +53,15 @@ table_in_schema = Statement(
 )
 
 
+# Whether table ``table`` of ``schema`` has column ``column``; every backend. Reads
+# pg_attribute: information_schema.columns computes every column's privileges and type
+# names first (about 2 ms a probe, run at every start).
 column_in_table = Statement(
-    "SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = $1"
-    " AND table_name = $2 AND column_name = $3) AS present",
+    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a"
+    " JOIN pg_catalog.pg_class c ON c.oid = a.attrelid"
+    " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE n.nspname = $1 AND c.relname = $2 AND a.attname = $3"
+    " AND a.attnum > 0 AND NOT a.attisdropped) AS present",
     ("schema", "table", "column"),
 )
 
