@@ -18,12 +18,11 @@ from typing import Any, cast
 from typing_extensions import Unpack
 
 from qcore import backends
-from qcore._version import __version__
 from qcore.affinity import Affinity
 from qcore.arguments import constructor, verb
 from qcore.backend import EngineIdentity, Server
 from qcore.boss.options import BossOptions, settings_of, signature
-from qcore.boss.services import SERVICES, Running, stop_all
+from qcore.boss.services import SERVICES, Running, registry_of, stop_all
 from qcore.boss.verbs import (
     FlowVerbs,
     InstanceVerbs,
@@ -65,7 +64,7 @@ from qcore.options import (
     SendOptions,
 )
 from qcore.services import Service
-from qcore.services.instances import InstanceRegistry, RegistrySettings, recorded_config
+from qcore.services.instances import InstanceRegistry, recorded_config
 from qcore.services.notifier import Notifier
 from qcore.services.pause_watch import PauseWatch
 from qcore.services.warnings import WarningRecorder, slow_query_watch
@@ -330,32 +329,6 @@ class Boss(
         """
         return self._running
 
-    def _registry(self) -> InstanceRegistry:
-        settings = RegistrySettings(
-            id=self.instance_id,
-            name=self.instance_name,
-            instance_key=self.instance_key,
-            heartbeat_seconds=self.instance_heartbeat_seconds,
-            version=__version__,
-            supervise=self.supervise_enabled,
-            schedule=self.timekeeping.schedule,
-            migrate=self.migrate,
-            persist_queue_stats=self.maintenance.persist_queue_stats,
-            persist_warnings=self.maintenance.persist_warnings,
-            config=self._recorded_config,
-        )
-        db = self._db
-        pool = (lambda: None) if self._given_db is not None or db is None else db.pool_counts
-        return InstanceRegistry(
-            self.context,
-            self.events,
-            settings,
-            workers=self.worker_statuses,
-            pool=pool,
-            on_paused=self._set_paused,
-            limited=lambda: self.limited,
-        )
-
     def _set_limited(self, reason: str | None) -> None:
         """The system limiter holds claiming (``reason``) or lets it go (None).
 
@@ -375,19 +348,9 @@ class Boss(
             return
         if self.settings.registry.register_instance is not None:
             return
-        registry = self._registry()
+        registry = registry_of(self)
         await registry.start()
         self._running.services = {"registry": registry, **self._running.services}
-
-    def _pause_watch(self, key: str) -> PauseWatch:
-        return PauseWatch(
-            self.context,
-            self.events,
-            key=key,
-            intervals=lambda: [w.options.polling_interval_seconds for w in self._workers.values()],
-            listening=self._notices_reach,
-            on_paused=self._set_paused,
-        )
 
     def _notices_reach(self) -> bool:
         """Whether a NOTIFY reaches this instance now (its listener is up)."""

@@ -14,16 +14,19 @@ A new service is one module under :mod:`qcore.services` (a
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
+from qcore._version import __version__
 from qcore.context import Context
+from qcore.db import Database
 from qcore.events import Events
 from qcore.periodic import Service
 from qcore.services.bam import BamWorker
 from qcore.services.flows import FlowResolver
-from qcore.services.instances import InstanceRegistry
+from qcore.services.instances import InstanceRegistry, RegistrySettings
 from qcore.services.limiter import SystemLimiter
 from qcore.services.monitor import Supervisor
 from qcore.services.notifier import Notifier
@@ -31,9 +34,9 @@ from qcore.services.pause_watch import PauseWatch
 from qcore.services.timekeeper import ClockSkew, Timekeeper
 from qcore.tasks import UNWIND_SECONDS
 from qcore.verbs.instances import InstanceNotice
-from qcore.worker import Worker
+from qcore.worker import Worker, WorkerStatus
 
-__all__ = ["SERVICES", "Host", "Registration", "Running", "busy"]
+__all__ = ["SERVICES", "Host", "Registration", "Running", "busy", "registry_of"]
 
 S = TypeVar("S", bound=Service)
 
@@ -55,14 +58,28 @@ class Host(Protocol):
 
     def _wake_all(self) -> None: ...
 
-    def _registry(self) -> InstanceRegistry: ...
+    @property
+    def instance_id(self) -> uuid.UUID: ...
+
+    @property
+    def limited(self) -> str | None: ...
+
+    @property
+    def _db(self) -> Database | None: ...
+
+    @property
+    def _recorded_config(self) -> dict[str, Any]: ...
+
+    def worker_statuses(self) -> list[WorkerStatus]: ...
+
+    def _set_paused(self, paused: bool, *, announce: bool = True) -> None: ...
 
     @property
     def _workers(self) -> Mapping[str, Worker]: ...
 
-    def _pause_watch(self, key: str) -> PauseWatch: ...
-
     def _instance_noticed(self, notice: InstanceNotice | None) -> None: ...
+
+    def _notices_reach(self) -> bool: ...
 
     def _reconnected(self) -> None: ...
 
@@ -165,7 +182,38 @@ def _registry(boss: Host) -> Service | None:
         supervise=settings.supervisor.supervise, schedule=settings.timekeeper.schedule
     )
     late = settings.registry.register_instance is None and bool(boss._workers)
-    return boss._registry() if registers or late else None
+    return registry_of(boss) if registers or late else None
+
+
+def registry_of(boss: Host) -> InstanceRegistry:
+    """The instance registry of ``boss`` (also built by its first worker when it
+    registers late)."""
+    settings = boss.settings
+    registry, db = settings.registry, boss._db
+    row = RegistrySettings(
+        id=boss.instance_id,
+        name=registry.instance_name,
+        instance_key=registry.instance_key,
+        heartbeat_seconds=int(registry.instance_heartbeat_seconds),
+        version=__version__,
+        supervise=settings.supervisor.supervise,
+        schedule=settings.timekeeper.schedule,
+        migrate=settings.connection.migrate,
+        persist_queue_stats=settings.maintenance.persist_queue_stats,
+        persist_warnings=settings.maintenance.persist_warnings,
+        config=boss._recorded_config,
+    )
+    # the pool's counts only where qcore opened it (a caller's db= is the caller's)
+    pool = db.pool_counts if boss._owns_db and db is not None else (lambda: None)
+    return InstanceRegistry(
+        boss.context,
+        boss.events,
+        row,
+        workers=boss.worker_statuses,
+        pool=pool,
+        on_paused=boss._set_paused,
+        limited=lambda: boss.limited,
+    )
 
 
 def _limiter(boss: Host) -> Service | None:
@@ -178,7 +226,16 @@ def _limiter(boss: Host) -> Service | None:
 def _pause_watch(boss: Host) -> Service | None:
     # a keyed server only (it registers at start): an operator pauses a server by its key
     key = boss.settings.registry.instance_key
-    return None if key is None else boss._pause_watch(key)
+    if key is None:
+        return None
+    return PauseWatch(
+        boss.context,
+        boss.events,
+        key=key,
+        intervals=lambda: [w.options.polling_interval_seconds for w in boss._workers.values()],
+        listening=boss._notices_reach,
+        on_paused=boss._set_paused,
+    )
 
 
 #: the built-in services, in the order they start (and stop): the registry first, so

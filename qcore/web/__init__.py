@@ -4,6 +4,7 @@ It sits above the core and metrics and uses them only through public verbs; noth
 the core imports it (an import-linter contract says so).
 """
 
-from qcore.web.app import combine, create_app
+from qcore.web.app import create_app
+from qcore.web.databases import combine
 
 __all__ = ["combine", "create_app"]

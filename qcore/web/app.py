@@ -14,11 +14,9 @@ look, filters and charts are :mod:`qcore.web.render`'s.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
-import re
 import urllib.parse
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -58,19 +56,23 @@ from qcore.web.middleware import (
     route_path,
     set_session_cookie,
 )
+from qcore.web.query import (
+    HISTORY_TABS,
+    KEEP_CHOICES,
+    chart_tab,
+    check_query,
+    integer,
+    one_of,
+    purge_cutoff,
+)
 from qcore.web.render import depth_chart, environment, history_charts, link
 from qcore.web.security import Access, AllowedHosts, Csrf, SignInLimit
 
-__all__ = ["combine", "create_app"]
+__all__ = ["Dashboard", "create_app"]
 
 HERE = Path(__file__).parent
 #: how often an open page refreshes its live parts (seconds)
 REFRESH_SECONDS = 10
-#: what a history purge keeps, by choice on the storage panel: the charts' ranges of days
-#: (so the trims follow what a chart can show)
-KEEP_CHOICES = {r: int(r[:-1]) for r in RANGES if r.endswith("d")}
-#: the tabs of a history chart area (queue page and history page), the first the default
-HISTORY_TABS = ("throughput", "latency")
 #: methods that only read, so a request may be run again after a lost connection
 READS = ("GET", "HEAD")
 JOB_ACTIONS = ("cancel", "retry", "resume", "delete")
@@ -163,7 +165,7 @@ class Dashboard:
 
         async def run(request: Request) -> Response:
             try:
-                _check_query(request)
+                check_query(request)
                 try:
                     return await handler(request)
                 except DatabaseError as exc:
@@ -218,8 +220,8 @@ class Dashboard:
 
     async def queue(self, request: Request) -> Response:
         query = request.query_params
-        name, span = query.get("name", ""), _one_of(query, "range", RANGES, "60m")
-        chart = _chart_tab(query)
+        name, span = query.get("name", ""), one_of(query, "range", RANGES, "60m")
+        chart = chart_tab(query)
         wanted = JobFilter(
             state=query.get("state") or None,
             key=query.get("key") or None,
@@ -265,8 +267,8 @@ class Dashboard:
     async def instances(self, request: Request) -> Response:
         query = request.query_params
         shown = InstanceFilter(
-            show=_one_of(query, "show", INSTANCE_SHOWN, INSTANCE_SHOWN[0]),
-            state=_one_of(query, "state", INSTANCE_STATES, INSTANCE_STATES[0]),
+            show=one_of(query, "show", INSTANCE_SHOWN, INSTANCE_SHOWN[0]),
+            state=one_of(query, "state", INSTANCE_STATES, INSTANCE_STATES[0]),
             search=query.get("q") or None,
         )
         page = await self.board.instances(shown, after=query.get("after") or None)
@@ -280,8 +282,8 @@ class Dashboard:
         return self.render(request, "schedules.html", schedules=await self.board.schedules())
 
     async def history(self, request: Request) -> Response:
-        span = _one_of(request.query_params, "range", RANGES, "7d")
-        chart = _chart_tab(request.query_params)
+        span = one_of(request.query_params, "range", RANGES, "7d")
+        chart = chart_tab(request.query_params)
         history = await _from_store(self.board.queue_history(None, span))
         busiest = max((t.completed + t.failed for t in history.breakdown), default=0)
         return self.render(
@@ -310,7 +312,7 @@ class Dashboard:
 
     async def confirm_purge(self, request: Request) -> Response:
         keep = request.query_params.get("keep", "")
-        cutoff = _cutoff(keep)
+        cutoff = purge_cutoff(keep)
         usage = await _from_store(self.board.storage())
         return self.render(request, "purge.html", keep=keep, cutoff=cutoff, usage=usage)
 
@@ -425,9 +427,9 @@ class Dashboard:
             raise ValidationError("data nests lists and objects too deep") from None
         options: dict[str, Any] = {}
         if fields.get("priority"):
-            options["priority"] = _integer("priority", fields["priority"])
+            options["priority"] = integer("priority", fields["priority"])
         if fields.get("start_after"):
-            options["start_after"] = _integer("start_after (seconds)", fields["start_after"])
+            options["start_after"] = integer("start_after (seconds)", fields["start_after"])
         if fields.get("singleton_key"):
             options["singleton_key"] = fields["singleton_key"]
         job = await self.board.boss.send(name, data, **options)
@@ -457,7 +459,7 @@ class Dashboard:
         return self.back(request, "/instances", f"{action}d {key}")
 
     async def purge(self, request: Request) -> Response:
-        cutoff = _cutoff((await self.form(request)).get("keep", ""))
+        cutoff = purge_cutoff((await self.form(request)).get("keep", ""))
         if self.board.admin is None:
             raise _NoHistory(configured=False)
         with _store_state():
@@ -469,51 +471,6 @@ class Dashboard:
 
 class _Refused(Exception):
     """A request the board will not carry out (403)."""
-
-
-def _integer(name: str, text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ValidationError(f"{name} must be a whole number, got {text!r}") from None
-
-
-def _cutoff(keep: str) -> dt.date | None:
-    """The first day a purge keeping ``keep`` leaves (None: it keeps nothing)."""
-    if keep == "all":
-        return None
-    if keep not in KEEP_CHOICES:
-        raise ValidationError(f"keep must be one of {', '.join(KEEP_CHOICES)} or all")
-    return dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=KEEP_CHOICES[keep])
-
-
-def _one_of(query: Mapping[str, str], name: str, allowed: tuple[str, ...], default: str) -> str:
-    """Query parameter ``name``, which must be one of ``allowed`` (``default`` when absent)."""
-    value = query.get(name, default)
-    if value not in allowed:
-        raise ValidationError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
-    return value
-
-
-def _chart_tab(query: Mapping[str, str]) -> str:
-    """The chart tab a page shows: ``chart`` (or the older ``tab``), else the default.
-
-    An unknown value is not an error: a tab is only a view, so the page shows the default.
-    """
-    value = query.get("chart") or query.get("tab") or HISTORY_TABS[0]
-    return value if value in HISTORY_TABS else HISTORY_TABS[0]
-
-
-def _check_query(request: Request) -> None:
-    """Refuse a query parameter no database can hold (a NUL character).
-
-    This is done whatever the page does with it, so it reads as the bad input it is.
-    """
-    for name, value in request.query_params.multi_items():
-        if "\x00" in name or "\x00" in value:
-            raise ValidationError(
-                f"query parameter {name.replace(chr(0), '')!r} holds a NUL character"
-            )
 
 
 class _NoHistory(Exception):
@@ -616,43 +573,4 @@ def create_app(
     app.add_middleware(Guard, access=access, sign_ins=ui.sign_ins)
     app.add_middleware(Shield, hosts=hosts)  # added last: outermost
     app.state.dashboard = ui
-    return app
-
-
-#: a database's name on a combined board (it is part of the board's paths)
-_DATABASE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-
-
-def combine(boards: Mapping[str, Starlette]) -> Starlette:
-    """One board for several databases, switching between them.
-
-    Each of ``boards`` (apps from :func:`create_app`, by a name of letters, digits, ``-``
-    and ``_``) is served under ``/db/<name>/``, ``/`` leading to the first, and every
-    board's sidebar switching between them. Each keeps its own credentials, read-only
-    setting, allowed hosts and CSRF secret; what lies outside every board answers only to
-    a name one of them does, with the same headers.
-    """
-    if not boards:
-        raise ConfigError("combine() needs at least one board")
-    names = list(boards)
-    uis: dict[str, Dashboard] = {}
-    for name in names:  # every board checked before any is told about the others
-        if not _DATABASE_NAME.fullmatch(name):
-            raise ConfigError(
-                f"a database's name on the board may hold letters, digits, - and _, got {name!r}"
-            )
-        ui = getattr(getattr(boards[name], "state", None), "dashboard", None)
-        if not isinstance(ui, Dashboard):
-            raise ConfigError(f"board {name!r} is not an app of qcore.web.create_app")
-        uis[name] = ui
-    for name, ui in uis.items():
-        ui.databases, ui.database = names, name
-
-    async def first(request: Request) -> Response:
-        return RedirectResponse(f"{board_root(request.scope)}/db/{names[0]}/", status_code=303)
-
-    routes: list[Route | Mount] = [Route("/", first)]
-    routes += [Mount(f"/db/{name}", app=boards[name]) for name in names]
-    app = Starlette(routes=routes)
-    app.add_middleware(Shield, hosts=AllowedHosts(n for ui in uis.values() for n in ui.hosts.names))
     return app
