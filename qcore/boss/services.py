@@ -213,6 +213,8 @@ def registry_of(boss: Host) -> InstanceRegistry:
         pool=pool,
         on_paused=boss._set_paused,
         limited=lambda: boss.limited,
+        on_notice=boss._instance_noticed,
+        hears_notify=boss._notices_reach,
     )
 
 

@@ -3,7 +3,8 @@
 The row is written at start(), refreshed every ``instance_heartbeat_seconds``
 (supervising or not) and marked stopped by stop(). Nothing on the job path waits for it:
 a failed write is an ``error`` event and the next heartbeat, an upsert, writes the row
-again.
+again. While no NOTIFY reaches this instance, each heartbeat also reads the notices of
+pauses, resumes and removals written since the last (:class:`NoticeReader`).
 
 Crash restarts are counted at registration from the rows of earlier lives with this
 name on this host; a life that still read live then is judged again on each heartbeat
@@ -34,7 +35,7 @@ from qcore.periodic import Periodic
 from qcore.services.pause_watch import follow_pause
 from qcore.services.process_usage import LoopLag, ProcessUsage
 from qcore.sql import instances as sql
-from qcore.verbs.instances import PauseState
+from qcore.verbs.instances import InstanceNotice, NoticeReader, PauseState
 
 __all__ = ["InstanceRegistry", "RegistrySettings", "recorded_config", "worker_entries"]
 
@@ -144,6 +145,8 @@ class InstanceRegistry(Periodic):
         pool: Callable[[], dict[str, int] | None],
         on_paused: Callable[[bool], None] | None = None,
         limited: Callable[[], str | None] = lambda: None,
+        on_notice: Callable[[InstanceNotice], None] | None = None,
+        hears_notify: Callable[[], bool] = lambda: False,
     ) -> None:
         super().__init__(events, float(settings.heartbeat_seconds), detached=True)
         self._context = context
@@ -152,6 +155,9 @@ class InstanceRegistry(Periodic):
         self._pool = pool
         self._on_paused = on_paused
         self._limited = limited
+        self._on_notice = on_notice
+        self._hears_notify = hears_notify
+        self._notices = NoticeReader()
         self._lag = LoopLag()
         self._usage: ProcessUsage | None = None
         self._started_on: dt.datetime | None = None
@@ -173,6 +179,7 @@ class InstanceRegistry(Periodic):
             prune = sql.prune_instance_lives(ctx.q, skip_locked=skip_locked)
             await retry.run(ctx, prune, **self._slot())
             await self._beat_key(ctx)
+            await self._hear(ctx)
         except Exception as exc:
             assert self.events is not None
             self.events.emit("error", exc)
@@ -184,8 +191,19 @@ class InstanceRegistry(Periodic):
         started = self._started_on or dt.datetime.now(dt.timezone.utc)
         await retry.run(ctx, sql.heartbeat_instance(ctx.q), **self._values(), started_on=started)
         await self._beat_key(ctx)
+        await self._hear(ctx)
         if self._recount:
             await self._count_crash_restarts(ctx)
+
+    async def _hear(self, ctx: Context) -> None:
+        """Pass on the notices written since the last beat, while no NOTIFY brings them."""
+        if self._on_notice is None:
+            return
+        if self._hears_notify():
+            self._notices.restart()
+            return
+        for notice in await self._notices.read(ctx):
+            self._on_notice(notice)
 
     async def _beat_key(self, ctx: Context) -> None:
         """Beat a keyed server's key.

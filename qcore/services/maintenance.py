@@ -40,6 +40,7 @@ from qcore.sql import instances as instance_sql
 from qcore.sql import maintenance as sql
 from qcore.sql._statement import Statement
 from qcore.verbs import audit
+from qcore.verbs import instances as instance_ops
 from qcore.verbs.reindex import Reindex
 
 __all__ = [
@@ -252,9 +253,9 @@ async def _walk(
 async def prune(ctx: Context, settings: Maintenance, *, stopping: Callable[[], bool]) -> int:
     """Delete what is past its retention; the number of snapshot rows deleted.
 
-    Instance rows quiet for the retention (and dead ones past the bound), warnings and
-    queue-stat snapshots past their retention go. A partition dropped counts as none:
-    its rows are not read.
+    Instance rows quiet for the retention (and dead ones past the bound), instance
+    notices past their day, warnings and queue-stat snapshots past their retention go.
+    A partition dropped counts as none: its rows are not read.
     """
     await retry.run(ctx, instance_sql.delete_old_instances(ctx.q))
     skip_locked = ctx.backend.fetch is FetchStrategy.SKIP_LOCKED
@@ -262,6 +263,7 @@ async def prune(ctx: Context, settings: Maintenance, *, stopping: Callable[[], b
     if ctx.affinity.installed:
         await prune_affinity(ctx, stopping=stopping)
     await audit.prune(ctx)
+    await instance_ops.forget_notices(ctx)
     if settings.persist_warnings and settings.warning_retention_days:
         await retry.run(ctx, sql.prune_warnings(ctx.q), days=settings.warning_retention_days)
     if not settings.persist_queue_stats:

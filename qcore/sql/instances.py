@@ -17,6 +17,7 @@ from functools import lru_cache
 from qcore.identifiers import quote
 from qcore.sql._statement import DDL, Params, Statement
 from qcore.sql.catalog import INSTANCE_COLUMN_TYPES
+from qcore.sql.instance_notices import written_with
 from qcore.sql.probes import column_in_table, table_in_schema
 
 __all__ = [
@@ -40,7 +41,6 @@ __all__ = [
     "instance_exists",
     "list_instances",
     "live_instance_keys",
-    "notify_instances",
     "prune_instance_lives",
     "read_instance_pause",
     "register_instance",
@@ -524,15 +524,16 @@ def acknowledge_instance_pause(q: str) -> Statement:
     )
 
 
-@lru_cache(maxsize=32)
-def set_instance_paused(q: str, *, create: bool, own: bool, notify: bool) -> Statement:
+@lru_cache(maxsize=64)
+def set_instance_paused(q: str, *, create: bool, own: bool, notify: bool, tell: bool) -> Statement:
     """Pause (``paused`` true) or resume the server with ``key``.
 
     With ``create``, a key never seen is paused ahead of its server. ``own``: the server
     itself asks, so the change is acknowledged as it is stored; otherwise the server
     acknowledges it when it reads it. ``notify`` (where LISTEN/NOTIFY exists) also sends
     ``payload`` on ``channel`` in the same statement, so a listening server reads it at
-    once. Rows: the key changed (none: unknown).
+    once; ``tell`` writes the notice (``by``) for servers that hear no NOTIFY. Rows: the
+    key changed (none: unknown).
     """
     p = Params()
     acknowledged = _now(q) if own else "NULL::timestamptz"
@@ -550,34 +551,34 @@ def set_instance_paused(q: str, *, create: bool, own: bool, notify: bool) -> Sta
             f" acknowledged_on = {acknowledged}"
             f" WHERE instance_key = {p('key')}::text RETURNING instance_key"
         )
-    if not notify:
-        return p.statement(change)
+    told = ""
+    if tell:
+        action = f"CASE WHEN {p('paused')}::boolean THEN 'paused' ELSE 'resumed' END"
+        rows = f"SELECT instance_key, {action}, {p('by')}::text FROM changed"
+        told = written_with(q, rows)
+    notified = (
+        f", pg_notify({p('channel')}::text, {p('payload')}::text) IS NOT NULL AS notified"
+        if notify
+        else ""
+    )
     return p.statement(
-        f"WITH changed AS ({change}) SELECT c.instance_key,"
-        f" pg_notify({p('channel')}::text, {p('payload')}::text) IS NOT NULL AS notified"
-        " FROM changed c"
+        f"WITH changed AS ({change}){told} SELECT c.instance_key{notified} FROM changed c"
     )
 
 
-@lru_cache(maxsize=1)
-def notify_instances() -> Statement:
-    """Send ``payload`` on ``channel`` (a removal's notice; LISTEN/NOTIFY backends only)."""
-    p = Params()
-    return p.statement(
-        f"SELECT pg_notify({p('channel')}::text, {p('payload')}::text) IS NOT NULL AS notified"
-    )
-
-
-@lru_cache(maxsize=16)
-def remove_instance_key(q: str) -> Statement:
+@lru_cache(maxsize=32)
+def remove_instance_key(q: str, *, tell: bool) -> Statement:
     """Forget ``key`` and delete its servers' registry rows, unless one was seen lately.
 
     Seen: the key's last beat or any of its rows' heartbeats, within ``minutes``. Jobs
-    are never touched (they name a server by its key, as text). Row: ``found`` (the key
-    or a row of it exists), ``seen_minutes_ago``, ``removed``, ``rows_removed``.
+    are never touched (they name a server by its key, as text). ``tell`` writes the
+    removal's notice (``by``) when it is done. Row: ``found`` (the key or a row of it
+    exists), ``seen_minutes_ago``, ``removed``, ``rows_removed``.
     """
     p = Params()
     key, now = p("key"), _now(q)
+    removal = "SELECT {key}::text, 'removed', {by}::text WHERE (SELECT ok FROM allowed)"
+    told = written_with(q, removal.format(key=key, by=p("by"))) if tell else ""
     return p.statement(
         f"WITH k AS (SELECT seen_on FROM {_keys(q)} WHERE instance_key = {key}::text),"
         f" lives AS (SELECT heartbeat_on FROM {q}.instance"
@@ -591,7 +592,8 @@ def remove_instance_key(q: str) -> Statement:
         " AND (SELECT ok FROM allowed) RETURNING instance_key),"
         f" gone_rows AS (DELETE FROM {q}.instance WHERE config ->> 'instanceKey' = {key}::text"
         " AND (SELECT ok FROM allowed) RETURNING id)"
-        " SELECT EXISTS (SELECT 1 FROM k) OR EXISTS (SELECT 1 FROM lives) AS found,"
+        + told
+        + " SELECT EXISTS (SELECT 1 FROM k) OR EXISTS (SELECT 1 FROM lives) AS found,"
         f" (EXTRACT(EPOCH FROM ({now} - (SELECT at FROM seen))) / 60)::float8"
         " AS seen_minutes_ago, (SELECT ok FROM allowed) AS removed,"
         " (SELECT count(*) FROM gone_rows)::int AS rows_removed"

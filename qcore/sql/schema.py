@@ -82,6 +82,7 @@ from qcore.sql.functions import (
     job_table_run_async,
     partition_commands,
 )
+from qcore.sql.instance_notices import NOTICE_TABLE, create_notice_index, create_notice_table
 from qcore.sql.instances import (
     INSTANCE_KEY_TABLE,
     add_jobs_processed_column,
@@ -135,6 +136,7 @@ QCORE_TABLES = (
     JOB_PATTERN_TABLE,
     JOB_PROCESSED_TABLE,
     AUDIT_TABLE,
+    NOTICE_TABLE,
 )
 
 
@@ -142,7 +144,7 @@ def qcore_tables(schema: str) -> list[DDL]:
     """qcore's own tables, which pg-boss neither has nor reads. Idempotent.
 
     The lock table (first: the first lease needs it), instance keys, job patterns,
-    attribution and the board's audit log.
+    attribution, the board's audit log and the instance notices.
     """
     return [
         create_lock_table(schema),
@@ -154,6 +156,8 @@ def qcore_tables(schema: str) -> list[DDL]:
         create_job_processed_table(schema),
         create_audit_table(schema),
         create_audit_index(schema),
+        create_notice_table(schema),
+        create_notice_index(schema),
     ]
 
 

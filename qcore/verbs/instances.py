@@ -24,6 +24,7 @@ from qcore.job import (
     pause_acknowledged,
 )
 from qcore.options import check_count, check_int, check_text
+from qcore.sql import instance_notices as notices_sql
 from qcore.sql import instances as sql
 from qcore.sql.locks import notify_channel
 from qcore.verbs.schema import table_present
@@ -31,10 +32,13 @@ from qcore.verbs.schema import table_present
 __all__ = [
     "INSTANCE_KEY_ENV",
     "MAX_INSTANCES_PAGE",
+    "NOTICE_MARGIN_SECONDS",
     "REMOVE_AFTER_MINUTES",
     "InstanceNotice",
+    "NoticeReader",
     "PauseState",
     "acknowledge_pause",
+    "forget_notices",
     "get_instances",
     "instance_counts",
     "instance_key",
@@ -244,13 +248,22 @@ def _notice(ctx: Context, notice: InstanceNotice) -> dict[str, Any]:
     return {"channel": notify_channel(ctx.schema_spec), "payload": notice.payload()}
 
 
+async def _tells(ctx: Context) -> bool:
+    """Whether a change can write its notice for servers that hear no NOTIFY (a schema
+    installed before the notice table came has none until an instance migrates it)."""
+    return await table_present(ctx, notices_sql.NOTICE_TABLE)
+
+
 async def _set_paused(
     ctx: Context, key: str, paused: bool, *, own: bool, by: str | None
 ) -> list[Any]:
-    """Store a pause or resume of ``key``, told at once to every listening server."""
+    """Store a pause or resume of ``key``, told to every server: at once to a listening
+    one, at its next heartbeat to one that hears no NOTIFY."""
     told = _notice(ctx, InstanceNotice(key, "paused" if paused else "resumed", by))
-    statement = sql.set_instance_paused(ctx.q, create=paused, own=own, notify=bool(told))
-    return await retry.run(ctx, statement, key=key, paused=paused, **told)
+    tell = await _tells(ctx)
+    statement = sql.set_instance_paused(ctx.q, create=paused, own=own, notify=bool(told), tell=tell)
+    written = {"by": by} if tell else {}
+    return await retry.run(ctx, statement, key=key, paused=paused, **told, **written)
 
 
 async def pause_instance(
@@ -317,8 +330,14 @@ async def remove_instance(ctx: Context, key: str, *, by: str | None = None) -> i
     minutes, or for an unknown key. Jobs are never touched. Returns the rows deleted.
     Every listening server is told (``by``: the asking instance's id).
     """
+    tell = await _tells(ctx)
+    written = {"by": by} if tell else {}
     [row] = await retry.run(
-        ctx, sql.remove_instance_key(ctx.q), key=instance_key(key), minutes=REMOVE_AFTER_MINUTES
+        ctx,
+        sql.remove_instance_key(ctx.q, tell=tell),
+        key=instance_key(key),
+        minutes=REMOVE_AFTER_MINUTES,
+        **written,
     )
     if not row["found"]:
         raise ValidationError(f"no server has instance key {key!r}: nothing to remove")
@@ -330,5 +349,63 @@ async def remove_instance(ctx: Context, key: str, *, by: str | None = None) -> i
         )
     told = _notice(ctx, InstanceNotice(key, "removed", by))
     if told:
-        await retry.run(ctx, sql.notify_instances(), **told)
+        await retry.run(ctx, notices_sql.notify_instances(), **told)
     return int(row["rows_removed"])
+
+
+async def forget_notices(ctx: Context) -> None:
+    """Forget the notices past their day (maintenance's)."""
+    if await _tells(ctx):
+        await retry.run(ctx, notices_sql.forget_notices(ctx.q))
+
+
+#: how far back a reader of the notices looks before its last read: a change whose
+#: transaction began up to this long before it committed is still heard
+NOTICE_MARGIN_SECONDS = 60.0
+
+
+class NoticeReader:
+    """The notices written since the last read, each once: what a server that hears no
+    NOTIFY learns of pauses, resumes and removals, read at its heartbeat.
+
+    Its first read only marks where it starts (a change from before it is not news).
+    Each read looks :data:`NOTICE_MARGIN_SECONDS` before the last and passes over the
+    notices it has returned already.
+    """
+
+    def __init__(self) -> None:
+        self._since: dt.datetime | None = None
+        self._seen: dict[Any, dt.datetime] = {}  # notice id -> its moment, within the margin
+        self._table = False  # the schema has the notice table (looked for until it has)
+
+    def restart(self) -> None:
+        """Forget where it was: the next read starts afresh (while NOTIFY was heard)."""
+        self._since = None
+        self._seen.clear()
+
+    async def read(self, ctx: Context) -> list[InstanceNotice]:
+        """The notices new since the last read, oldest first (none at the first read, or
+        where the schema has no notice table yet)."""
+        if not self._table:
+            self._table = await _tells(ctx)
+            if not self._table:
+                return []
+        first = self._since is None
+        rows = await retry.run(
+            ctx,
+            notices_sql.read_notices(ctx.q),
+            since=self._since,
+            margin_seconds=NOTICE_MARGIN_SECONDS,
+        )
+        read_at: dt.datetime = rows[0]["read_at"]
+        self._since = read_at - dt.timedelta(seconds=NOTICE_MARGIN_SECONDS)
+        fresh = [r for r in rows if r["id"] is not None and r["id"] not in self._seen]
+        self._seen = {k: at for k, at in self._seen.items() if at > self._since}
+        self._seen.update((r["id"], r["at"]) for r in fresh)
+        if first:
+            return []
+        return [
+            InstanceNotice(str(r["instance_key"]), str(r["action"]), r["by"])
+            for r in fresh
+            if r["action"] in NOTICE_ACTIONS
+        ]

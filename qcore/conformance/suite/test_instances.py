@@ -19,6 +19,7 @@ from qcore.context import Context
 from qcore.errors import ConfigError, ValidationError
 from qcore.job import Instance, Job
 from qcore.services.instances import InstanceRegistry
+from qcore.services.maintenance import Maintenance, prune
 from qcore.services.notifier import Notifier
 from qcore.sql import instances as sql
 from qcore.verbs.instances import get_instances
@@ -470,6 +471,54 @@ async def test_pause_resume_and_remove_are_told_to_every_listening_instance(
             ("removed", None),
             ("paused", str(o.instance_id)),
         ]
+
+
+@pytest.mark.usefixtures("installed")
+async def test_an_instance_that_hears_no_notify_learns_of_them_at_its_heartbeat(
+    db: Any, backend: Any, schema: str
+) -> None:
+    """Without LISTEN/NOTIFY (the engine has none, or it is turned off), every registered
+    instance still emits ``instance_paused``, ``instance_resumed`` and
+    ``instance_removed`` for another process's change, each once, at its next heartbeat
+    (from the notice the change wrote); a change from before it started is not news."""
+    admin = _boss(db, backend, schema, register_instance=False, use_listen_notify=False)
+    async with running(admin) as a:
+        await a.pause_instance("before:x")  # before the other instance starts
+        other = _boss(db, backend, schema, instance_key="o:cpu", use_listen_notify=False)
+        heard: list[tuple[str, Any]] = []
+        for action in ("paused", "resumed", "removed"):
+            other.on(f"instance_{action}", lambda e, action=action: heard.append((action, e)))
+        async with running(other) as o:
+            await _beat(o)
+            assert heard == []
+            await a.pause_instance("gone:gpu")  # a key no server has: removable at once
+            await a.resume_instance("gone:gpu")
+            await a.remove_instance("gone:gpu")
+            assert heard == []  # nothing reaches it between heartbeats
+            await _beat(o)
+            assert [(action, e["instance_key"]) for action, e in heard] == [
+                ("paused", "gone:gpu"),
+                ("resumed", "gone:gpu"),
+                ("removed", "gone:gpu"),
+            ]
+            assert {e["by"] for _, e in heard} == {str(a.instance_id)}
+            await _beat(o)  # the next beat reads the same minute again: nothing twice
+            assert len(heard) == 3
+            await o.pause_instance("marker:x")  # its own change: emitted once, by its verb
+            await _beat(o)
+            assert [action for action, _ in heard] == ["paused", "resumed", "removed", "paused"]
+            assert "by" not in heard[-1][1]
+
+
+async def test_maintenance_forgets_notices_after_a_day(ctx: Context) -> None:
+    table = f"{ctx.q}.qcore_instance_notice"
+    await ctx.db.execute(
+        f"INSERT INTO {table} (at, instance_key, action) VALUES"
+        " (now() - interval '25 hours', 'old:x', 'paused'), (now(), 'new:x', 'paused')"
+    )
+    await prune(ctx, Maintenance(), stopping=lambda: False)
+    rows = await ctx.db.execute(f"SELECT instance_key FROM {table}")
+    assert [r["instance_key"] for r in rows] == ["new:x"]
 
 
 @pytest.mark.usefixtures("installed")

@@ -249,6 +249,13 @@ TABLE_COLUMNS: dict[str, list[tuple[str, str, bool]]] = {
         ("target", "text", True),
         ("detail", "jsonb", False),
     ],
+    "qcore_instance_notice": [
+        ("id", "uuid", True),
+        ("at", TS, True),
+        ("instance_key", "text", True),
+        ("action", "text", True),
+        ("by", "text", False),
+    ],
 }
 
 # job index number -> (unique, number of key columns, has a predicate, INCLUDE column)
@@ -307,6 +314,8 @@ def expected_indexes(
         ("qcore_job_processed", "qcore_job_processed_pkey"): (True, 2, False, None),
         ("qcore_audit", "qcore_audit_pkey"): (True, 1, False, None),
         ("qcore_audit", "qcore_audit_i1"): (False, 2, False, None),
+        ("qcore_instance_notice", "qcore_instance_notice_pkey"): (True, 1, False, None),
+        ("qcore_instance_notice", "qcore_instance_notice_i1"): (False, 1, False, None),
     }
     for n, (unique, keys, partial, include) in JOB_INDEXES.items():
         found[(job_table, f"{job_table}_i{n}")] = (
@@ -366,6 +375,7 @@ def expected_constraints(
         ("qcore_job_pattern", "qcore_job_pattern_pkey"): ("p", False),
         ("qcore_job_processed", "qcore_job_processed_pkey"): ("p", False),
         ("qcore_audit", "qcore_audit_pkey"): ("p", False),
+        ("qcore_instance_notice", "qcore_instance_notice_pkey"): ("p", False),
     }
     if backend.schema.partitioned:
         found[("job_common", "job_common_pkey")] = ("p", False)
