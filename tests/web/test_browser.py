@@ -117,6 +117,44 @@ async def a_busy_week(boss: Boss) -> None:
         )
 
 
+#: the fleet the board shows: dead rows (as maintenance keeps at most) and live servers
+DEAD_ROWS, LIVE_SERVERS = 1000, 12
+
+
+async def a_fleet(boss: Boss) -> None:
+    """Copies of the board's own row: ``LIVE_SERVERS`` live keyed servers (``gpu-N:rack``,
+    beating hourly so they stay live through the tests) and ``DEAD_ROWS`` rows of
+    servers gone a day or more (every third anonymous, the others keyed
+    ``retired-N:cpu``), each of another name, so no registration prunes them."""
+    q = boss.context().q
+    copy = (
+        f"INSERT INTO {q}.instance (id, name, host, pid, version, node_version, application_name,"
+        " heartbeat_seconds, supervise, schedule, migrate, persist_queue_stats, persist_warnings,"
+        " pool_max, pool_total, pool_idle, pool_waiting, workers, metrics, config, started_on,"
+        " heartbeat_on, stopped_on)"
+        " SELECT gen_random_uuid(), $2 || n, 'host-' || n, t.pid + n, t.version, t.node_version,"
+        " t.application_name, $3::int, t.supervise, t.schedule, t.migrate,"
+        " t.persist_queue_stats, t.persist_warnings, t.pool_max, t.pool_total, t.pool_idle,"
+        " t.pool_waiting, t.workers, t.metrics, CASE WHEN $4::boolean AND n % 3 = 0"
+        " THEN t.config - 'instanceKey' ELSE jsonb_set(t.config, '{instanceKey}',"
+        " to_jsonb($2 || n || $5::text)) END,"
+        f" {q}.job_now() - $6::int * interval '1 minute' - n * interval '5 minutes',"
+        f" {q}.job_now() - $6::int * interval '1 minute' - n * interval '5 minutes',"
+        " CASE WHEN $4::boolean AND n % 2 = 0 THEN"
+        f" {q}.job_now() - $6::int * interval '1 minute' - n * interval '5 minutes' END"
+        f" FROM {q}.instance t, generate_series(1, $7::int) AS n WHERE t.id = $1::uuid"
+    )
+    own = str(boss.instance_id)
+    await boss.db.execute(copy, [own, "gpu-", 3600, False, ":rack", 0, LIVE_SERVERS])
+    await boss.db.execute(copy, [own, "retired-", 30, True, ":cpu", 24 * 60, DEAD_ROWS])
+    await boss.db.execute(  # a key is a server's once the key table knows it
+        f"INSERT INTO {q}.qcore_instance_key (instance_key, seen_on, instance_id)"
+        " SELECT DISTINCT ON (config ->> 'instanceKey') config ->> 'instanceKey', heartbeat_on, id"
+        f" FROM {q}.instance WHERE config ->> 'instanceKey' IS NOT NULL"
+        " ORDER BY config ->> 'instanceKey', heartbeat_on DESC ON CONFLICT DO NOTHING"
+    )
+
+
 class World:
     def __init__(self, boss: Boss, store: PostgresMetricsStore, xss: uuid.UUID, board: Server,
                  read_only: Server, combined: Server, shots: Path) -> None:  # fmt: skip
@@ -136,6 +174,7 @@ async def world(pg_dsn: str) -> AsyncIterator[World]:
         await a_busy_week(boss)
         for _ in range(3):  # depth snapshots for the queue's chart
             await boss.supervise()
+        await a_fleet(boss)
         store = PostgresMetricsStore(boss.db, schema=schema, backend=boss.backend)
         await set_clock(boss.context(), 120)
         await MetricsRecorder(store, PgBossQueues(boss.context()), margin_seconds=0).tick()
@@ -292,7 +331,7 @@ async def test_pausing_an_instance_from_the_board(world: World, browser: Any) ->
     assert await _run(layout) == ("table-cell", "nowrap")
     shown = await _run(pause)
     assert f"paused {KEY}" in shown
-    [row] = [i for i in await world.boss.get_instances() if i.instance_key == KEY]
+    [row] = await world.boss.list_instances(search=KEY)
     assert row.paused
     assert "pause requested" in await _run(row_text)
     await heartbeat()
@@ -307,11 +346,78 @@ async def test_pausing_an_instance_from_the_board(world: World, browser: Any) ->
         return str(browser.find_element(By.CSS_SELECTOR, f'tr[data-key="{KEY}"]').text)
 
     assert "resume requested" in await _run(resume)
-    [row] = [i for i in await world.boss.get_instances() if i.instance_key == KEY]
+    [row] = await world.boss.list_instances(search=KEY)
     assert not row.paused
     await heartbeat()
     assert not world.boss.paused
     assert "paused" not in await _run(row_text) and "requested" not in await _run(row_text)
+
+
+async def test_the_instances_page_at_fleet_scale(world: World, browser: Any) -> None:
+    """With a thousand dead rows behind a dozen live servers: the live ones lead the
+    first page of fifty, the counts come from every row, the next page and the search
+    find the rest, and Remove takes a long-gone server's key off the list."""
+    counts = await world.boss.instance_counts()
+    assert counts.total >= DEAD_ROWS + LIVE_SERVERS + 1
+
+    def first_page() -> tuple[str, list[str], bool]:
+        _open(browser, f"{world.board.url}/instances")
+        rows = browser.find_elements(By.CSS_SELECTOR, "#instances tbody tr")
+        classes = [str(r.get_attribute("class")) for r in rows]
+        has_next = bool(browser.find_elements(By.PARTIAL_LINK_TEXT, "next"))
+        return str(browser.find_element(By.ID, "instance-counts").text), classes, has_next
+
+    said, classes, has_next = await _run(first_page)
+    assert f"{counts.live:,} live of {counts.total:,} registered" in said
+    assert len(classes) == 50 and has_next
+    live = classes.count("live")
+    assert live == counts.keyed_live >= LIVE_SERVERS + 1
+    assert classes[:live] == ["live"] * live  # every live server before any quiet one
+
+    def second_page() -> list[str]:
+        _click(browser, browser.find_element(By.PARTIAL_LINK_TEXT, "next"))
+        rows = browser.find_elements(By.CSS_SELECTOR, "#instances tbody tr")
+        return [str(r.get_attribute("class")) for r in rows]
+
+    assert set(await _run(second_page)) == {"quiet-row"}
+
+    gone = "retired-5:cpu"  # keyed, heard from a day ago
+
+    def search(text: str) -> list[str]:
+        _open(browser, f"{world.board.url}/instances?q={text}")
+        rows = browser.find_elements(By.CSS_SELECTOR, "#instances tbody tr[data-key]")
+        return [str(r.get_attribute("data-key")) for r in rows]
+
+    assert await _run(search, gone) == [gone]
+
+    def remove() -> str:
+        row = browser.find_element(By.CSS_SELECTOR, f'tr[data-key="{gone}"]')
+        _leave(browser, _accept_confirm, row.find_element(By.CSS_SELECTOR, "button.remove"))
+        return _text(browser)
+
+    assert f"removed {gone}" in await _run(remove)
+    assert await _run(search, gone) == []
+    assert (await world.boss.instance_counts()).total == counts.total - 1
+    # a live server offers no Remove
+    assert await _run(search, "gpu-1:rack") == ["gpu-1:rack"]
+    assert not browser.find_elements(By.CSS_SELECTOR, "button.remove")
+
+
+def _accept_confirm(button: Any) -> None:
+    """Click ``button`` and accept the confirmation its ``data-confirm`` asks for."""
+    driver = button.parent
+    button.click()
+    WebDriverWait(driver, 10).until(lambda d: _alert(d) is not None)
+    alert = _alert(driver)
+    assert alert is not None and "Its jobs are not touched" in alert.text
+    alert.accept()
+
+
+def _alert(driver: Any) -> Any:
+    try:
+        return driver.switch_to.alert
+    except NoAlertPresentException:
+        return None
 
 
 async def test_retrying_a_failed_job_requeues_it(world: World, browser: Any) -> None:
