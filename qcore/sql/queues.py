@@ -147,22 +147,35 @@ def _counts_age(q: str, monitor_on: str) -> str:
 
 
 @lru_cache(maxsize=8)
-def get_queues(q: str, *, by_name: bool = False) -> Statement:
+def get_queues(q: str, *, by_name: bool = False, paged: bool = False) -> Statement:
     """Queue rows ordered by name, all or those named in ``names`` (a plain read).
 
     With the counts the monitor cached and their age on the schema's clock
-    (``counts_age_seconds``, null if never counted).
+    (``counts_age_seconds``, null if never counted). ``paged``: at most ``limit``, the
+    names after ``after`` (NULL: from the first).
     """
     p = Params()
-    where = f" WHERE name = ANY({p('names')}::text[])" if by_name else ""
+    conditions = [f"name = ANY({p('names')}::text[])"] if by_name else []
+    conditions += [_after_name(p, "name")] if paged else []
+    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
     columns = ", ".join(_column(c) for c in QUEUE_COLUMNS)
     return p.statement(
         f"SELECT {columns}, {_counts_age(q, 'monitor_on')} FROM {q}.queue{where} ORDER BY name"
+        + _page_limit(p, paged)
     )
 
 
+def _after_name(p: Params, column: str) -> str:
+    """Rows after ``after`` by ``column`` (every row while it is NULL)."""
+    return f"({p('after')}::text IS NULL OR {column} > {p('after')}::text)"
+
+
+def _page_limit(p: Params, paged: bool) -> str:
+    return f" LIMIT {p('limit')}::int" if paged else ""
+
+
 @lru_cache(maxsize=8)
-def get_queues_live(q: str, *, by_name: bool = False) -> Statement:
+def get_queues_live(q: str, *, by_name: bool = False, paged: bool = False) -> Statement:
     """Queue rows as :func:`get_queues` reads them, but with the counts counted now.
 
     Counted from the job table (the monitor's own expressions:
@@ -174,10 +187,12 @@ def get_queues_live(q: str, *, by_name: bool = False) -> Statement:
     listed. A person's one-off read (the command line, one queue's page) can afford the
     count; it scans the queues' jobs, finished ones included (``total_count``), so reads
     repeated for many queues (an overview, every scrape) keep the cached counts and show
-    their age instead."""
+    their age instead. ``paged`` as for :func:`get_queues`."""
     p = Params()
     names = f"{p('names')}::text[]" if by_name else ""
-    where = f" WHERE r.name = ANY({names})" if by_name else ""
+    conditions = [f"r.name = ANY({names})"] if by_name else []
+    conditions += [_after_name(p, "r.name")] if paged else []
+    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
     job_where = f" WHERE j.name = ANY({names})" if by_name else ""
     counted = (
         f"SELECT j.name, {gauge_columns(q)},"
@@ -195,7 +210,7 @@ def get_queues_live(q: str, *, by_name: bool = False) -> Statement:
     return p.statement(
         f"WITH c AS ({counted}) SELECT {', '.join(columns)}, 0::float8 AS counts_age_seconds"
         f" FROM {q}.queue r LEFT JOIN c ON c.name = r.name{where}"
-        " ORDER BY r.name"
+        " ORDER BY r.name" + _page_limit(p, paged)
     )
 
 
@@ -335,18 +350,21 @@ def delete_unfinished_bam(q: str) -> Statement:
 
 
 @lru_cache(maxsize=8)
-def select_blocked_keys(q: str) -> Statement:
-    """The singleton keys of a key_strict_fifo queue that a failed job blocks.
+def select_blocked_keys(q: str, *, paged: bool = False) -> Statement:
+    """The singleton keys of a key_strict_fifo queue that a failed job blocks, in order.
 
     Blocked until it is retried or deleted. Rows ``queue, key``: none for an unknown
-    queue, one with a NULL key when nothing is blocked.
+    queue, one with a NULL key when nothing is blocked. ``paged``: at most ``limit``,
+    the keys after ``after`` (NULL: from the first).
     """
     p = Params()
     name = f"{p('name')}::text"
+    after = f" AND {_after_name(p, 'singleton_key')}" if paged else ""
     return p.statement(
         f"WITH q AS (SELECT name FROM {q}.queue WHERE name = {name})"
         " SELECT q.name AS queue, k.singleton_key AS key FROM q LEFT JOIN"
         f" (SELECT DISTINCT singleton_key FROM {q}.job WHERE name = {name}"
-        " AND state = 'failed' AND policy = 'key_strict_fifo') k ON true"
+        f" AND state = 'failed' AND policy = 'key_strict_fifo'{after}"
+        f" ORDER BY singleton_key{_page_limit(p, paged)}) k ON true"
         " ORDER BY k.singleton_key"
     )

@@ -23,6 +23,7 @@ from qcore.identifiers import quote
 from qcore.job import Policy, Queue
 from qcore.options import (
     QueueOptions,
+    check_count,
     check_flag,
     queue_name,
     queue_options,
@@ -32,6 +33,8 @@ from qcore.sql import queues as sql
 
 __all__ = [
     "DELETE_BATCH_SIZE",
+    "MAX_LIST_PAGE",
+    "check_page",
     "create_queue",
     "delete_all_jobs",
     "delete_queue",
@@ -171,21 +174,44 @@ async def get_queue(ctx: Context, name: str, *, live: bool = False) -> Queue | N
     return await _read_queue(ctx, name, live=check_flag("live", live))
 
 
+#: the most rows one page of ``get_queues`` or ``get_blocked_keys`` returns (pg-boss's)
+MAX_LIST_PAGE = 100_000
+
+
+def check_page(limit: int | None, after: str | None) -> bool:
+    """Whether a read is paged, its ``limit`` (1 to 100,000) and ``after`` (a name or key
+    of the previous page's last row) checked."""
+    if limit is not None:
+        check_count("limit", limit, MAX_LIST_PAGE)
+    if after is not None and (not isinstance(after, str) or not after):
+        raise ValidationError(f"after must be a non-empty string, got {after!r:.80}")
+    return limit is not None or after is not None
+
+
 async def get_queues(
-    ctx: Context, names: list[str] | None = None, *, live: bool = False
+    ctx: Context,
+    names: list[str] | None = None,
+    *,
+    live: bool = False,
+    limit: int | None = None,
+    after: str | None = None,
 ) -> list[Queue]:
     """Every queue, or those in ``names`` (a list of queue names), ordered by name.
 
     Their counts as :func:`get_queue` gives them (``live``: counted now, a scan of every
-    job of those queues).
+    job of those queues). A page: at most ``limit`` (1 to 100,000), the queues named
+    after ``after`` (the last name of the previous page); every queue by default.
     """
     if names is not None:
         if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)):
             raise ValidationError(f"names must be a list of queue names, got {names!r:.80}")
         names = [queue_name(n) for n in names]
+    paged = check_page(limit, after)
     read = sql.get_queues_live if check_flag("live", live) else sql.get_queues
-    statement = read(ctx.q, by_name=names is not None)
-    rows = await retry.run(ctx, statement, names=names)
+    statement = read(ctx.q, by_name=names is not None, paged=paged)
+    rows = await retry.run(
+        ctx, statement, names=names, after=after, limit=MAX_LIST_PAGE if limit is None else limit
+    )
     return [Queue.from_row(r) for r in rows]
 
 
@@ -317,14 +343,21 @@ async def delete_all_jobs(ctx: Context, name: str | None = None) -> int | None:
     return None
 
 
-async def get_blocked_keys(ctx: Context, name: str) -> list[str]:
-    """The singleton keys of a key_strict_fifo queue held up by a failed job.
+async def get_blocked_keys(
+    ctx: Context, name: str, *, limit: int | None = None, after: str | None = None
+) -> list[str]:
+    """The singleton keys of a key_strict_fifo queue held up by a failed job, in order.
 
-    No job of such a key runs until the failed one is retried or deleted.
+    No job of such a key runs until the failed one is retried or deleted. A page: at
+    most ``limit`` (1 to 100,000), the keys after ``after`` (the last key of the previous
+    page); every key by default.
     """
     queue_name(name)
-    statement = sql.select_blocked_keys(ctx.q)
-    rows = await retry.run(ctx, statement, name=name)
+    paged = check_page(limit, after)
+    statement = sql.select_blocked_keys(ctx.q, paged=paged)
+    rows = await retry.run(
+        ctx, statement, name=name, after=after, limit=MAX_LIST_PAGE if limit is None else limit
+    )
     if not rows:
         raise missing_queue(name)
     return [r["key"] for r in rows if r["key"] is not None]

@@ -79,10 +79,22 @@ class QueueAndJobVerbs:
 
     @verb()
     async def get_queues(
-        self: BossParts, names: list[str] | None = None, *, live: bool = False, db: Any = None
+        self: BossParts,
+        names: list[str] | None = None,
+        *,
+        live: bool = False,
+        limit: int | None = None,
+        after: str | None = None,
+        db: Any = None,
     ) -> list[Queue]:
-        """Every queue (or those named), ordered by name (``live``: counted now)."""
-        return await queue_ops.get_queues(self.context(db), names, live=live)
+        """Every queue (or those named), ordered by name (``live``: counted now).
+
+        A page: at most ``limit`` (1 to 100,000), named after ``after`` (the previous
+        page's last name).
+        """
+        return await queue_ops.get_queues(
+            self.context(db), names, live=live, limit=limit, after=after
+        )
 
     @verb()
     async def delete_queued_jobs(self: BossParts, name: str, *, db: Any = None) -> int:
@@ -102,9 +114,19 @@ class QueueAndJobVerbs:
         return await queue_ops.delete_all_jobs(self.context(db), name)
 
     @verb()
-    async def get_blocked_keys(self: BossParts, name: str, *, db: Any = None) -> list[str]:
-        """The singleton keys of a key_strict_fifo queue held back by a failed job."""
-        return await queue_ops.get_blocked_keys(self.context(db), name)
+    async def get_blocked_keys(
+        self: BossParts,
+        name: str,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        db: Any = None,
+    ) -> list[str]:
+        """The singleton keys of a key_strict_fifo queue held back by a failed job, in order.
+
+        A page: at most ``limit`` (1 to 100,000), the keys after ``after``.
+        """
+        return await queue_ops.get_blocked_keys(self.context(db), name, limit=limit, after=after)
 
     # -- jobs ------------------------------------------------------------------------------
 
@@ -403,12 +425,14 @@ class QueueAndJobVerbs:
         queued: bool = False,
         states: list[JobState | str] | None = None,
         limit: int | None = None,
+        after: uuid.UUID | str | None = None,
         db: Any = None,
     ) -> list[Job]:
         """Find a queue's jobs by id, singleton key or data containment, oldest first.
 
         ``queued``: waiting only; ``states``: in one of them; at most ``limit`` (1 to
-        100,000).
+        100,000); ``after`` (the previous page's last job id): the next page, refused
+        once that job is deleted.
         """
         return await job_ops.find_jobs(
             self.context(db),
@@ -419,6 +443,7 @@ class QueueAndJobVerbs:
             queued=queued,
             states=states,
             limit=limit,
+            after=after,
         )
 
     @verb()

@@ -52,16 +52,27 @@ def find_jobs(
     by_states: bool = False,
     limited: bool = False,
     attributed: bool = True,
+    after: bool = False,
 ) -> Statement:
     """A queue's jobs matching an id, a singleton key or data, each with who claimed it.
 
     Matching an id, a singleton key, data containing a JSON value (``@>``), only queued
     ones and/or one of ``states`` (text), each with who claimed it; oldest first, at most
-    ``limit`` when ``limited`` (a plain read everywhere).
+    ``limit`` when ``limited`` (a plain read everywhere). ``after``: the jobs after job
+    ``after`` of the queue, and ``anchored`` on every row, whether that job still exists.
     """
     p = Params()
     column, joined = _attribution(q, attributed)
     conditions = ["j.name = q.name"]
+    anchor, anchored = "", ""
+    if after:
+        anchor = (
+            f", a AS (SELECT created_on, id FROM {q}.job WHERE name = {p('queue')}::text"
+            f" AND id = {p('after')}::uuid)"
+        )
+        anchored = ", EXISTS (SELECT 1 FROM a) AS anchored"
+        conditions.append("j.created_on >= (SELECT created_on FROM a)")
+        conditions.append("(j.created_on, j.id) > ((SELECT created_on FROM a), (SELECT id FROM a))")
     if by_id:
         conditions.append(f"j.id = {p('id')}::uuid")
     if by_key:
@@ -74,8 +85,8 @@ def find_jobs(
         conditions.append(f"j.state::text = ANY({p('states')}::text[])")
     limit = f" LIMIT {p('limit')}::int" if limited else ""
     sql = (
-        f"WITH {queue_cte(q, p)} SELECT q.name AS queue,"
-        f" {returning_columns(JOB_COLUMNS, 'j')}{column}"
+        f"WITH {queue_cte(q, p)}{anchor} SELECT q.name AS queue,"
+        f" {returning_columns(JOB_COLUMNS, 'j')}{column}{anchored}"
         f" FROM q LEFT JOIN {q}.job j ON {' AND '.join(conditions)}{joined}"
         f" ORDER BY j.created_on, j.id{limit}"
     )

@@ -69,17 +69,24 @@ async def find_jobs(
     queued: bool = False,
     states: Sequence[JobState | str] | None = None,
     limit: int | None = None,
+    after: uuid.UUID | str | None = None,
 ) -> list[Job]:
     """A queue's jobs, oldest first, filtered.
 
     The filters, any of: ``id``, singleton ``key``, ``data`` (jobs whose data contains
     this JSON value), ``queued`` (only jobs waiting to run) and ``states`` (jobs in one
-    of them); at most ``limit`` (1 to 100,000).
+    of them); at most ``limit`` (1 to 100,000). ``after`` (the id of the previous page's
+    last job) reads the next page; ``ValidationError`` when that job has been deleted
+    since (the page would otherwise end early without saying so).
     """
     queue_name(name)
     wanted = _states(states)
     if limit is not None:
         check_count("limit", limit, MAX_FOUND)
+    try:
+        anchor = job_id(after) if after is not None else None
+    except ValidationError:
+        raise ValidationError(f"after must be a job id (a UUID), got {after!r:.80}") from None
     _check_key(key)
     if not isinstance(queued, bool):
         raise ValidationError(f"queued must be True or False, got {queued!r}")
@@ -92,6 +99,7 @@ async def find_jobs(
         by_states=wanted is not None,
         limited=limit is not None,
         attributed=ctx.affinity.installed,
+        after=anchor is not None,
     )
     params = statement.bind(
         queue=name,
@@ -100,10 +108,16 @@ async def find_jobs(
         data=Json(check_json("data", data)),
         states=wanted,
         limit=limit,
+        after=anchor,
     )
     rows = await retrying.execute(ctx, statement.sql, params)
     if not rows:
         raise missing_queue(name)
+    if anchor is not None and not rows[0]["anchored"]:
+        raise ValidationError(
+            f"after names job {anchor} of queue {name!r}, which no longer exists (deleted"
+            " since the previous page): start again from the first page"
+        )
     return Job.from_rows(rows)
 
 
