@@ -32,6 +32,7 @@ from qcore.options import (
 from qcore.sql import queues as sql
 
 __all__ = [
+    "DEFAULT_KEYS_PAGE",
     "DELETE_BATCH_SIZE",
     "MAX_LIST_PAGE",
     "check_page",
@@ -176,6 +177,8 @@ async def get_queue(ctx: Context, name: str, *, live: bool = False) -> Queue | N
 
 #: the most rows one page of ``get_queues`` or ``get_blocked_keys`` returns (pg-boss's)
 MAX_LIST_PAGE = 100_000
+#: the keys one ``get_blocked_keys`` call returns when no ``limit`` is given (pg-boss's)
+DEFAULT_KEYS_PAGE = 1000
 
 
 def check_page(limit: int | None, after: str | None) -> bool:
@@ -200,7 +203,8 @@ async def get_queues(
 
     Their counts as :func:`get_queue` gives them (``live``: counted now, a scan of every
     job of those queues). A page: at most ``limit`` (1 to 100,000), the queues named
-    after ``after`` (the last name of the previous page); every queue by default.
+    after ``after`` (the last name of the previous page); every queue by default (pg-boss
+    returns 1,000: a board and a metrics scrape read them all).
     """
     if names is not None:
         if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)):
@@ -349,14 +353,14 @@ async def get_blocked_keys(
     """The singleton keys of a key_strict_fifo queue held up by a failed job, in order.
 
     No job of such a key runs until the failed one is retried or deleted. A page: at
-    most ``limit`` (1 to 100,000), the keys after ``after`` (the last key of the previous
-    page); every key by default.
+    most ``limit`` (1 to 100,000; 1,000 by default, as pg-boss returns), the keys after
+    ``after`` (the last key of the previous page).
     """
     queue_name(name)
-    paged = check_page(limit, after)
-    statement = sql.select_blocked_keys(ctx.q, paged=paged)
+    check_page(limit, after)
+    statement = sql.select_blocked_keys(ctx.q, paged=True)
     rows = await retry.run(
-        ctx, statement, name=name, after=after, limit=MAX_LIST_PAGE if limit is None else limit
+        ctx, statement, name=name, after=after, limit=DEFAULT_KEYS_PAGE if limit is None else limit
     )
     if not rows:
         raise missing_queue(name)

@@ -91,3 +91,18 @@ async def test_jobs_page_by_id_and_a_deleted_cursor_is_refused(ctx: Context) -> 
             await jobs.find_jobs(ctx, "q", **bad)
     with pytest.raises(ValidationError, match="no longer exists"):
         await jobs.find_jobs(ctx, "q", after=uuid.uuid4())  # never a job of this queue
+
+
+async def test_jobs_and_blocked_keys_read_a_thousand_unless_told(ctx: Context) -> None:
+    """pg-boss's default page: 1,000 jobs, 1,000 keys; a larger ``limit`` reads more."""
+    await queues.create_queue(ctx, "q", policy="key_strict_fifo")
+    await ctx.db.execute(
+        f"INSERT INTO {ctx.q}.job (name, state, singleton_key, policy)"
+        " SELECT 'q', 'failed', 'k' || lpad(g::text, 4, '0'), 'key_strict_fifo'"
+        " FROM generate_series(1, 1001) AS g"
+    )
+    assert len(await jobs.find_jobs(ctx, "q")) == 1000
+    assert len(await jobs.find_jobs(ctx, "q", limit=1001)) == 1001
+    keys = await queues.get_blocked_keys(ctx, "q")
+    assert len(keys) == 1000 and keys[-1] == "k1000"
+    assert await queues.get_blocked_keys(ctx, "q", after="k1000") == ["k1001"]

@@ -25,6 +25,8 @@ from qcore.verbs.queues import get_queue, missing_queue
 
 #: the most jobs one ``find_jobs`` call returns when given a ``limit``
 MAX_FOUND = 100_000
+#: the jobs one ``find_jobs`` call returns when no ``limit`` is given (pg-boss's)
+DEFAULT_FOUND = 1000
 
 
 def _states(states: Sequence[JobState | str] | None) -> list[str] | None:
@@ -75,14 +77,14 @@ async def find_jobs(
 
     The filters, any of: ``id``, singleton ``key``, ``data`` (jobs whose data contains
     this JSON value), ``queued`` (only jobs waiting to run) and ``states`` (jobs in one
-    of them); at most ``limit`` (1 to 100,000). ``after`` (the id of the previous page's
+    of them); at most ``limit`` (1 to 100,000; 1,000 by default, as pg-boss returns).
+    ``after`` (the id of the previous page's
     last job) reads the next page; ``ValidationError`` when that job has been deleted
     since (the page would otherwise end early without saying so).
     """
     queue_name(name)
     wanted = _states(states)
-    if limit is not None:
-        check_count("limit", limit, MAX_FOUND)
+    limit = DEFAULT_FOUND if limit is None else check_count("limit", limit, MAX_FOUND)
     try:
         anchor = job_id(after) if after is not None else None
     except ValidationError:
@@ -97,7 +99,7 @@ async def find_jobs(
         by_data=data is not None,
         queued=queued,
         by_states=wanted is not None,
-        limited=limit is not None,
+        limited=True,
         attributed=ctx.affinity.installed,
         after=anchor is not None,
     )
