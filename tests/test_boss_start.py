@@ -100,16 +100,29 @@ async def test_migrate_false_waits_for_the_instance_that_installs(pg_dsn: str) -
     once an instance with ``migrate=True`` has installed it; with no tries left it is
     the ``NotInstalledError`` it always was."""
     schema = f"waits_{uuid.uuid4().hex[:8]}"
-    waiting = Boss(pg_dsn, schema=schema, migrate=False, supervise=False, schedule=False)
+    waiting = Boss(
+        pg_dsn,
+        schema=schema,
+        migrate=False,
+        supervise=False,
+        schedule=False,
+        register_instance=True,
+    )
     seen = _warnings(waiting)
     starting = asyncio.ensure_future(waiting.start(attempts=6))
-    installer = Boss(pg_dsn, schema=schema, supervise=False, schedule=False)
+    installer = Boss(
+        pg_dsn, schema=schema, supervise=False, schedule=False, register_instance=True
+    )
     try:
         await until(lambda: bool(seen), 60, what="the waiting instance's start_retry warning")
         assert [w.type for w in seen] == ["start_retry"] and "migrate=True" in seen[0].message
         async with installer:
             await asyncio.wait_for(starting, 120)  # its next try finds the install
             assert await waiting.is_installed()
+            # its registry row says which try got through, as pg-boss's does
+            rows = {i.id: i for i in await waiting.get_instances()}
+            assert rows[waiting.instance_id].config["startAttempt"] >= 2
+            assert "startAttempt" not in rows[installer.instance_id].config
     finally:
         starting.cancel()
         await waiting.stop()

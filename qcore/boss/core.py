@@ -202,6 +202,7 @@ class Boss(
         self._server: Server | None = None
         self._ctx: Context | None = None
         self._started = False  # background processing runs
+        self._start_attempt = 1
         self._stopped = False  # stop() ended a start(): explicit passes return at once
         self._stop_requested = asyncio.Event()
         self._workers: dict[str, Worker] = {}
@@ -251,6 +252,7 @@ class Boss(
         for attempt in range(1, attempts + 1):
             try:
                 await self._open_and_install()
+                self._start_attempt = attempt  # recorded in its registry row (startAttempt)
                 break
             except (SchemaVersionError, NotInstalledError) as exc:
                 if not exc.awaiting_migration or attempt == attempts:

@@ -70,6 +70,9 @@ class Host(Protocol):
     @property
     def _recorded_config(self) -> dict[str, Any]: ...
 
+    @property
+    def _start_attempt(self) -> int: ...
+
     def worker_statuses(self) -> list[WorkerStatus]: ...
 
     def _set_paused(self, paused: bool, *, announce: bool = True) -> None: ...
@@ -201,7 +204,8 @@ def registry_of(boss: Host) -> InstanceRegistry:
         migrate=settings.connection.migrate,
         persist_queue_stats=settings.maintenance.persist_queue_stats,
         persist_warnings=settings.maintenance.persist_warnings,
-        config=boss._recorded_config,
+        # as pg-boss records it: the attempt of start(attempts=N) that got through, past the first
+        config={**boss._recorded_config, **_start_attempt(boss._start_attempt)},
     )
     # the pool's counts only where qcore opened it (a caller's db= is the caller's)
     pool = db.pool_counts if boss._owns_db and db is not None else (lambda: None)
@@ -223,6 +227,10 @@ def _limiter(boss: Host) -> Service | None:
     if limits is None:
         return None
     return SystemLimiter(boss.events, limits, on_limited=boss._set_limited)
+
+
+def _start_attempt(attempt: int) -> dict[str, int]:
+    return {"startAttempt": attempt} if attempt > 1 else {}
 
 
 def _pause_watch(boss: Host) -> Service | None:
