@@ -31,6 +31,7 @@ from qcore.verbs.schema import (
     get_construction_plans,
     get_migration_plans,
     get_rollback_plans,
+    get_uninstall_plans,
     install_or_migrate,
     rollback,
     schema_version,
@@ -54,9 +55,11 @@ def add_parser(commands: Any) -> None:
         command.add_argument("--dry-run", action="store_true", help="print the SQL, change nothing")
         command.set_defaults(run=_connected(action))
     plans = commands.add_parser(
-        "plans", help="the SQL of an install, a migration or a rollback, offline"
+        "plans",
+        help="the SQL of an install, a migration, a rollback or an uninstall, offline",
     )
-    plans.add_argument("which", choices=["create", "migrate", "rollback"])
+    # construct: pg-boss's name for create
+    plans.add_argument("which", choices=["create", "construct", "migrate", "rollback", "uninstall"])
     plans.add_argument("--schema", default="pgboss", help="the schema (default pgboss)")
     plans.add_argument("--backend", default="postgres", help="the backend (default postgres)")
     plans.add_argument(
@@ -167,8 +170,10 @@ async def _rollback(target: Target, args: argparse.Namespace) -> int:
 
 def _plans(args: argparse.Namespace) -> int:
     try:
-        if args.which == "create":
+        if args.which in ("create", "construct"):
             print(get_construction_plans(args.backend, args.schema))
+        elif args.which == "uninstall":
+            print(get_uninstall_plans(args.schema, args.backend))
         elif args.which == "rollback":
             print(get_rollback_plans(args.schema, args.from_version, args.backend))
         else:

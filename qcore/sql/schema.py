@@ -30,6 +30,7 @@ retargets a command by rewriting exactly that spelling.
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 from qcore.backend import Backend
 from qcore.errors import ConfigError
@@ -124,6 +125,7 @@ __all__ = [
     "schema_exists",
     "select_version",
     "server_today",
+    "uninstall",
     "update_version",
     "version_table_exists",
 ]
@@ -213,6 +215,34 @@ def install(
     steps += qcore_tables(schema)
     steps.append(DDL(_install_version(schema)))
     return steps
+
+
+def uninstall(backend: Backend, schema: str) -> str:
+    """Drop what :func:`install` creates in ``schema``, leaving the schema and anything
+    else in it; the same objects on every backend that installed them.
+
+    Read off the install's own statements: the functions first (CockroachDB ties a
+    function to the tables its body names), then every table in one statement (a
+    partitioned table takes its partitions: each day of ``queue_stats``, each queue's own
+    job table), then the type. No CASCADE: an object of another application that depends
+    on one of them stops the script rather than going with it.
+    """
+    q = quote(schema)
+    creates = re.compile(
+        r"CREATE (?:OR REPLACE )?(FUNCTION|TABLE|TYPE) (?:IF NOT EXISTS )?"
+        + re.escape(q)
+        + r'\.("[^"]+"|\w+)'
+    )
+    created: dict[str, list[str]] = {"FUNCTION": [], "TABLE": [], "TYPE": []}
+    for step in install(backend, schema, today=dt.date(2000, 1, 1), create_schema=False):
+        found = creates.match(step.sql)
+        if found is None or " PARTITION OF " in step.sql:
+            continue
+        kind, obj = found.group(1), f"{q}.{found.group(2)}"
+        if obj not in created[kind]:
+            created[kind].append(obj)
+    drops = [f"DROP {kind} IF EXISTS {', '.join(objs)};" for kind, objs in created.items() if objs]
+    return "\n".join(drops)
 
 
 #: the tables that are the same in both shapes and come before the job table

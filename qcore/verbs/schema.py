@@ -43,6 +43,7 @@ __all__ = [
     "get_construction_plans",
     "get_migration_plans",
     "get_rollback_plans",
+    "get_uninstall_plans",
     "install_or_migrate",
     "is_installed",
     "rollback",
@@ -332,6 +333,17 @@ def get_migration_plans(
         parts += script(migration.steps, chosen, name)
         parts.append(f"UPDATE {quote(name)}.version SET version = {migration.version}")
     return _joined(parts)
+
+
+def get_uninstall_plans(schema: str = "pgboss", backend: Backend | str = "postgres") -> str:
+    """The SQL that removes every object qcore installs in ``schema`` (pg-boss's tables,
+    functions and type, and qcore's own tables), for a schema shared with other objects.
+
+    The schema and whatever else it holds stay (a schema of qcore's own is simpler to drop
+    whole); an object that depends on one of qcore's stops the script. It is what
+    ``qcore plans uninstall`` prints; no connection needed.
+    """
+    return sql.uninstall(backends.get(backend), schema_name(schema))
 
 
 def _rollback_of(version: int) -> Migration:

@@ -48,6 +48,19 @@ def test_offline_plans_install_a_clean_schema(pg_dsn: str, schema: str) -> None:
     }
     doctor = qcore("doctor", "--schema", schema, dsn=pg_dsn)
     assert doctor.returncode == 0, doctor.stdout
+    # pg-boss's name for it prints the same; the uninstall plan takes it all out again
+    construct = qcore("plans", "construct", "--schema", schema)
+    assert construct.stdout.count("CREATE TABLE") == plans.stdout.count("CREATE TABLE")
+    uninstall = qcore("plans", "uninstall", "--schema", schema)
+    assert uninstall.returncode == 0, uninstall.stderr
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(uninstall.stdout.encode())
+        left = conn.execute(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s",
+            [schema],
+        ).fetchone()
+    assert left == (0,)
 
 
 def test_create_installs_once_and_dry_run_changes_nothing(pg_dsn: str, schema: str) -> None:

@@ -14,11 +14,14 @@ from qcore.errors import SchemaVersionError
 from qcore.services.bam import run_commands
 from qcore.sql.catalog import job_table_name
 from qcore.verbs.drift import detect_schema_drift
+from qcore.verbs.queues import create_queue
 from qcore.verbs.schema import (
     SCHEMA_VERSION,
     get_migration_plans,
     get_rollback_plans,
+    get_uninstall_plans,
     install_or_migrate,
+    is_installed,
     rollback,
     schema_version,
 )
@@ -116,3 +119,32 @@ async def test_a_version_below_the_oldest_upgradable_is_refused(ctx: Context) ->
     with pytest.raises(SchemaVersionError, match=r"oldest version qcore .* upgrades is 25"):
         await install_or_migrate(ctx)
     assert await schema_version(ctx) == 24
+
+
+async def test_the_uninstall_plan_removes_qcore_and_leaves_the_rest(ctx: Context) -> None:
+    """``get_uninstall_plans`` in a schema shared with another application: qcore's
+    tables (a queue's own table and each day of ``queue_stats`` with them), functions
+    and type go; the other table, the schema and its rows stay; a new install fits."""
+    await create_queue(ctx, "shared-queue", partition=ctx.backend.has("partitioning"))
+    await ctx.db.execute_script(
+        f"CREATE TABLE {ctx.q}.app_users (id int PRIMARY KEY);"
+        f" INSERT INTO {ctx.q}.app_users VALUES (1)"
+    )
+    await ctx.db.execute_script(get_uninstall_plans(ctx.schema, ctx.backend))
+    tables = await ctx.db.execute(
+        "SELECT c.relname AS name FROM pg_catalog.pg_class c"
+        " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = $1 AND c.relkind IN ('r', 'p')",
+        [ctx.schema],
+    )
+    assert [t["name"] for t in tables] == ["app_users"]
+    functions = await ctx.db.execute(
+        "SELECT p.proname FROM pg_catalog.pg_proc p"
+        " JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1",
+        [ctx.schema],
+    )
+    assert functions == []
+    assert not await is_installed(ctx)
+    await install_or_migrate(ctx)
+    assert await is_installed(ctx)
+    assert await ctx.db.execute(f"SELECT id FROM {ctx.q}.app_users") == [{"id": 1}]
