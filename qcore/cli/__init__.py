@@ -2,7 +2,7 @@
 
 The modules are ``demo``, ``work``, ``instances``, ``jobs`` for the queue and job
 commands, ``queue`` for one queue (show, create, update, delete), ``schema`` for
-version, create, migrate and plans, ``doctor``, ``metrics``,
+version, create, migrate and plans, ``doctor``, ``reindex``, ``metrics``,
 ``dashboard``; each gives its arguments (``add_parser``) and its run (``run(args) ->
 exit status``).
 
@@ -16,7 +16,18 @@ import argparse
 import sys
 
 from qcore._version import __version__
-from qcore.cli import dashboard, demo, doctor, instances, jobs, metrics, queue, schema, work
+from qcore.cli import (
+    dashboard,
+    demo,
+    doctor,
+    instances,
+    jobs,
+    metrics,
+    queue,
+    reindex,
+    schema,
+    work,
+)
 
 __all__ = ["main"]
 
@@ -25,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="qcore", description="qcore: a job queue on PostgreSQL")
     parser.add_argument("--version", action="version", version=f"qcore {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in (demo, work, instances, jobs, queue, schema, doctor, metrics, dashboard):
+    every = (demo, work, instances, jobs, queue, schema, doctor, reindex, metrics, dashboard)
+    for command in every:
         command.add_parser(commands)
     args = parser.parse_args(queue.with_show(sys.argv[1:] if argv is None else argv))
     if args.command is None:

@@ -15,7 +15,14 @@ from qcore.identifiers import quote
 from qcore.sql._statement import Params, Statement
 from qcore.sql.probes import claim_interval, job_tables
 
-__all__ = ["claim_reindex", "drop_stub", "job_indexes", "rebuild", "unfinished_migrations"]
+__all__ = [
+    "bloat_plan",
+    "claim_reindex",
+    "drop_stub",
+    "job_indexes",
+    "rebuild",
+    "unfinished_migrations",
+]
 
 
 @lru_cache(maxsize=4)
@@ -50,6 +57,26 @@ def job_indexes(q: str) -> Statement:
         " ORDER BY t.relname, i.relname"
     )
     return p.statement(sql)
+
+
+def bloat_plan(schema: str, *, min_pages: int, max_entries_per_page: float, ratio: float) -> str:
+    """The bloat check as one statement to run by hand (psql, no qcore): the bloated job
+    indexes of ``schema``, the thresholds written into it.
+
+    The rule :func:`qcore.verbs.reindex.bloated_indexes` applies to :func:`job_indexes`'
+    rows: valid, at least ``min_pages`` pages, fewer live entries a page than
+    ``max_entries_per_page``, at least ``ratio`` times the pages its entries need.
+    PostgreSQL only (``pg_stats``, ``relpages``).
+    """
+    literal = "'" + schema.replace("'", "''") + "'"
+    figures = job_indexes(quote(schema)).sql.replace("$1::text", f"{literal}::text")
+    return (
+        "SELECT f.index, f.table_name, f.pages, f.entries, f.bytes, f.needed_pages"
+        f" FROM ({figures}) f WHERE f.valid AND f.pages >= GREATEST({int(min_pages)}, 1)"
+        f" AND f.entries / NULLIF(f.pages, 0) < {float(max_entries_per_page)!r}"
+        f" AND f.pages >= {float(ratio)!r} * f.needed_pages"
+        " ORDER BY f.table_name, f.index"
+    )
 
 
 @lru_cache(maxsize=4)

@@ -27,10 +27,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from qcore import retry
+from qcore import backends, retry
+from qcore.backend import Backend
 from qcore.context import Context
 from qcore.errors import ConfigError, ValidationError
 from qcore.events import Events
+from qcore.identifiers import schema_name
 from qcore.options import check_number
 from qcore.sql import reindex as sql
 
@@ -40,6 +42,7 @@ __all__ = [
     "Reindex",
     "bloated_indexes",
     "check_number",
+    "get_index_bloat_plans",
     "rebuild",
     "reindex_commands",
     "thresholds",
@@ -173,6 +176,33 @@ async def bloated_indexes(
 
         found = [i for i in found if not (i.invalid and not i.stub and migrating(i.index))]
     return found
+
+
+def get_index_bloat_plans(
+    schema: str = "pgboss", backend: Backend | str = "postgres", **given: Any
+) -> str:
+    """The bloat check of ``schema``'s job indexes as SQL to run by hand, no connection
+    needed: the query the supervise pass reads, with the rule it applies and
+    the thresholds ``given`` (:class:`Reindex`'s ``min_pages``, ``max_entries_per_page``,
+    ``min_size_ratio``; pg-boss's defaults; a bad one is a ``ValidationError`` as for
+    :meth:`~qcore.Boss.get_reindex_commands`) written into it. PostgreSQL and the
+    engines built on it only: ``ConfigError`` for a backend without index rebuilds (no
+    btree bloat to read).
+    """
+    chosen = backends.get(backend)
+    if not chosen.capabilities.reindex:
+        raise ConfigError(
+            f"the {chosen.name} backend has no index rebuilds: there is no bloat check to plan"
+        )
+    if "force" in given:
+        raise ValidationError("force is for a rebuild, not for the bloat check's plan")
+    limits, _ = thresholds(given)
+    return sql.bloat_plan(
+        schema_name(schema),
+        min_pages=limits.min_pages,
+        max_entries_per_page=limits.max_entries_per_page,
+        ratio=limits.min_size_ratio,
+    )
 
 
 def _statements(ctx: Context, found: list[BloatedIndex]) -> list[str]:

@@ -13,11 +13,11 @@ import pytest
 from qcore import Boss
 from qcore.backend import Backend
 from qcore.conformance.helpers import running
-from qcore.errors import ValidationError
+from qcore.errors import ConfigError, ValidationError
 from qcore.events import WarningEvent
 from qcore.identifiers import quote
 from qcore.verbs import jobs
-from qcore.verbs.reindex import INDEX_BLOAT
+from qcore.verbs.reindex import INDEX_BLOAT, get_index_bloat_plans
 
 pytestmark = pytest.mark.feature("reindex")
 
@@ -72,6 +72,28 @@ async def test_a_bloated_index_is_found_warned_and_rebuilt(
         assert await boss.get_reindex_commands(min_pages=10) != []
         await boss.supervise(reindex={"force": True})  # force: now, bloated or not
         assert await boss.get_reindex_commands(min_pages=10) == []
+
+
+@pytest.mark.usefixtures("installed")
+@pytest.mark.requires("reindex")
+async def test_the_offline_bloat_plan_finds_what_the_pass_finds(
+    db: Any, backend: Backend, schema: str
+) -> None:
+    """``get_index_bloat_plans``, run by hand, lists the indexes the pass would rebuild:
+    none on a healthy install, the same ones after a drained backlog."""
+    boss = Boss(db=db, backend=backend, schema=schema, supervise=False)
+    async with running(boss):
+        ctx = boss.context()
+        plan = get_index_bloat_plans(schema, backend, **SMALL)
+        assert await ctx.db.execute(plan) == []
+        await boss.create_queue("q")
+        await _drained_backlog(boss)
+        found = {str(r["index"]) for r in await ctx.db.execute(plan)}
+        commands = await boss.get_reindex_commands(**SMALL)
+        assert found and {c.rsplit(".", 1)[-1].strip('"') for c in commands} == found
+    for bad in ({"min_pages": -1}, {"force": True}, {"minpages": 1}):
+        with pytest.raises(ValidationError):
+            get_index_bloat_plans(schema, backend, **bad)
 
 
 @pytest.mark.usefixtures("installed")
@@ -189,3 +211,5 @@ async def test_reindex_arguments_are_checked_and_unsupported_backends_list_nothi
         await boss.supervise(reindex="sometimes")  # type: ignore[arg-type]
     if not backend.capabilities.reindex:
         assert await boss.get_reindex_commands(force=True) == []
+        with pytest.raises(ConfigError, match="no index rebuilds"):
+            get_index_bloat_plans("pgboss", backend)
