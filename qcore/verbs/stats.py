@@ -7,7 +7,8 @@ snapshots.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from qcore import retry
@@ -19,7 +20,16 @@ from qcore.options import check_count
 from qcore.sql import stats as sql
 from qcore.sql.locks import lock_key_text
 
-__all__ = ["MAX_LIMIT", "QueueStats", "cached_stats", "count_queues", "read_stats"]
+__all__ = [
+    "MAX_LIMIT",
+    "QueueStats",
+    "cached_stats",
+    "check_percentiles",
+    "count_queues",
+    "latency_percentile",
+    "read_stats",
+    "with_percentiles",
+]
 
 #: the most snapshots one read returns
 MAX_LIMIT = 100_000
@@ -150,3 +160,60 @@ def _snapshot(row: Mapping[str, Any]) -> QueueStats:
         if out.get(column) is not None:
             out[column] = [n or 0 for n in out[column]]
     return out
+
+
+def check_percentiles(value: object) -> list[float]:
+    """``percentiles``: a non-empty list of percents from 1 to 100 (such as ``[50, 95,
+    99.9]``), each kept once, in the order given."""
+    if (
+        not isinstance(value, (list, tuple))
+        or not value
+        or not all(isinstance(p, (int, float)) and not isinstance(p, bool) for p in value)
+        or not all(1 <= p <= 100 for p in value)
+    ):
+        raise ValidationError(
+            "percentiles must be a non-empty list of percents from 1 to 100, such as"
+            f" [50, 95], got {value!r:.80}"
+        )
+    return list(dict.fromkeys(float(p) for p in value))
+
+
+def latency_percentile(bins: Sequence[int] | None, p: float) -> float | None:
+    """The ``p``-th percentile in seconds of a wait or run histogram, as pg-boss reads it.
+
+    None for no histogram or an empty one. Slot 0 (under 10 ms) reads 10 ms, the open last
+    slot its lower edge; in between, the value is interpolated within the slot on the
+    histogram's own √2 scale.
+    """
+    if not bins:
+        return None
+    total = sum(bins)
+    if total <= 0:
+        return None
+    target = p / 100 * total
+    k, seen = 0, 0
+    while k < len(bins) - 1 and not (bins[k] > 0 and seen + bins[k] >= target):
+        seen += bins[k]
+        k += 1
+    if k == 0:
+        return sql.LATENCY_MIN_SECONDS
+    low = sql.LATENCY_MIN_SECONDS * math.sqrt(2) ** (k - 1)
+    if k == len(bins) - 1:
+        return low
+    return float(low * math.sqrt(2) ** ((target - seen) / bins[k]))
+
+
+def with_percentiles(snapshot: QueueStats, percentiles: Sequence[float]) -> QueueStats:
+    """``snapshot`` with ``percentiles``: for each percent, ``p`` and the ``wait_seconds``
+    and ``run_seconds`` read off its own histograms (None where it has none)."""
+    return {
+        **snapshot,
+        "percentiles": [
+            {
+                "p": p,
+                "wait_seconds": latency_percentile(snapshot.get("wait_bins"), p),
+                "run_seconds": latency_percentile(snapshot.get("run_bins"), p),
+            }
+            for p in percentiles
+        ],
+    }

@@ -8,6 +8,8 @@ import asyncio
 import itertools
 from typing import Any
 
+from pytest import approx
+
 from qcore import Boss
 from qcore.conformance.helpers import set_clock
 from qcore.context import Context
@@ -58,6 +60,46 @@ async def test_pgboss_reads_the_counts_and_snapshots_qcore_wrote(
     assert queue["totalCount"] == 5
     assert [s["queuedCount"] for s in series] == [5, 4]  # newest first, as qcore wrote them
     assert [s["deferredCount"] for s in series] == [1, 1]
+
+
+async def test_latency_percentiles_read_alike_on_both_sides(pg_dsn: str, shared: Context) -> None:
+    """``get_queue_stats(percentiles=...)``: each snapshot's wait and run percentiles,
+    read off its histograms, are the numbers pg-boss's ``getQueueStats`` gives for the
+    same snapshot (slot 0, the open last slot and the interpolation between)."""
+    ctx = shared
+    await queues.create_queue(ctx, "q")
+    settings = Maintenance(persist_queue_stats=True)
+    await supervise(ctx, settings=settings)  # opens the throughput window
+    await ctx.db.execute(  # 300 jobs, waits from 1 ms to hours, runs from 2 ms to minutes
+        f"INSERT INTO {ctx.q}.job (name, state, created_on, start_after, started_on,"
+        " completed_on) SELECT 'q', 'completed', t - (w + r) * interval '1 second',"
+        " t - (w + r) * interval '1 second',"
+        f" t - r * interval '1 second', t FROM (SELECT {ctx.q}.job_now() AS t,"
+        " 0.001 * 1.06 ^ g AS w, 0.002 * 1.04 ^ g AS r FROM generate_series(1, 300) g) x"
+    )
+    await set_clock(ctx, 60)
+    await supervise(ctx, settings=settings)
+    wanted = [50, 95, 99.9, 1]
+    boss = Boss(pg_dsn, schema=ctx.schema, migrate=False, supervise=False, schedule=False,
+                persist_queue_stats=True)  # fmt: skip
+    async with boss:
+        ours = await boss.get_queue_stats("q", percentiles=wanted)
+    [theirs] = await asyncio.to_thread(
+        pgboss,
+        pg_dsn,
+        ctx,
+        {"op": "getQueueStats", "args": ["q", {"percentiles": wanted}]},
+        persistQueueStats=True,
+    )
+    assert len(ours) == len(theirs) == 2
+    for mine, pgs in zip(ours, theirs, strict=True):  # the same to the last bit or two
+        assert [(p["p"], p["wait_seconds"], p["run_seconds"]) for p in mine["percentiles"]] == [
+            (float(p["p"]), approx(p["waitSeconds"]), approx(p["runSeconds"]))
+            for p in pgs["percentiles"]
+        ]
+    counted = ours[0]["percentiles"]
+    assert all(p["wait_seconds"] is not None for p in counted)  # the newest has its jobs
+    assert ours[1]["percentiles"][0]["wait_seconds"] is None  # the first window: none
 
 
 async def test_one_retention_pass_per_interval_across_qcore_and_pgboss(

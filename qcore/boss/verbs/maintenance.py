@@ -52,6 +52,7 @@ class MaintenanceVerbs:
         bucket_seconds: int | None = None,
         max_data_points: int | None = None,
         aggregate: str = "max",
+        percentiles: list[float] | None = None,
         force: bool = False,
         db: Any = None,
     ) -> list[QueueStats]:
@@ -62,10 +63,14 @@ class MaintenanceVerbs:
         or as many as ``max_data_points`` (gauges collapsed by ``aggregate``: max, min or
         avg; counters summed). Without it: one snapshot, the counts cached on the queue
         row, counted again first when older than ``queue_cache_interval_seconds`` (and
-        the supervise intervals) or, with ``force``, older than a minute.
+        the supervise intervals) or, with ``force``, older than a minute. ``percentiles``
+        (percents from 1 to 100, such as ``[50, 95, 99.9]``) adds to each snapshot a
+        ``percentiles`` list of ``p``, ``wait_seconds`` and ``run_seconds``, read off its
+        own wait and run histograms as pg-boss reads them.
         """
         ctx = self.context(db)
         queue_name(name)
+        wanted = stats.check_percentiles(percentiles) if percentiles is not None else []
         cached = None
         if not self.maintenance.persist_queue_stats:
             budget = max(
@@ -75,7 +80,7 @@ class MaintenanceVerbs:
             )
             cached = await stats.cached_stats(ctx, name, max_age_seconds=budget, force=force)
         elif await queue_ops.get_queue(ctx, name) is not None:
-            return await stats.read_stats(
+            snapshots = await stats.read_stats(
                 ctx,
                 name,
                 from_=from_,
@@ -85,9 +90,10 @@ class MaintenanceVerbs:
                 max_data_points=max_data_points,
                 aggregate=aggregate,
             )
+            return [stats.with_percentiles(s, wanted) for s in snapshots] if wanted else snapshots
         if cached is None:
             raise missing_queue(name)
-        return [cached]
+        return [stats.with_percentiles(cached, wanted) if wanted else cached]
 
     @verb()
     async def get_warnings(
