@@ -7,16 +7,19 @@ is filed under the occurrence's throttle slot (the minute it falls in) and the
 schedule's occurrence key, which is what keeps every instance, qcore or pg-boss, that
 finds the same occurrence due from sending it twice.
 
-Daylight saving time, in the schedule's own zone: a wall time that does not exist (the
-hour skipped in spring) runs at the first instant after the gap; a wall time that
-happens twice (the hour repeated in autumn) runs once, at its first happening, unless
-the expression's hour field is ``*`` (every hour: the repeated hour is an hour like
-any other, and runs again).
+Daylight saving time, in the schedule's own zone, as pg-boss's cron-parser reads it
+(checked against the real pg-boss by the interop tests): a wall time that does not exist
+(the hour skipped in spring) is read with the offset before the gap, so 02:30 runs at
+03:30 once the clocks went from 02:00 to 03:00; a wall time that happens twice (the
+hour repeated in autumn) runs once, at its first happening. An expression whose hour
+field is ``*`` (every hour) is walked in real time instead: the repeated hour is an
+hour like any other and runs again, and the skipped one is simply not there.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import time
 import zoneinfo
 from functools import lru_cache
 
@@ -32,12 +35,19 @@ __all__ = [
     "latest_occurrence",
     "next_occurrences",
     "occurrence_key",
+    "preview",
     "throttle_slot",
 ]
 
 #: how long an occurrence stays due, and the width of the throttle slot it is filed in
 #: (one value: a wider window would let two slots take one occurrence)
 WINDOW_SECONDS = 60
+#: what ``preview`` returns unless told, and the most it returns (pg-boss's)
+PREVIEW_DEFAULT_COUNT = 5
+PREVIEW_MAX_COUNT = 1000
+#: the wall-clock budget of one preview: a sparse expression (``0 0 29 2 *``) searches
+#: years for each occurrence, and the walk holds the event loop
+PREVIEW_BUDGET_SECONDS = 1.0
 _BAD_CRON = (CroniterBadCronError, CroniterBadDateError, CroniterNotAlphaError, ValueError)
 
 
@@ -106,29 +116,20 @@ def _repeats_every_hour(expression: str) -> bool:
     return hour == "*"
 
 
-def _backwards(expression: str, zone: zoneinfo.ZoneInfo, before: dt.datetime) -> croniter:
-    """A croniter walking back from a second after ``before``.
-
-    croniter drops the fraction of a second: ``before`` itself must be reachable; later
-    ones are skipped.
-    """
-    start = (before + dt.timedelta(seconds=1)).astimezone(zone)
-    return _walk(expression, start)
+def _start(expression: str, zone: zoneinfo.ZoneInfo, at: dt.datetime) -> dt.datetime:
+    """Where a walk from instant ``at`` starts: ``at`` itself for an hourly expression
+    (walked in real time), its wall time in ``zone`` for any other (walked on the wall
+    clock, see the module)."""
+    local = at.astimezone(zone)
+    return local if _repeats_every_hour(expression) else local.replace(tzinfo=None)
 
 
-def _first_happening(expression: str, occurrence: dt.datetime, zone: zoneinfo.ZoneInfo) -> bool:
-    """False for the second happening of a repeated wall time (see the module).
-
-    Judged from the zone itself: croniter's ``fold`` is not reliable.
-    """
-    if _repeats_every_hour(expression):
-        return True
-    wall = occurrence.astimezone(zone).replace(tzinfo=None)
-    first = wall.replace(tzinfo=zone, fold=0)
-    second = wall.replace(tzinfo=zone, fold=1)
-    if first.utcoffset() == second.utcoffset():
-        return True  # happens once
-    return occurrence.timestamp() == first.timestamp()
+def _instant(occurrence: dt.datetime, zone: zoneinfo.ZoneInfo) -> dt.datetime:
+    """The UTC instant of a walk's occurrence: a wall time is read with ``fold=0``, its
+    first happening, or in a gap the offset before it (pg-boss's reading)."""
+    if occurrence.tzinfo is None:
+        occurrence = occurrence.replace(tzinfo=zone, fold=0)
+    return occurrence.astimezone(dt.timezone.utc)
 
 
 def latest_occurrence(
@@ -136,15 +137,14 @@ def latest_occurrence(
 ) -> dt.datetime | None:
     """The latest occurrence in (``after``, ``until``], as an aware UTC datetime."""
     zone = check_timezone(tz)
-    walk = _backwards(expression, zone, until)
+    # from a second after ``until``: croniter drops the fraction of a second, and
+    # ``until`` itself must be reachable (later ones are passed over)
+    walk = _walk(expression, _start(expression, zone, until + dt.timedelta(seconds=1)))
     while True:
-        occurrence: dt.datetime = walk.get_prev(dt.datetime)
+        occurrence = _instant(walk.get_prev(dt.datetime), zone)
         if occurrence > until:
             continue
-        if occurrence <= after:
-            return None
-        if _first_happening(expression, occurrence, zone):
-            return occurrence.astimezone(dt.timezone.utc)
+        return occurrence if occurrence > after else None
 
 
 def due_occurrence(expression: str, tz: str, now: dt.datetime) -> dt.datetime | None:
@@ -152,18 +152,52 @@ def due_occurrence(expression: str, tz: str, now: dt.datetime) -> dt.datetime | 
     return latest_occurrence(expression, tz, now, now - dt.timedelta(seconds=WINDOW_SECONDS))
 
 
-def next_occurrences(expression: str, tz: str, after: dt.datetime, count: int) -> list[dt.datetime]:
-    """The next ``count`` occurrences strictly after ``after`` (aware, UTC)."""
+def next_occurrences(
+    expression: str, tz: str, after: dt.datetime, count: int, *, budget: float | None = None
+) -> list[dt.datetime]:
+    """The next ``count`` occurrences strictly after ``after`` (aware, UTC).
+
+    ``budget``: seconds of wall clock the walk may take; past it, ``ValidationError``
+    (ask for fewer and page from the last one).
+    """
     check_expression(expression)
     zone = check_timezone(tz)
-    start = after.astimezone(zone)
-    walk = _walk(expression, start)
+    walk = _walk(expression, _start(expression, zone, after))
+    deadline = None if budget is None else time.monotonic() + budget
     out: list[dt.datetime] = []
     while len(out) < count:
-        occurrence: dt.datetime = walk.get_next(dt.datetime)
-        if _first_happening(expression, occurrence, zone):
-            out.append(occurrence.astimezone(dt.timezone.utc))
+        occurrence = _instant(walk.get_next(dt.datetime), zone)
+        # a wall time before ``after`` (its second happening) or one read onto an instant
+        # already listed (the gap) is not a new occurrence
+        if occurrence > after and (not out or occurrence > out[-1]):
+            out.append(occurrence)
+        if deadline is not None and len(out) < count and time.monotonic() > deadline:
+            raise ValidationError(
+                f"gave up after {budget:g} s with {len(out)} of {count} occurrences of"
+                f" {expression!r}: ask for fewer and page with from_ (the last one)"
+            )
     return out
+
+
+def preview(
+    expression: str, *, tz: str | None, after: dt.datetime, count: int = PREVIEW_DEFAULT_COUNT
+) -> list[dt.datetime]:
+    """The next ``count`` occurrences of ``expression`` in ``tz`` (None: UTC) strictly
+    after ``after``, as ``schedule()`` would fire them; what ``preview_schedule`` gives.
+
+    The expression is judged before the count, as pg-boss does; ``ValidationError`` for
+    either, for a naive ``after``, and for a walk past :data:`PREVIEW_BUDGET_SECONDS`.
+    """
+    if not isinstance(after, dt.datetime) or after.tzinfo is None:
+        raise ValidationError(f"from_ must be an aware datetime, got {after!r}")
+    check_expression(expression)
+    zone = tz or "UTC"
+    check_timezone(zone)
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= PREVIEW_MAX_COUNT:
+        raise ValidationError(
+            f"count must be an integer from 1 to {PREVIEW_MAX_COUNT}, got {count!r}"
+        )
+    return next_occurrences(expression, zone, after, count, budget=PREVIEW_BUDGET_SECONDS)
 
 
 def occurrence_key(name: str, key: str) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import datetime as dt
 import functools
 import itertools
 import threading
@@ -31,6 +32,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from qcore.arguments import verb
 from qcore.boss import Boss
+from qcore.cron import PREVIEW_DEFAULT_COUNT
 from qcore.db import Database, adapt
 from qcore.errors import NotStartedError, QcoreError
 from qcore.job import CommandResult, Job
@@ -320,6 +322,20 @@ class SyncBoss:
     def is_maintaining(self) -> bool:
         """Whether a supervise pass is in flight (read on the loop thread)."""
         return self._call(_returning(self._boss.is_maintaining))
+
+    def preview_schedule(
+        self,
+        cron: str,
+        *,
+        tz: str | None = None,
+        from_: dt.datetime | None = None,
+        count: int = PREVIEW_DEFAULT_COUNT,
+    ) -> list[dt.datetime]:
+        """The next times ``cron`` fires (see ``Boss.preview_schedule``; read on the loop
+        thread, for the clock skew)."""
+        return self._call(
+            _returning(lambda: self._boss.preview_schedule(cron, tz=tz, from_=from_, count=count))
+        )
 
     def is_timekeeping(self) -> bool:
         """Whether a cron pass is in flight (read on the loop thread)."""

@@ -40,13 +40,18 @@ def test_time_zone() -> None:
     assert cron.due_occurrence("0 9 * * *", "Europe/Paris", at(2026, 12, 3, 9, 0, 30)) is None
 
 
-def test_a_wall_time_in_the_spring_gap_runs_after_the_gap() -> None:
-    # 2026-03-08 02:30 does not exist in New York: it runs at 03:00 EDT (07:00 UTC), once
+def test_a_wall_time_in_the_spring_gap_runs_as_far_past_the_gap() -> None:
+    # 2026-03-08 02:30 does not exist in New York: read with the offset before the gap
+    # (EST), it runs at 03:30 EDT (07:30 UTC), once, as pg-boss's cron-parser runs it
     nights = cron.next_occurrences("30 2 * * *", "America/New_York", at(2026, 3, 7, 12), 3)
-    assert nights == [at(2026, 3, 8, 7), at(2026, 3, 9, 6, 30), at(2026, 3, 10, 6, 30)]
-    assert cron.due_occurrence("30 2 * * *", "America/New_York", at(2026, 3, 8, 7, 0, 10)) == at(
-        2026, 3, 8, 7
-    )
+    assert nights == [at(2026, 3, 8, 7, 30), at(2026, 3, 9, 6, 30), at(2026, 3, 10, 6, 30)]
+    due = cron.due_occurrence("30 2 * * *", "America/New_York", at(2026, 3, 8, 7, 30, 10))
+    assert due == at(2026, 3, 8, 7, 30)
+    assert cron.due_occurrence("30 2 * * *", "America/New_York", at(2026, 3, 8, 7, 0, 10)) is None
+    # every minute of the skipped hour runs, an hour on: 02:00, 02:20, 02:40 EST
+    skipped = cron.next_occurrences("*/20 2 * * *", "America/New_York", at(2026, 3, 8, 5), 4)
+    assert skipped == [at(2026, 3, 8, 7), at(2026, 3, 8, 7, 20), at(2026, 3, 8, 7, 40),
+                       at(2026, 3, 9, 6)]  # fmt: skip
 
 
 def test_a_repeated_wall_time_runs_once_unless_every_hour() -> None:
@@ -98,3 +103,26 @@ def test_bad_expressions(expression: object, match: str) -> None:
 def test_bad_time_zones(tz: object) -> None:
     with pytest.raises(ValidationError, match="time zone"):
         cron.check_timezone(tz)
+
+
+def test_a_preview_is_checked_as_schedule_checks_it() -> None:
+    """``preview_schedule``'s walk: strictly after ``from_``, UTC unless a zone is
+    given; a bad expression, zone, count or naive moment is a ``ValidationError``, the
+    expression judged first (as pg-boss does), and a walk past its budget too."""
+    start = dt.datetime(2026, 1, 1, 0, 0, tzinfo=dt.timezone.utc)
+    assert cron.preview("0 * * * *", tz=None, after=start, count=2) == [
+        start + dt.timedelta(hours=1),
+        start + dt.timedelta(hours=2),
+    ]
+    assert len(cron.preview("* * * * *", tz="UTC", after=start)) == cron.PREVIEW_DEFAULT_COUNT
+    for bad_count in (0, cron.PREVIEW_MAX_COUNT + 1, True, 2.0):
+        with pytest.raises(ValidationError, match="count must be"):
+            cron.preview("* * * * *", tz=None, after=start, count=bad_count)
+    with pytest.raises(ValidationError, match="RRULE"):
+        cron.preview("FREQ=DAILY", tz=None, after=start, count=0)  # expression first
+    with pytest.raises(ValidationError, match="tz"):
+        cron.preview("* * * * *", tz="Mars/Olympus", after=start)
+    with pytest.raises(ValidationError, match="aware"):
+        cron.preview("* * * * *", tz=None, after=dt.datetime(2026, 1, 1))
+    with pytest.raises(ValidationError, match="gave up"):
+        cron.next_occurrences("0 0 29 2 *", "UTC", start, 1000, budget=0.0)

@@ -80,6 +80,11 @@ async function main () {
         result = pgBoss.getRollbackPlans(...args)
       } else if (op === 'sql') {
         result = (await boss.getDb().executeSql(args[0], args[1] || [])).rows
+      } else if (op === 'previewSchedule') {
+        // JSON has no Date: `from` travels as ISO text
+        const [cron, options = {}] = args
+        const from = options.from === undefined ? undefined : new Date(options.from)
+        result = boss.previewSchedule(cron, { ...options, from })
       } else if (op === 'sleep') {
         await new Promise(resolve => setTimeout(resolve, args[0] || 0))
         result = null

@@ -51,6 +51,48 @@ async def _send_it_rows(ctx: Context) -> list[dict[str, Any]]:
     )
 
 
+MARCH = dt.datetime(2026, 3, 6, 12, 0, 7, tzinfo=dt.timezone.utc)  # a Friday
+OCTOBER = dt.datetime(2026, 10, 24, 22, 0, tzinfo=dt.timezone.utc)
+
+#: expressions whose previews must agree, from a moment: every quarter hour; weekdays at
+#: nine across New York's change to summer time; 02:30 and every 20 minutes of 02:00 in
+#: Berlin, times that do not exist one night; 01:15 in New York, a time that happens twice
+#: one night; every half hour through Berlin's repeated hour; a leap day; seconds first
+PREVIEWS = [
+    ("*/15 * * * *", None, MARCH, 6),
+    ("0 9 * * 1-5", "America/New_York", MARCH, 8),
+    ("30 2 * * *", "Europe/Berlin", MARCH, 25),
+    ("*/20 2 * * *", "Europe/Berlin", MARCH, 75),
+    ("15 1 * * *", "America/New_York", OCTOBER, 10),
+    ("*/30 * * * *", "Europe/Berlin", OCTOBER, 12),
+    ("0 0 29 2 *", "UTC", MARCH, 3),
+    ("*/20 * * * * *", "Asia/Kolkata", MARCH, 5),
+]
+
+
+async def test_schedule_previews_match_pgboss(pg_dsn: str, shared: Context) -> None:
+    """``preview_schedule`` gives the times pg-boss's ``previewSchedule`` gives, from the
+    same moment, in every zone and through both changes of summer time."""
+    boss = Boss(pg_dsn, schema=shared.schema, migrate=False, supervise=False, schedule=False)
+    async with boss:
+        ours = [
+            boss.preview_schedule(expression, tz=tz, from_=start, count=count)
+            for expression, tz, start, count in PREVIEWS
+        ]
+    actions = [
+        {"op": "previewSchedule", "args": [e, {"tz": tz, "from": at.isoformat(), "count": n}]}
+        for e, tz, at, n in PREVIEWS
+    ]
+    results = await asyncio.to_thread(_pgboss_for, pg_dsn, shared, 0, *actions)
+    theirs = [r["result"] for r in results[1 : 1 + len(actions)]]
+    for (expression, tz, start, count), mine, pgs in zip(PREVIEWS, ours, theirs, strict=True):
+        assert len(mine) == len(pgs) == count, expression
+        assert [t.isoformat() for t in mine] == [
+            dt.datetime.fromisoformat(t.replace("Z", "+00:00")).isoformat() for t in pgs
+        ], (expression, tz)
+        assert all(t > start for t in mine)
+
+
 async def test_pgboss_schedule_fired_by_qcore(pg_dsn: str, shared: Context) -> None:
     ctx = shared
     await queues.create_queue(ctx, SEND_IT)

@@ -1,7 +1,8 @@
-"""Cron's verbs of ``Boss``: schedules and the timekeeper's busy flags."""
+"""Cron's verbs of ``Boss``: schedules, their preview and the timekeeper's busy flags."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from typing_extensions import Unpack
@@ -9,9 +10,11 @@ from typing_extensions import Unpack
 from qcore.arguments import verb
 from qcore.boss.services import busy
 from qcore.boss.verbs.parts import BossParts
+from qcore.cron import PREVIEW_DEFAULT_COUNT, preview
 from qcore.options import (
     SendOptions,
 )
+from qcore.services.timekeeper import ClockSkew
 from qcore.verbs import schedules as schedule_ops
 
 __all__ = ["ScheduleVerbs"]
@@ -68,6 +71,27 @@ class ScheduleVerbs:
         return await schedule_ops.get_schedules(
             self.context(db), name, key, limit=limit, after=after
         )
+
+    def preview_schedule(
+        self: BossParts,
+        cron: str,
+        *,
+        tz: str | None = None,
+        from_: dt.datetime | None = None,
+        count: int = PREVIEW_DEFAULT_COUNT,
+    ) -> list[dt.datetime]:
+        """The next ``count`` (1 to 1,000) times ``cron`` fires in ``tz`` (None: UTC),
+        strictly after ``from_`` (by default the database's time: this clock and the skew
+        the clock check last read), as ``schedule()`` fires them.
+
+        Nothing is read or written; page by passing the last one back as ``from_``. A bad
+        expression, zone or count is a ``ValidationError``, as in ``schedule()``.
+        """
+        if from_ is None:
+            skew = self._running.get("clock_skew", ClockSkew)
+            seconds = skew.skew_seconds if skew is not None else None
+            from_ = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=seconds or 0.0)
+        return preview(cron, tz=tz, after=from_, count=count)
 
     def is_timekeeping(self: BossParts) -> bool:
         """Whether a cron pass is in flight."""
