@@ -26,6 +26,7 @@ from qcore.job import (
     JobState,
     Policy,
     Queue,
+    RedrivePreview,
 )
 from qcore.options import GroupConcurrency
 from qcore.sync import SyncBoss
@@ -54,6 +55,7 @@ __all__ = [
     "QcoreError",
     "Queue",
     "QueueNotFoundError",
+    "RedrivePreview",
     "SchemaVersionError",
     "SerializationError",
     "SyncBoss",

@@ -485,6 +485,19 @@ class EditResult:
 
 
 @dataclass(frozen=True, slots=True)
+class RedrivePreview:
+    """What a ``redrive`` with the same filters would do (``preview_redrive``).
+
+    ``total`` jobs read, ``destinations`` (queue, how many) for those it would move, most
+    first, ``unroutable`` for those it would leave: no queue to go to.
+    """
+
+    total: int
+    destinations: list[tuple[str, int]]
+    unroutable: int
+
+
+@dataclass(frozen=True, slots=True)
 class Failure:
     """Why a job failed, as its ``output`` says.
 

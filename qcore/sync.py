@@ -257,6 +257,7 @@ class SyncBoss:
     update = _blocking(Boss.update)
     upsert = _blocking(Boss.upsert)
     redrive = _blocking(Boss.redrive)
+    preview_redrive = _blocking(Boss.preview_redrive)
     subscribe = _blocking(Boss.subscribe)
     unsubscribe = _blocking(Boss.unsubscribe)
     publish = _blocking(Boss.publish)

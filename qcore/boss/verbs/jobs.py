@@ -19,7 +19,7 @@ from qcore.arguments import verb
 from qcore.backend import FetchStrategy
 from qcore.boss.verbs.parts import BossParts
 from qcore.context import Context
-from qcore.job import CommandResult, EditResult, Job, JobState, Queue
+from qcore.job import CommandResult, EditResult, Job, JobState, Queue, RedrivePreview
 from qcore.options import (
     EditOptions,
     FetchOptions,
@@ -247,6 +247,35 @@ class QueueAndJobVerbs:
         Or to ``destination``; up to ``limit``, oldest first. Returns how many moved.
         """
         return await job_ops.redrive(
+            self.context(db),
+            name,
+            destination=destination,
+            source_name=source_name,
+            data=data,
+            created_before=created_before,
+            ids=ids,
+            limit=limit,
+        )
+
+    @verb()
+    async def preview_redrive(
+        self: BossParts,
+        name: str,
+        *,
+        destination: str | None = None,
+        source_name: str | None = None,
+        data: Mapping[str, Any] | None = None,
+        created_before: dt.datetime | None = None,
+        ids: Ids | None = None,
+        limit: int = 1000,
+        db: Any = None,
+    ) -> RedrivePreview:
+        """What ``redrive`` with the same filters would move, and where, moving nothing.
+
+        ``total`` read, ``destinations`` (queue, count) most first, ``unroutable``; up to
+        ``limit`` of each kind (a count that reaches it means at least that many).
+        """
+        return await job_ops.preview_redrive(
             self.context(db),
             name,
             destination=destination,

@@ -16,6 +16,7 @@ from qcore.conformance.helpers import count, row, server_now, totals
 from qcore.context import Context
 from qcore.db import Json
 from qcore.errors import QueueNotFoundError, ValidationError
+from qcore.job import RedrivePreview
 from qcore.sql import jobs as sql
 from qcore.sql.locks import notify_channel
 from qcore.verbs import jobs, queues
@@ -308,8 +309,40 @@ async def test_redrive_refuses_bad_input_before_writing(sctx: Context) -> None:
         ({"ids": ["nope"]}, "UUID|uuid|job id"),
     ]
     for options, message in bad:
-        with pytest.raises(ValidationError, match=message):
-            await jobs.redrive(sctx, "dlq", **options)
-    with pytest.raises(QueueNotFoundError):
-        await jobs.redrive(sctx, "nosuch")
+        for verb in (jobs.redrive, jobs.preview_redrive):  # the same mistake, the same error
+            with pytest.raises(ValidationError, match=message):
+                await verb(sctx, "dlq", **options)
+    for verb in (jobs.redrive, jobs.preview_redrive):
+        with pytest.raises(QueueNotFoundError):
+            await verb(sctx, "nosuch")
     assert await totals(sctx) == before
+
+
+async def test_a_redrive_preview_tells_what_a_redrive_would_do(sctx: Context) -> None:
+    """``preview_redrive`` moves nothing and counts what ``redrive`` with the same
+    filters then moves, by destination, and what it leaves (no queue to go to); its
+    ``limit`` caps each kind."""
+    await queues.create_queue(sctx, "dlq")
+    await queues.create_queue(sctx, "a", dead_letter="dlq")
+    await queues.create_queue(sctx, "b", dead_letter="dlq")
+    await queues.create_queue(sctx, "gone", dead_letter="dlq")
+    for n in range(3):
+        await _dead(sctx, "a", "dlq", {"n": n, "colour": "red"})
+    await _dead(sctx, "b", "dlq", {"n": 3, "colour": "blue"})
+    await _dead(sctx, "gone", "dlq", {"n": 4, "colour": "red"})
+    await jobs.send(sctx, "dlq", {"n": 5})  # sent straight to it: no source
+    await queues.update_queue(sctx, "gone", dead_letter=None)
+    await queues.delete_queue(sctx, "gone")  # its dead letters have nowhere to go
+    before = await totals(sctx)
+
+    preview = await jobs.preview_redrive(sctx, "dlq")
+    assert preview == RedrivePreview(total=6, destinations=[("a", 3), ("b", 1)], unroutable=2)
+    assert await totals(sctx) == before  # nothing moved
+    red = await jobs.preview_redrive(sctx, "dlq", data={"colour": "red"})
+    assert red == RedrivePreview(total=4, destinations=[("a", 3)], unroutable=1)
+    capped = await jobs.preview_redrive(sctx, "dlq", limit=1)
+    assert capped == RedrivePreview(total=2, destinations=[("a", 1)], unroutable=1)
+    into = await jobs.preview_redrive(sctx, "dlq", destination="b")
+    assert into == RedrivePreview(total=6, destinations=[("b", 6)], unroutable=0)
+    assert await jobs.redrive(sctx, "dlq") == sum(n for _, n in preview.destinations)
+    assert await jobs.preview_redrive(sctx, "dlq") == RedrivePreview(2, [], 2)

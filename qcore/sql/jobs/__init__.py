@@ -30,6 +30,7 @@ from qcore.sql.jobs.columns import FETCH_COLUMNS, JOB_COLUMNS, REINSERT_COLUMNS
 from qcore.sql.jobs.edit import (
     fail_not_redriven,
     insert_redriven,
+    preview_redrive,
     redrive_candidates,
     redrive_jobs,
     update_jobs,
@@ -88,6 +89,7 @@ __all__ = [
     "insert_redriven",
     "lock_released",
     "pin_claim_plan",
+    "preview_redrive",
     "ready_queues",
     "redrive_candidates",
     "redrive_jobs",

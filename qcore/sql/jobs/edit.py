@@ -143,19 +143,21 @@ def _redrive_values(q: str, new_id: str, destination: bool, p: Params) -> str:
     )
 
 
-def _redrive_where(q: str, p: Params, filters: frozenset[str], destination: bool) -> str:
+def _redrive_where(
+    q: str, p: Params, filters: frozenset[str], destination: bool, *, routable: bool = True
+) -> str:
     """The dead letter jobs a redrive moves: queued, filtered, routable and not held back.
 
     Queued (a job the dead letter queue's own worker has taken stays), narrowed by the
     ``filters`` given, routable (a ``destination``, or a source queue that still
-    exists), and not behind a key_strict_fifo job of the same key that holds its key (it
-    waits, as a fetch would).
+    exists; not asked with ``routable`` False), and not behind a key_strict_fifo job of
+    the same key that holds its key (it waits, as a fetch would).
     """
     into = f"{p('destination')}::text" if destination else "j.source_name"
     where = [
         f"j.name = {p('queue')}::text",
         "j.state < 'active'",
-        f"EXISTS (SELECT 1 FROM {q}.queue d WHERE d.name = {into})",
+        *([f"EXISTS (SELECT 1 FROM {q}.queue d WHERE d.name = {into})"] if routable else []),
         f"NOT (j.policy = 'key_strict_fifo' AND EXISTS (SELECT 1 FROM {q}.job k"
         " WHERE k.name = j.name AND k.singleton_key = j.singleton_key"
         " AND k.policy = 'key_strict_fifo' AND k.state IN ('active', 'retry', 'failed')))",
@@ -249,6 +251,27 @@ def redrive_jobs(
         " SELECT count(*)::int AS moved FROM ins"
     )
     return p.statement(sql)
+
+
+@lru_cache(maxsize=64)
+def preview_redrive(
+    q: str, filters: frozenset[str], *, destination: bool, table: str | None = None
+) -> Statement:
+    """What :func:`redrive_jobs` would do, read only: up to ``limit`` of the jobs it would
+    move, each with its ``destination``, and up to ``limit`` it would leave in place (no
+    queue to go to), each with a NULL one. The same predicate, so the two cannot disagree.
+    """
+    p = Params()
+    into = f"{p('destination')}::text" if destination else "j.source_name"
+    read = (
+        f"SELECT d.name AS destination FROM {job_table(q, table)} j"
+        f" LEFT JOIN {q}.queue d ON d.name = {into}"
+        f" WHERE {_redrive_where(q, p, filters, destination, routable=False)}"
+    )
+    limit = f"LIMIT {p('limit')}::int"
+    return p.statement(
+        f"({read} AND d.name IS NOT NULL {limit}) UNION ALL ({read} AND d.name IS NULL {limit})"
+    )
 
 
 @lru_cache(maxsize=64)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -22,7 +23,7 @@ from qcore.errors import (
     QueueNotFoundError,
     ValidationError,
 )
-from qcore.job import EditResult
+from qcore.job import EditResult, RedrivePreview
 from qcore.options import (
     EDIT_OPTIONS,
     JobRecord,
@@ -205,23 +206,7 @@ async def redrive(
     output; one with no queue to go to stays. Returns how many were moved.
     """
     queue_name(name)
-    values: dict[str, Any] = {"limit": check_count("limit", limit, REDRIVE_LIMIT_MAX)}
-    if destination is not None:
-        values["destination"] = queue_name(destination, "destination")
-    if source_name is not None:
-        values["source_name"] = queue_name(source_name, "source_name")
-    if data is not None:
-        if not isinstance(data, Mapping):
-            raise ValidationError(f"data must be a mapping to match, got {type(data).__name__}")
-        values["data"] = Json(check_json("data", dict(data)))
-    if created_before is not None:
-        if not isinstance(created_before, dt.datetime) or created_before.utcoffset() is None:
-            raise ValidationError(
-                f"created_before must be an aware datetime, got {created_before!r}"
-            )
-        values["created_before"] = created_before
-    if ids is not None:
-        values["ids"] = target_ids(ids)[0]
+    values = _redrive_values(destination, source_name, data, created_before, ids, limit)
     filters = frozenset(values) - {"limit", "destination"}
     into = destination is not None
 
@@ -252,6 +237,73 @@ async def redrive(
             f"cannot redrive from {name!r}: a job would break a rule of its destination"
             f" queue (a key_strict_fifo queue takes only jobs with a singleton key): {exc}"
         ) from None
+
+
+def _redrive_values(
+    destination: str | None,
+    source_name: str | None,
+    data: Mapping[str, Any] | None,
+    created_before: dt.datetime | None,
+    ids: Ids | None,
+    limit: int,
+) -> dict[str, Any]:
+    """A redrive's (or its preview's) filters and limit, checked: the values to bind."""
+    values: dict[str, Any] = {"limit": check_count("limit", limit, REDRIVE_LIMIT_MAX)}
+    if destination is not None:
+        values["destination"] = queue_name(destination, "destination")
+    if source_name is not None:
+        values["source_name"] = queue_name(source_name, "source_name")
+    if data is not None:
+        if not isinstance(data, Mapping):
+            raise ValidationError(f"data must be a mapping to match, got {type(data).__name__}")
+        values["data"] = Json(check_json("data", dict(data)))
+    if created_before is not None:
+        if not isinstance(created_before, dt.datetime) or created_before.utcoffset() is None:
+            raise ValidationError(
+                f"created_before must be an aware datetime, got {created_before!r}"
+            )
+        values["created_before"] = created_before
+    if ids is not None:
+        values["ids"] = target_ids(ids)[0]
+    return values
+
+
+async def preview_redrive(
+    ctx: Context,
+    name: str,
+    *,
+    destination: str | None = None,
+    source_name: str | None = None,
+    data: Mapping[str, Any] | None = None,
+    created_before: dt.datetime | None = None,
+    ids: Ids | None = None,
+    limit: int = 1000,
+) -> RedrivePreview:
+    """What :func:`redrive` with the same filters would do, moving nothing.
+
+    Up to ``limit`` (1 to 100,000) of the jobs it would move and as many it would leave
+    in place are read: ``total`` both, ``destinations`` where the movable ones would go
+    (most first), ``unroutable`` those with no queue to go to (no source queue recorded
+    and no ``destination``, or a source queue since deleted). A count that reaches
+    ``limit`` means at least that many.
+    """
+    queue_name(name)
+    values = _redrive_values(destination, source_name, data, created_before, ids, limit)
+    filters = frozenset(values) - {"limit", "destination"}
+
+    async def attempt(route: QueueRoute) -> list[Any]:
+        statement = sql.preview_redrive(
+            ctx.q, filters, destination=destination is not None, table=route.table
+        )
+        return await retrying.run(ctx, statement, queue=name, **values)
+
+    rows = await routed(ctx, name, attempt)
+    counts = Counter(str(r["destination"]) for r in rows if r["destination"] is not None)
+    return RedrivePreview(
+        total=len(rows),
+        destinations=sorted(counts.items(), key=lambda item: (-item[1], item[0])),
+        unroutable=sum(1 for r in rows if r["destination"] is None),
+    )
 
 
 async def _redrive_split(
