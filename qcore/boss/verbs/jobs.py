@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -33,7 +32,7 @@ from qcore.options import (
 from qcore.verbs import jobs as job_ops
 from qcore.verbs import pubsub
 from qcore.verbs import queues as queue_ops
-from qcore.verbs.jobs import Ids, LockedBatch
+from qcore.verbs.jobs import Ids, LockedBatch, RedriveFilter
 
 __all__ = ["QueueAndJobVerbs"]
 
@@ -229,62 +228,27 @@ class QueueAndJobVerbs:
             self.context(db), name, data, id=id, singleton_key=singleton_key, match=match, **options
         )
 
-    @verb()
+    @verb(RedriveFilter)
     async def redrive(
-        self: BossParts,
-        name: str,
-        *,
-        destination: str | None = None,
-        source_name: str | None = None,
-        data: Mapping[str, Any] | None = None,
-        created_before: dt.datetime | None = None,
-        ids: Ids | None = None,
-        limit: int = 1000,
-        db: Any = None,
+        self: BossParts, name: str, *, db: Any = None, **filters: Unpack[RedriveFilter]
     ) -> int:
         """Send queued jobs of dead letter queue ``name`` back to where they came from.
 
-        Or to ``destination``; up to ``limit``, oldest first. Returns how many moved.
+        Or to ``destination``; up to ``limit``, oldest first, narrowed by ``source_name``,
+        ``data``, ``created_before`` and ``ids``. Returns how many moved.
         """
-        return await job_ops.redrive(
-            self.context(db),
-            name,
-            destination=destination,
-            source_name=source_name,
-            data=data,
-            created_before=created_before,
-            ids=ids,
-            limit=limit,
-        )
+        return await job_ops.redrive(self.context(db), name, **filters)
 
-    @verb()
+    @verb(RedriveFilter)
     async def preview_redrive(
-        self: BossParts,
-        name: str,
-        *,
-        destination: str | None = None,
-        source_name: str | None = None,
-        data: Mapping[str, Any] | None = None,
-        created_before: dt.datetime | None = None,
-        ids: Ids | None = None,
-        limit: int = 1000,
-        db: Any = None,
+        self: BossParts, name: str, *, db: Any = None, **filters: Unpack[RedriveFilter]
     ) -> RedrivePreview:
         """What ``redrive`` with the same filters would move, and where, moving nothing.
 
         ``total`` read, ``destinations`` (queue, count) most first, ``unroutable``; up to
         ``limit`` of each kind (a count that reaches it means at least that many).
         """
-        return await job_ops.preview_redrive(
-            self.context(db),
-            name,
-            destination=destination,
-            source_name=source_name,
-            data=data,
-            created_before=created_before,
-            ids=ids,
-            limit=limit,
-        )
+        return await job_ops.preview_redrive(self.context(db), name, **filters)
 
     # -- publish / subscribe ---------------------------------------------------------------
 

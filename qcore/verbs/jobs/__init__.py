@@ -27,7 +27,7 @@ of these. A ``Job`` fences the command on the attempt it was fetched in
 from __future__ import annotations
 
 from qcore.verbs.jobs.claim import claim, complete_and_fetch, fetch, settles_and_claims
-from qcore.verbs.jobs.edit import KEEP, preview_redrive, redrive, update, upsert
+from qcore.verbs.jobs.edit import KEEP, RedriveFilter, preview_redrive, redrive, update, upsert
 from qcore.verbs.jobs.enqueue import insert, send, send_debounced, send_throttled
 from qcore.verbs.jobs.fail import (
     EXPIRY_BATCH_SIZE,
@@ -65,6 +65,7 @@ __all__ = [
     "ExpiryBatch",
     "Ids",
     "LockedBatch",
+    "RedriveFilter",
     "browse_jobs",
     "cancel",
     "claim",

@@ -10,7 +10,9 @@ import json
 import uuid
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, TypedDict
+
+from typing_extensions import Unpack
 
 from qcore import retry as retrying
 from qcore.backend import FetchStrategy, MutationStrategy
@@ -49,6 +51,24 @@ MATCHES: Final = ("newest", "oldest", "all")
 
 #: most dead letter jobs one redrive moves
 REDRIVE_LIMIT_MAX: Final = 100_000
+
+
+class RedriveFilter(TypedDict, total=False):
+    """Which dead letters ``redrive`` moves (and ``preview_redrive`` counts), and where:
+    pg-boss's ``RedriveOptions``."""
+
+    #: the queue to move them to (by default each one's source queue)
+    destination: str
+    #: only those that came from this queue
+    source_name: str
+    #: only those whose data contains this mapping (as ``find_jobs`` matches)
+    data: Mapping[str, Any]
+    #: only those dead-lettered before this aware moment
+    created_before: dt.datetime
+    #: only these
+    ids: Ids
+    #: at most this many (1 to 100,000; 1,000 by default)
+    limit: int
 
 
 def _target(
@@ -185,17 +205,7 @@ async def upsert(
         raise _dead_letter_error(edit, exc) from exc
 
 
-async def redrive(
-    ctx: Context,
-    name: str,
-    *,
-    destination: str | None = None,
-    source_name: str | None = None,
-    data: Mapping[str, Any] | None = None,
-    created_before: dt.datetime | None = None,
-    ids: Ids | None = None,
-    limit: int = 1000,
-) -> int:
+async def redrive(ctx: Context, name: str, **filters: Unpack[RedriveFilter]) -> int:
     """Move up to ``limit`` queued jobs, oldest first, out of dead letter queue ``name``.
 
     Each is sent again, fresh (new id, no attempts, the destination queue's settings as
@@ -206,15 +216,15 @@ async def redrive(
     output; one with no queue to go to stays. Returns how many were moved.
     """
     queue_name(name)
-    values = _redrive_values(destination, source_name, data, created_before, ids, limit)
-    filters = frozenset(values) - {"limit", "destination"}
-    into = destination is not None
+    values = _redrive_values(**filters)
+    narrowed = frozenset(values) - {"limit", "destination"}
+    into = "destination" in values
 
     async def attempt(route: QueueRoute) -> int | None:
         if ctx.backend.mutation is MutationStrategy.CTE:
             statement = sql.redrive_jobs(
                 ctx.q,
-                filters,
+                narrowed,
                 destination=into,
                 skip_locked=ctx.backend.fetch is FetchStrategy.SKIP_LOCKED,
                 table=route.table,
@@ -223,7 +233,7 @@ async def redrive(
             return int(rows[0]["moved"])
 
         async def split(tx: Database) -> int:
-            return await _redrive_split(ctx.with_db(tx), name, route.table, filters, into, values)
+            return await _redrive_split(ctx.with_db(tx), name, route.table, narrowed, into, values)
 
         return await retrying.transaction(ctx, split)
 
@@ -240,12 +250,13 @@ async def redrive(
 
 
 def _redrive_values(
-    destination: str | None,
-    source_name: str | None,
-    data: Mapping[str, Any] | None,
-    created_before: dt.datetime | None,
-    ids: Ids | None,
-    limit: int,
+    *,
+    destination: str | None = None,
+    source_name: str | None = None,
+    data: Mapping[str, Any] | None = None,
+    created_before: dt.datetime | None = None,
+    ids: Ids | None = None,
+    limit: int = 1000,
 ) -> dict[str, Any]:
     """A redrive's (or its preview's) filters and limit, checked: the values to bind."""
     values: dict[str, Any] = {"limit": check_count("limit", limit, REDRIVE_LIMIT_MAX)}
@@ -269,15 +280,7 @@ def _redrive_values(
 
 
 async def preview_redrive(
-    ctx: Context,
-    name: str,
-    *,
-    destination: str | None = None,
-    source_name: str | None = None,
-    data: Mapping[str, Any] | None = None,
-    created_before: dt.datetime | None = None,
-    ids: Ids | None = None,
-    limit: int = 1000,
+    ctx: Context, name: str, **filters: Unpack[RedriveFilter]
 ) -> RedrivePreview:
     """What :func:`redrive` with the same filters would do, moving nothing.
 
@@ -288,12 +291,12 @@ async def preview_redrive(
     ``limit`` means at least that many.
     """
     queue_name(name)
-    values = _redrive_values(destination, source_name, data, created_before, ids, limit)
-    filters = frozenset(values) - {"limit", "destination"}
+    values = _redrive_values(**filters)
+    narrowed = frozenset(values) - {"limit", "destination"}
 
     async def attempt(route: QueueRoute) -> list[Any]:
         statement = sql.preview_redrive(
-            ctx.q, filters, destination=destination is not None, table=route.table
+            ctx.q, narrowed, destination="destination" in values, table=route.table
         )
         return await retrying.run(ctx, statement, queue=name, **values)
 
