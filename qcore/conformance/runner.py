@@ -166,22 +166,27 @@ def _test_paths(options: RunOptions, name: str) -> list[Path]:
     return options.tests
 
 
-def _pytest_command(options: RunOptions, name: str, report: Path) -> list[str]:
-    command = [
+def _pytest(tests: list[Path], name: str, *flags: str) -> list[str]:
+    """The pytest command of the kit's plugin on ``tests`` for backend ``name``, quiet
+    and leaving no cache, with ``flags``."""
+    return [
         sys.executable,
         "-m",
         "pytest",
         "-p",
         "qcore.conformance.plugin",
-        *map(str, _test_paths(options, name)),
+        *map(str, tests),
         "--backend",
         name,
-        "--matrix-report",
-        str(report),
         "-q",
         "-p",
         "no:cacheprovider",
+        *flags,
     ]
+
+
+def _pytest_command(options: RunOptions, name: str, report: Path) -> list[str]:
+    command = _pytest(_test_paths(options, name), name, "--matrix-report", str(report))
     if _backend_tests_only(options, name):
         command.append("--backend-tests-only")
     if options.dsn:
@@ -284,24 +289,15 @@ def find_backend_test_files(options: RunOptions, backend: str) -> list[Path]:
     backend's run collects everything and reports the failure itself."""
     with tempfile.TemporaryDirectory(prefix="qcore-matrix-") as tmp:
         listing = Path(tmp) / "files.txt"
-        command = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "qcore.conformance.plugin",
-            *map(str, options.tests),
-            "--backend",
+        command = _pytest(
+            options.tests,
             backend,
             "--backend-tests-only",
             "--collect-only",
-            "-q",
-            "-p",
-            "no:cacheprovider",
             "--list-test-files",
             str(listing),
             *options.pytest_args,
-        ]
+        )
         env = {k: v for k, v in os.environ.items() if k != REPORT_VARIABLE}
         done = subprocess.run(
             command, cwd=options.cwd, stdin=subprocess.DEVNULL, capture_output=True, env=env
