@@ -4,6 +4,7 @@ across daylight saving time, and the key and slot an occurrence is filed under."
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 
@@ -115,7 +116,8 @@ def test_a_preview_is_checked_as_schedule_checks_it() -> None:
         start + dt.timedelta(hours=2),
     ]
     assert len(cron.preview("* * * * *", tz="UTC", after=start)) == cron.PREVIEW_DEFAULT_COUNT
-    for bad_count in (0, cron.PREVIEW_MAX_COUNT + 1, True, 2.0):
+    bad_counts: list[Any] = [0, cron.PREVIEW_MAX_COUNT + 1, True, 2.0]
+    for bad_count in bad_counts:
         with pytest.raises(ValidationError, match="count must be"):
             cron.preview("* * * * *", tz=None, after=start, count=bad_count)
     with pytest.raises(ValidationError, match="RRULE"):
