@@ -262,8 +262,7 @@ async def _set_paused(
     told = _notice(ctx, InstanceNotice(key, "paused" if paused else "resumed", by))
     tell = await _tells(ctx)
     statement = sql.set_instance_paused(ctx.q, create=paused, own=own, notify=bool(told), tell=tell)
-    written = {"by": by} if tell else {}
-    return await retry.run(ctx, statement, key=key, paused=paused, **told, **written)
+    return await retry.run(ctx, statement, key=key, paused=paused, by=by, **told)
 
 
 async def pause_instance(
@@ -328,16 +327,14 @@ async def remove_instance(ctx: Context, key: str, *, by: str | None = None) -> i
 
     Refused with ``ValidationError`` while a server with it was seen within the last 30
     minutes, or for an unknown key. Jobs are never touched. Returns the rows deleted.
-    Every listening server is told (``by``: the asking instance's id).
+    Every server is told, as of a pause (``by``: the asking instance's id).
     """
-    tell = await _tells(ctx)
-    written = {"by": by} if tell else {}
     [row] = await retry.run(
         ctx,
-        sql.remove_instance_key(ctx.q, tell=tell),
+        sql.remove_instance_key(ctx.q, tell=await _tells(ctx)),
         key=instance_key(key),
         minutes=REMOVE_AFTER_MINUTES,
-        **written,
+        by=by,
     )
     if not row["found"]:
         raise ValidationError(f"no server has instance key {key!r}: nothing to remove")
