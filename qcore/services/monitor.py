@@ -39,6 +39,7 @@ and the loop goes on.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -62,6 +63,7 @@ from qcore.verbs.reindex import Reindex, rebuild
 
 __all__ = [
     "EXPIRY_LOCK_TIMEOUT_SECONDS",
+    "MONITOR_BACKOFF",
     "MonitorResult",
     "Supervisor",
     "supervise",
@@ -73,6 +75,9 @@ DEFAULT_SETTINGS = Maintenance()
 
 #: how long an expiry batch waits for its advisory lock (pg-boss's lock_timeout)
 EXPIRY_LOCK_TIMEOUT_SECONDS = 30.0
+
+#: the warning a pass raises when it defers the next counting (pg-boss's type)
+MONITOR_BACKOFF = "monitor_backoff"
 
 TIMEOUT_LOCK = "failJobsByTimeout"
 HEARTBEAT_LOCK = "failJobsByHeartbeat"
@@ -115,6 +120,7 @@ async def supervise(
     batch_size: int = jobs.EXPIRY_BATCH_SIZE,
     events: Events | None = None,
     stopping: Callable[[], bool] = _never,
+    clock: Callable[[], float] = time.monotonic,
 ) -> MonitorResult:
     """Run one supervise pass now, over every queue or the queue ``name``.
 
@@ -134,6 +140,12 @@ async def supervise(
     vacuum checks (:mod:`qcore.services.vacuum`).
     ``stopping`` is asked between steps; once it says yes the pass ends (every
     finished batch stays committed).
+
+    Counting scans the job table inside one snapshot, which holds back what vacuum may
+    remove; with ``settings.monitor_vacuum`` on an engine with vacuum statistics, a pass
+    whose counting took (by ``clock``) more than a tenth of ``autovacuum_naptime``
+    defers the next counting, every instance's (pg-boss's ``monitor_backoff_on``), and
+    warns ``monitor_backoff``; while deferred, a pass still expires jobs.
     """
     if name is not None:
         queue_name(name)
@@ -144,6 +156,10 @@ async def supervise(
     await maintenance.ensure_partitions(ctx, settings)
     analyzed = await refresh_statistics(ctx)
     pass_seconds = max(monitor_interval_seconds or 0, maintenance_interval_seconds or 0)
+    horizon = settings.monitor_vacuum and ctx.backend.capabilities.vacuum_stats
+    [gate] = await retry.run(ctx, sql.counts_deferred(ctx.q)) if horizon else [{}]
+    counting = not gate.get("deferred")
+    counted_seconds = 0.0
     claimed: list[str] = []
     cached: list[str] = []
     maintained: list[str] = []
@@ -157,15 +173,18 @@ async def supervise(
             mine = await _claim(ctx, chunk, monitor_interval_seconds)
             if mine:
                 claimed += mine
-                cached += await queue_stats.cache_stats(
-                    ctx,
-                    table,
-                    mine,
-                    persist=settings.persist_queue_stats,
-                    warning_queue_size=settings.warning_queue_size,
-                    pass_seconds=pass_seconds,
-                    events=events,
-                )
+                if counting:
+                    started = clock()
+                    cached += await queue_stats.cache_stats(
+                        ctx,
+                        table,
+                        mine,
+                        persist=settings.persist_queue_stats,
+                        warning_queue_size=settings.warning_queue_size,
+                        pass_seconds=pass_seconds,
+                        events=events,
+                    )
+                    counted_seconds += clock() - started
                 for heartbeat in (False, True):
                     failed = await _expire(ctx, table, mine, heartbeat, batch_size, stopping)
                     if heartbeat:
@@ -185,6 +204,8 @@ async def supervise(
             )
             maintained += retention.maintained
             deleted += retention.deleted
+    if horizon and counted_seconds and not stopping():
+        await _defer_counting(ctx, counted_seconds, events)
     if claimed and events is not None and not stopping():
         after = settings.warning_affinity_unmatched_seconds
         await affinity.warn_unmatched(ctx, claimed, events, after)
@@ -211,6 +232,24 @@ async def supervise(
         deleted=deleted,
         analyzed=tuple(analyzed),
     )
+
+
+async def _defer_counting(ctx: Context, seconds: float, events: Events | None) -> None:
+    """Defer the next counting when this pass's took ``seconds``, past its budget."""
+    rows = await retry.run(ctx, sql.defer_counts(ctx.q), seconds=seconds)
+    if rows and events is not None:
+        [deferred] = rows
+        events.warn(
+            MONITOR_BACKOFF,
+            f"counting the queues took {seconds:.1f} s, long enough to hold back autovacuum"
+            f" (naptime {deferred['naptime_seconds']:g} s): the next counting waits"
+            f" {deferred['backoff_seconds']:.0f} s. Shrink the job table (retention,"
+            " delete_after_seconds) or give its busiest queues tables of their own",
+            elapsed_seconds=seconds,
+            naptime_seconds=float(deferred["naptime_seconds"]),
+            backoff_seconds=float(deferred["backoff_seconds"]),
+            backoff_until=deferred["backoff_until"].isoformat(),
+        )
 
 
 async def _claim(ctx: Context, names: list[str], interval: float | None) -> list[str]:

@@ -17,8 +17,13 @@ from qcore.sql._statement import Params, Statement
 
 __all__ = [
     "CLAIM_CHUNK_SIZE",
+    "MONITOR_BACKOFF_CAP_SECONDS",
+    "MONITOR_BACKOFF_MAX_SECONDS",
+    "MONITOR_PIN_BUDGET_RATIO",
     "claim_monitor",
     "claim_queues",
+    "counts_deferred",
+    "defer_counts",
     "monitor_queues",
     "queue_row_lock",
     "stamp_monitored",
@@ -27,6 +32,12 @@ __all__ = [
 
 #: queue names per claim statement (pg-boss's chunk)
 CLAIM_CHUNK_SIZE = 100
+#: the share of ``autovacuum_naptime`` a pass's counting may hold the vacuum horizon
+#: before the next counting is deferred (pg-boss's: 6 s at the default minute)
+MONITOR_PIN_BUDGET_RATIO = 0.1
+#: the longest deferral a pass's own counting time asks for, and the longest in all
+MONITOR_BACKOFF_MAX_SECONDS = 600
+MONITOR_BACKOFF_CAP_SECONDS = 3600
 
 
 @lru_cache(maxsize=4)
@@ -99,3 +110,41 @@ def stamp_monitored(q: str) -> Statement:
     p = Params()
     sql = f"UPDATE {q}.queue SET monitor_on = {q}.job_now() WHERE name = ANY({p('names')}::text[])"
     return p.statement(sql)
+
+
+@lru_cache(maxsize=4)
+def counts_deferred(q: str) -> Statement:
+    """Whether counting is deferred now (``version.monitor_backoff_on`` ahead), as pg-boss
+    reads it: ``deferred``. The same on every backend."""
+    return Statement(
+        f"SELECT EXISTS (SELECT 1 FROM {q}.version WHERE monitor_backoff_on > {q}.job_now())"
+        " AS deferred"
+    )
+
+
+@lru_cache(maxsize=4)
+def defer_counts(q: str) -> Statement:
+    """Defer the next counting when a pass's counting held the vacuum horizon ``seconds``,
+    more than :data:`MONITOR_PIN_BUDGET_RATIO` of the server's ``autovacuum_naptime``.
+
+    By twice the naptime, or as long as the counting took (at most
+    :data:`MONITOR_BACKOFF_MAX_SECONDS`), never past :data:`MONITOR_BACKOFF_CAP_SECONDS`;
+    a deadline already further out stays (instances measure their own passes). A row
+    only when it defers: ``naptime_seconds``, ``backoff_seconds`` (left on the deadline in
+    force), ``backoff_until``. pg-boss's statement; PostgreSQL's setting.
+    """
+    p = Params()
+    seconds = f"{p('seconds')}::float8"
+    return p.statement(
+        "WITH budget AS (SELECT naptime, LEAST(GREATEST(2 * naptime,"
+        f" LEAST({seconds}, {MONITOR_BACKOFF_MAX_SECONDS})), {MONITOR_BACKOFF_CAP_SECONDS})"
+        " AS backoff FROM (SELECT EXTRACT(EPOCH FROM"
+        " current_setting('autovacuum_naptime')::interval)::float8 AS naptime) n)"
+        f" UPDATE {q}.version v SET monitor_backoff_on = GREATEST("
+        f"COALESCE(v.monitor_backoff_on, {q}.job_now()),"
+        f" {q}.job_now() + make_interval(secs => b.backoff))"
+        f" FROM budget b WHERE {seconds} > {MONITOR_PIN_BUDGET_RATIO} * b.naptime"
+        " RETURNING b.naptime AS naptime_seconds,"
+        f" EXTRACT(EPOCH FROM (v.monitor_backoff_on - {q}.job_now()))::float8"
+        " AS backoff_seconds, v.monitor_backoff_on AS backoff_until"
+    )

@@ -102,6 +102,31 @@ async def test_latency_percentiles_read_alike_on_both_sides(pg_dsn: str, shared:
     assert ours[1]["percentiles"][0]["wait_seconds"] is None  # the first window: none
 
 
+async def test_pgboss_waits_out_the_counting_qcore_deferred(pg_dsn: str, shared: Context) -> None:
+    """qcore's pass, its counting slow enough to hold back vacuum, defers counting in the
+    version row: pg-boss's pass within the deferral counts nothing (the queue's
+    ``monitor_on`` stays), and counts again after it."""
+    ctx = shared
+    await queues.create_queue(ctx, "q")
+    ticks = itertools.count(0, 3600)  # each reading of the pass's clock an hour on
+    await supervise(ctx, clock=lambda: float(next(ticks)))
+    [version] = await ctx.db.execute(f"SELECT monitor_backoff_on FROM {ctx.q}.version")
+    assert version["monitor_backoff_on"] is not None
+
+    async def counted_on() -> Any:
+        [row] = await ctx.db.execute(f"SELECT monitor_on FROM {ctx.q}.queue WHERE name = 'q'")
+        return row["monitor_on"]
+
+    before = await counted_on()
+    await set_clock(ctx, 65)  # the monitor interval has passed, the deferral has not
+    passes = {"op": "supervise", "args": ["q"]}
+    await asyncio.to_thread(pgboss, pg_dsn, ctx, passes, monitorIntervalSeconds=60)
+    assert await counted_on() == before
+    await set_clock(ctx, 3 * 3600)  # past any deferral
+    await asyncio.to_thread(pgboss, pg_dsn, ctx, passes, monitorIntervalSeconds=60)
+    assert await counted_on() != before
+
+
 async def test_one_retention_pass_per_interval_across_qcore_and_pgboss(
     pg_dsn: str, shared: Context
 ) -> None:

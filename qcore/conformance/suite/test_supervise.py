@@ -15,7 +15,7 @@ import pytest
 
 from qcore import Boss
 from qcore.backend import Backend
-from qcore.conformance.helpers import row, server_now, states
+from qcore.conformance.helpers import row, server_now, set_clock, states
 from qcore.context import Context
 from qcore.errors import QueueNotFoundError
 from qcore.events import Events
@@ -353,3 +353,46 @@ async def test_explicit_passes_keep_the_shared_intervals_and_return_after_stop(
         await two.stop()
         await one.stop()
     await one.supervise()  # stopped: returns without running (no NotStartedError)
+
+
+@pytest.mark.requires("vacuum_stats")
+async def test_counting_that_holds_back_vacuum_is_deferred_and_expiry_goes_on(
+    sctx: Context,
+) -> None:
+    """A pass whose counting took (on the pass's clock) more than a tenth of the server's
+    ``autovacuum_naptime`` warns ``monitor_backoff`` and defers the next counting, every
+    instance's, by twice the naptime; a deferred pass still expires jobs; once the
+    deadline passes, counting resumes. A pass under the budget defers nothing."""
+    await queues.create_queue(sctx, "q", expire_in_seconds=60, retry_limit=0)
+    [row_] = await sctx.db.execute(
+        "SELECT EXTRACT(EPOCH FROM current_setting('autovacuum_naptime')::interval)::float8"
+        " AS naptime"
+    )
+    naptime = float(row_["naptime"])
+    ticks = iter(range(0, 10**6, int(naptime)))  # each reading of the clock a naptime on
+
+    def slow() -> float:
+        return float(next(ticks))
+
+    events = Events()
+    seen: list[Any] = []
+    events.on("warning", seen.append)
+    quick = await supervise(sctx, events=events)  # the real clock: well under the budget
+    assert quick.cached == ("q",) and not seen
+    first = await supervise(sctx, events=events, clock=slow)
+    assert first.cached == ("q",)
+    [warning] = seen
+    assert warning.type == "monitor_backoff"
+    assert warning.data["naptime_seconds"] == naptime
+    assert warning.data["backoff_seconds"] == pytest.approx(2 * naptime, abs=5)
+
+    sent = await _started(sctx, "q")
+    await _age(sctx, sent, "started_on", 61)
+    deferred = await supervise(sctx, events=events)
+    assert deferred.cached == () and deferred.expired == 1  # no counting; expiry all the same
+    await set_clock(sctx, 2 * naptime + 5)
+    try:
+        assert (await supervise(sctx, events=events)).cached == ("q",)
+    finally:
+        await set_clock(sctx, 0)
+    assert len(seen) == 1
