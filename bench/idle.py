@@ -27,7 +27,17 @@ import psutil
 
 from bench.env import Env
 from qcore import Boss
-from qcore.db import Bound, Database, Listener, OnMessage, OnReconnect, Rows, connect
+from qcore.db import (
+    DEFAULT_LISTEN,
+    Bound,
+    Database,
+    Listener,
+    ListenOptions,
+    OnMessage,
+    OnReconnect,
+    Rows,
+    connect,
+)
 
 __all__ = ["CountingDatabase", "idle", "prepare", "queue_names", "statement_kind"]
 
@@ -102,9 +112,14 @@ class CountingDatabase(Database):
             yield _CountingBound(tx, self)
 
     async def listen(
-        self, channel: str, on_message: OnMessage, on_reconnect: OnReconnect | None = None
+        self,
+        channel: str,
+        on_message: OnMessage,
+        on_reconnect: OnReconnect | None = None,
+        *,
+        options: ListenOptions = DEFAULT_LISTEN,
     ) -> Listener:
-        return await self.inner.listen(channel, on_message, on_reconnect)
+        return await self.inner.listen(channel, on_message, on_reconnect, options=options)
 
     async def close(self) -> None:
         await self.inner.close()

@@ -76,6 +76,9 @@ class BossOptions(ConnectionOptions, total=False):
     allow_schema_case_variant: bool
     data_dir: str | None
     use_listen_notify: bool
+    notify_heartbeat_interval_seconds: float
+    notify_heartbeat_timeout_seconds: float
+    notify_keep_alive_initial_delay_seconds: float
     supervise: bool
     supervise_interval_seconds: float
     monitor_interval_seconds: float
@@ -121,9 +124,19 @@ class ConnectionSettings:
     allow_schema_case_variant: bool = field(default=False, metadata=UNRECORDED)
     data_dir: str | None = field(default=None, metadata=UNRECORDED)
     use_listen_notify: bool = False
+    #: the listening connection's heartbeat and keepalive (pg-boss's notify*Ms, in seconds)
+    notify_heartbeat_interval_seconds: float = field(default=10.0, metadata=UNRECORDED)
+    notify_heartbeat_timeout_seconds: float = field(default=5.0, metadata=UNRECORDED)
+    notify_keep_alive_initial_delay_seconds: float = field(default=10.0, metadata=UNRECORDED)
 
     def __post_init__(self) -> None:
         schema_name(self.schema)  # validate now: a bad name never reaches the database
+        for option in (
+            "notify_heartbeat_interval_seconds",
+            "notify_heartbeat_timeout_seconds",
+            "notify_keep_alive_initial_delay_seconds",
+        ):
+            check_number(option, getattr(self, option), 0.1, 3600, integer=False)
 
 
 def _interval(owner: object, *options: str) -> None:

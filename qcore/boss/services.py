@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 from qcore._version import __version__
 from qcore.context import Context
-from qcore.db import Database
+from qcore.db import Database, ListenOptions
 from qcore.events import Events
 from qcore.periodic import Service
 from qcore.services.bam import BamWorker
@@ -118,7 +118,8 @@ class Registration:
 
 
 def _notifier(boss: Host) -> Service | None:
-    if not boss.settings.connection.use_listen_notify:
+    connection = boss.settings.connection
+    if not connection.use_listen_notify:
         return None
     return Notifier(
         boss.context(),
@@ -126,6 +127,11 @@ def _notifier(boss: Host) -> Service | None:
         on_queue=boss._wake,
         on_instance=boss._instance_noticed,
         on_reconnect=boss._reconnected,
+        listening=ListenOptions(
+            heartbeat_seconds=connection.notify_heartbeat_interval_seconds,
+            heartbeat_timeout_seconds=connection.notify_heartbeat_timeout_seconds,
+            keepalive_idle_seconds=connection.notify_keep_alive_initial_delay_seconds,
+        ),
     )
 
 

@@ -14,9 +14,11 @@ from typing import Any, Final, TypedDict
 from typing_extensions import Unpack
 
 from qcore.db._base import (
+    DEFAULT_LISTEN,
     Bound,
     Database,
     Listener,
+    ListenOptions,
     OnMessage,
     OnReconnect,
     Rows,
@@ -28,10 +30,12 @@ from qcore.errors import ConfigError, NotInstalledError
 
 __all__ = [
     "CONNECTION_OPTIONS",
+    "DEFAULT_LISTEN",
     "Bound",
     "ConnectionOptions",
     "Database",
     "Json",
+    "ListenOptions",
     "Listener",
     "OnMessage",
     "OnReconnect",

@@ -15,13 +15,16 @@ import contextvars
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from qcore.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_LISTEN",
     "Bound",
     "Database",
+    "ListenOptions",
     "Listener",
     "OnMessage",
     "OnReconnect",
@@ -42,6 +45,26 @@ async def call(callback: Callable[..., Any], *args: Any) -> None:
     result = callback(*args)
     if inspect.isawaitable(result):
         await result
+
+
+@dataclass(frozen=True)
+class ListenOptions:
+    """How a dedicated listening connection is kept alive (pg-boss's notify heartbeat and
+    keepalive options, in seconds).
+
+    When no notification came for ``heartbeat_seconds``, the session checks within
+    ``heartbeat_timeout_seconds`` that it still listens, and is reopened if not; the
+    connection's TCP keepalive starts after ``keepalive_idle_seconds`` idle (libpq's
+    ``keepalives_idle``: the psycopg adapter).
+    """
+
+    heartbeat_seconds: float = 10.0
+    heartbeat_timeout_seconds: float = 5.0
+    keepalive_idle_seconds: float = 10.0
+
+
+#: pg-boss's defaults
+DEFAULT_LISTEN = ListenOptions()
 
 
 class Listener(abc.ABC):
@@ -149,12 +172,18 @@ class Database(abc.ABC):
     single_connection: bool = False
 
     async def listen(
-        self, channel: str, on_message: OnMessage, on_reconnect: OnReconnect | None = None
+        self,
+        channel: str,
+        on_message: OnMessage,
+        on_reconnect: OnReconnect | None = None,
+        *,
+        options: ListenOptions = DEFAULT_LISTEN,
     ) -> Listener:
         """Call ``on_message(channel, payload)`` for each NOTIFY on ``channel``.
 
         The listener reconnects by itself and calls ``on_reconnect`` after it
-        has (notifications sent while it was away are lost; callers re-poll).
+        has (notifications sent while it was away are lost; callers re-poll);
+        ``options`` say how its connection is kept alive.
         """
         raise ConfigError(
             f"the {self.driver or type(self).__name__} adapter cannot LISTEN; use the psycopg or"

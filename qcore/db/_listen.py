@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from qcore.db._base import Listener, OnMessage, OnReconnect, call
+from qcore.db._base import Listener, ListenOptions, OnMessage, OnReconnect, call
 from qcore.errors import ConnectionLostError
 from qcore.tasks import cancel_and_wait
 
@@ -33,17 +33,17 @@ class HeartbeatSession:
     """A listening session of one dedicated connection that checks it still listens.
 
     When no notification came for ``heartbeat_seconds`` (pg-boss's
-    notifyHeartbeatIntervalMs, 10 s), it checks within ``heartbeat_timeout_seconds``
-    (notifyHeartbeatTimeoutMs, 5 s) that it still listens on the channel, and ends (to
-    be reopened) if not. A driver supplies :meth:`still_listening`, running
+    notifyHeartbeatIntervalMs, 10 s by default), it checks within
+    ``heartbeat_timeout_seconds`` (notifyHeartbeatTimeoutMs, 5 s) that it still listens
+    on the channel, and ends (to be reopened) if not: both from its
+    :class:`~qcore.db.ListenOptions`. A driver supplies :meth:`still_listening`, running
     :func:`still_listening_sql` its own way.
     """
 
-    heartbeat_seconds = 10.0
-    heartbeat_timeout_seconds = 5.0
-
-    def __init__(self, channel: str) -> None:
+    def __init__(self, channel: str, options: ListenOptions) -> None:
         self._channel = channel
+        self.heartbeat_seconds = options.heartbeat_seconds
+        self.heartbeat_timeout_seconds = options.heartbeat_timeout_seconds
 
     async def still_listening(self) -> bool:
         raise NotImplementedError

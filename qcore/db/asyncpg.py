@@ -18,7 +18,16 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "the asyncpg driver is not installed: pip install 'qcore-queue[asyncpg]'"
     ) from exc
 
-from qcore.db._base import Bound, Database, Listener, OnMessage, OnReconnect, Rows
+from qcore.db._base import (
+    DEFAULT_LISTEN,
+    Bound,
+    Database,
+    Listener,
+    ListenOptions,
+    OnMessage,
+    OnReconnect,
+    Rows,
+)
 from qcore.db._connect import connect_error
 from qcore.db._listen import HeartbeatSession, ReconnectingListener, deliver, still_listening_sql
 from qcore.db._values import JSON_OIDS, dumps, is_json, normalize_rows
@@ -225,7 +234,12 @@ class AsyncpgDatabase(Database):
                 raise map_error(exc, "COMMIT") from exc
 
     async def listen(
-        self, channel: str, on_message: OnMessage, on_reconnect: OnReconnect | None = None
+        self,
+        channel: str,
+        on_message: OnMessage,
+        on_reconnect: OnReconnect | None = None,
+        *,
+        options: ListenOptions = DEFAULT_LISTEN,
     ) -> Listener:
         """LISTEN on a dedicated connection.
 
@@ -233,13 +247,13 @@ class AsyncpgDatabase(Database):
         pool for as long as the listener runs.
         """
         if self._connect_options is None and self._pool is None:
-            return await super().listen(channel, on_message, on_reconnect)
-        options, pool = self._connect_options, self._pool
+            return await super().listen(channel, on_message, on_reconnect, options=options)
+        connecting, pool = self._connect_options, self._pool
 
         async def open_session() -> _AsyncpgListenSession:
             try:
-                if options is not None:
-                    conn = await asyncpg.connect(**options)
+                if connecting is not None:
+                    conn = await asyncpg.connect(**connecting)
                     release: Callable[[], Awaitable[None]] = conn.close
                 else:
                     assert pool is not None
@@ -248,7 +262,7 @@ class AsyncpgDatabase(Database):
                     async def release() -> None:
                         await pool.release(conn)
 
-                session = _AsyncpgListenSession(conn, release, channel)
+                session = _AsyncpgListenSession(conn, release, channel, options)
                 await conn.add_listener(channel, session.notify)  # sends a quoted LISTEN
             except Exception as exc:
                 raise map_error(exc, "LISTEN") from exc
@@ -267,8 +281,14 @@ _STILL_LISTENING = still_listening_sql("$1")
 class _AsyncpgListenSession(HeartbeatSession):
     """Notifications queued by asyncpg's listener callback."""
 
-    def __init__(self, conn: Any, release: Callable[[], Awaitable[None]], channel: str) -> None:
-        super().__init__(channel)
+    def __init__(
+        self,
+        conn: Any,
+        release: Callable[[], Awaitable[None]],
+        channel: str,
+        options: ListenOptions,
+    ) -> None:
+        super().__init__(channel, options)
         self._conn = conn
         self._release = release
         self._queue: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()

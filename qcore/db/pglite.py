@@ -26,7 +26,16 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from qcore.db._base import Database, Listener, OnMessage, OnReconnect, Rows, call
+from qcore.db._base import (
+    DEFAULT_LISTEN,
+    Database,
+    Listener,
+    ListenOptions,
+    OnMessage,
+    OnReconnect,
+    Rows,
+    call,
+)
 from qcore.db._connect import connect_error
 from qcore.db._listen import deliver
 from qcore.db.psycopg import BoundConnection, map_error, run, run_script
@@ -162,11 +171,17 @@ class PGliteDatabase(Database):
         return list(dict.fromkeys(listener.channel for listener in self._listeners))
 
     async def listen(
-        self, channel: str, on_message: OnMessage, on_reconnect: OnReconnect | None = None
+        self,
+        channel: str,
+        on_message: OnMessage,
+        on_reconnect: OnReconnect | None = None,
+        *,
+        options: ListenOptions = DEFAULT_LISTEN,
     ) -> Listener:
         """Call ``on_message(channel, payload)`` for each NOTIFY on ``channel``.
 
-        Only those sent through this adapter, in order, from a task of its own.
+        Only those sent through this adapter, in order, from a task of its own (no
+        connection to keep alive: ``options`` have nothing to do here).
         """
         statement = f"LISTEN {quote(channel)}"
         listener = _InProcessListener(self, channel, on_message, on_reconnect)

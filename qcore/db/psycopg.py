@@ -19,9 +19,11 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from qcore.db._base import (
+    DEFAULT_LISTEN,
     Bound,
     Database,
     Listener,
+    ListenOptions,
     OnMessage,
     OnReconnect,
     Rows,
@@ -331,25 +333,33 @@ class PsycopgDatabase(Database):
                 pass
 
     async def listen(
-        self, channel: str, on_message: OnMessage, on_reconnect: OnReconnect | None = None
+        self,
+        channel: str,
+        on_message: OnMessage,
+        on_reconnect: OnReconnect | None = None,
+        *,
+        options: ListenOptions = DEFAULT_LISTEN,
     ) -> Listener:
         if self._conninfo is None:
-            return await super().listen(channel, on_message, on_reconnect)
+            return await super().listen(channel, on_message, on_reconnect, options=options)
         conninfo, kwargs = self._conninfo, self._connect_kwargs
+        # TCP keepalive on the listening connection (pg-boss's
+        # notifyKeepAliveInitialDelayMs); libpq ignores it on a Unix socket, and keepalive
+        # options the caller gave win
+        idle = max(1, round(options.keepalive_idle_seconds))
+        wanted = {"keepalives": 1, "keepalives_idle": idle}
 
         async def open_session() -> _PsycopgListenSession:
             try:
                 given = {**conninfo_to_dict(conninfo), **kwargs}
-                keepalive: dict[str, Any] = {
-                    k: v for k, v in _LISTEN_KEEPALIVE.items() if k not in given
-                }
+                keepalive: dict[str, Any] = {k: v for k, v in wanted.items() if k not in given}
                 conn = await psycopg.AsyncConnection.connect(
                     conninfo, autocommit=True, **keepalive, **kwargs
                 )
                 await conn.execute(f"LISTEN {quote(channel)}")
             except Exception as exc:
                 raise map_error(exc, "LISTEN") from exc
-            return _PsycopgListenSession(conn, channel)
+            return _PsycopgListenSession(conn, channel, options)
 
         return await ReconnectingListener(open_session, on_message, on_reconnect).start()
 
@@ -358,19 +368,14 @@ class PsycopgDatabase(Database):
             await self._pool.close()
 
 
-#: TCP keepalive on the listening connection (pg-boss's notifyKeepAliveInitialDelayMs);
-#: libpq ignores it on a Unix socket; keepalive options the caller gave win
-_LISTEN_KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10}
-
-
 _STILL_LISTENING = still_listening_sql("%s")
 
 
 class _PsycopgListenSession(HeartbeatSession):
     """Notifications read from psycopg's notifies() generator."""
 
-    def __init__(self, conn: Conn, channel: str) -> None:
-        super().__init__(channel)
+    def __init__(self, conn: Conn, channel: str, options: ListenOptions) -> None:
+        super().__init__(channel, options)
         self._conn = conn
 
     async def run(self, on_message: OnMessage) -> None:

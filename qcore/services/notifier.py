@@ -11,7 +11,8 @@ server (or a removal) notifies ``{"instanceKey": ..., "action": ..., "by": ...}`
 ``on_instance(notice)`` (see :mod:`qcore.services.pause_watch`); pg-boss ignores it.
 
 A notification is only a latency hint: workers keep polling. The adapter owns
-the dedicated connection, its heartbeat (every 10 s, 5 s timeout) and the
+the dedicated connection, its heartbeat and keepalive (every 10 s, 5 s timeout by
+default: ``ListenOptions``, from the ``notify_*`` options of ``Boss``) and the
 reconnect; after a reconnect ``on_reconnect()`` lets every worker fetch once,
 since notifications sent while the listener was away are lost. PGlite delivers
 the notifications sent through its adapter in process.
@@ -28,7 +29,7 @@ from collections.abc import Callable
 
 from qcore.affinity import parse_notify_payload
 from qcore.context import Context
-from qcore.db import Listener
+from qcore.db import DEFAULT_LISTEN, Listener, ListenOptions
 from qcore.events import Events
 from qcore.sql.locks import notify_channel
 from qcore.verbs.instances import InstanceNotice
@@ -56,12 +57,14 @@ class Notifier:
         on_queue: Callable[[str], None],
         on_reconnect: Callable[[], None],
         on_instance: Callable[[InstanceNotice | None], None] | None = None,
+        listening: ListenOptions = DEFAULT_LISTEN,
     ) -> None:
         self._ctx = ctx
         self._events = events
         self._on_queue = on_queue
         self._on_instance = on_instance
         self._on_reconnect = on_reconnect
+        self._listening = listening
         #: the channel, resolved from the schema as configured (pg-boss's spelling rules)
         self.channel = notify_channel(ctx.schema_spec)
         self._listener: Listener | None = None
@@ -93,7 +96,9 @@ class Notifier:
             )
             return False
         try:
-            self._listener = await db.listen(self.channel, self._message, self._reconnected)
+            self._listener = await db.listen(
+                self.channel, self._message, self._reconnected, options=self._listening
+            )
         except Exception as exc:  # no connection, a refused LISTEN, a pooler in the way
             self._unavailable(
                 f"failed to start the LISTEN/NOTIFY listener; continuing with polling only: {exc}",

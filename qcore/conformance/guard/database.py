@@ -21,7 +21,16 @@ from qcore.conformance.guard.detectors import (
     UnsupportedFeature,
     forbidden_features,
 )
-from qcore.db._base import Bound, Database, Listener, OnMessage, OnReconnect, Rows
+from qcore.db._base import (
+    DEFAULT_LISTEN,
+    Bound,
+    Database,
+    Listener,
+    ListenOptions,
+    OnMessage,
+    OnReconnect,
+    Rows,
+)
 from qcore.errors import DatabaseError, SerializationError, first_line
 from qcore.sql.engine import EMULATION_SETTING
 
@@ -148,7 +157,12 @@ class GuardedDatabase(Database):
                     raise _RollbackOnly
 
     async def listen(
-        self, channel: str, on_message: OnMessage, on_reconnect: OnReconnect | None = None
+        self,
+        channel: str,
+        on_message: OnMessage,
+        on_reconnect: OnReconnect | None = None,
+        *,
+        options: ListenOptions = DEFAULT_LISTEN,
     ) -> Listener:
         """Refused when the backend has no LISTEN/NOTIFY; otherwise the inner adapter's."""
         if "listen_notify" in self.forbidden:
@@ -159,7 +173,7 @@ class GuardedDatabase(Database):
                 backend=self.backend.name,
                 statement="LISTEN",
             )
-        return await self.inner.listen(channel, on_message, on_reconnect)
+        return await self.inner.listen(channel, on_message, on_reconnect, options=options)
 
     async def close(self) -> None:
         """Close the inner adapter (which closes only what it opened itself)."""

@@ -21,7 +21,7 @@ from qcore.backend import Backend
 from qcore.conformance.helpers import cut_connection
 from qcore.conformance.provisioners import Provisioner
 from qcore.context import Context
-from qcore.db import Database
+from qcore.db import DEFAULT_LISTEN, Database, ListenOptions
 from qcore.db.custom import CustomDatabase
 from qcore.errors import ConnectionLostError
 from qcore.events import Events, WarningEvent
@@ -182,14 +182,15 @@ async def test_heartbeat_keeps_a_healthy_listener(
 ) -> None:
     """With a heartbeat every 50 ms (10 s by default) the check that the session still
     listens runs many times, finds it does, and notifications keep coming."""
-    from qcore.db import asyncpg as asyncpg_adapter
-    from qcore.db import psycopg as psycopg_adapter
-
-    for session in (psycopg_adapter._PsycopgListenSession, asyncpg_adapter._AsyncpgListenSession):
-        assert (session.heartbeat_seconds, session.heartbeat_timeout_seconds) == (10.0, 5.0)
-        monkeypatch.setattr(session, "heartbeat_seconds", 0.05)
+    assert (DEFAULT_LISTEN.heartbeat_seconds, DEFAULT_LISTEN.heartbeat_timeout_seconds) == (10, 5)
     heard = Heard()
-    notifier = Notifier(ctx, Events(), on_queue=heard.on_queue, on_reconnect=heard.on_reconnect)
+    notifier = Notifier(
+        ctx,
+        Events(),
+        on_queue=heard.on_queue,
+        on_reconnect=heard.on_reconnect,
+        listening=ListenOptions(heartbeat_seconds=0.05),
+    )
     assert await notifier.start()
     try:
         await queues.create_queue(ctx, "loud", notify=True)
