@@ -46,8 +46,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from psycopg_pool import AsyncConnectionPool
 
 import qcore
+from qcore.db import Database
 from qcore.sync import SyncBoss
 from tests.conftest import admin_execute, with_database
 
@@ -120,6 +122,17 @@ def _stop_all(namespace: dict[str, Any]) -> Iterator[Any]:
             yield value
 
 
+async def _close_pools(namespace: dict[str, Any]) -> None:
+    """Close the pools and engines a page opened and left to its reader (qcore never closes
+    a caller's): left open, they keep reconnecting to the page's dropped database in the
+    background, tasks another test on this loop would count as its own."""
+    for value in list(namespace.values()):
+        if isinstance(value, AsyncConnectionPool | Database):  # an adapter closes what it owns
+            await value.close()
+        elif callable(getattr(value, "dispose", None)):  # an SQLAlchemy AsyncEngine
+            await value.dispose()
+
+
 async def _run_block(block: Block, namespace: dict[str, Any], url: str) -> None:
     source = _URL.sub(url, block.code)
     name = f"{block.page.relative_to(DOCS)}:{block.line}"
@@ -173,6 +186,7 @@ async def test_docs_page_runs(page: Path, pg_dsn: str, monkeypatch: pytest.Monke
                     await left.stop(graceful=False)
             except Exception:
                 pass
+        await _close_pools(namespace)
         admin_execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)', pg_dsn)
 
 
