@@ -72,6 +72,8 @@ from qcore.options.queues import (
 from qcore.options.scalars import (
     INT4_MAX,
     INT4_MIN,
+    LIST_LIMIT_DEFAULT,
+    LIST_LIMIT_MAX,
     check_count,
     check_flag,
     check_int,
@@ -95,6 +97,8 @@ __all__ = [
     "FETCH_OPTIONS",
     "INT4_MAX",
     "INT4_MIN",
+    "LIST_LIMIT_DEFAULT",
+    "LIST_LIMIT_MAX",
     "MAX_DELAY_SECONDS",
     "MAX_EXPIRE_SECONDS",
     "MAX_JSON_DEPTH",

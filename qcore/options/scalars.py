@@ -16,6 +16,8 @@ from qcore.errors import ConfigError, ValidationError
 __all__ = [
     "INT4_MAX",
     "INT4_MIN",
+    "LIST_LIMIT_DEFAULT",
+    "LIST_LIMIT_MAX",
     "check_count",
     "check_flag",
     "check_int",
@@ -26,6 +28,10 @@ __all__ = [
 
 INT4_MAX: Final = 2**31 - 1
 INT4_MIN: Final = -(2**31)
+#: the most rows one page of a list read returns, and what it returns when not told
+#: (pg-boss's LIST_LIMIT_MAX and LIST_LIMIT_DEFAULT)
+LIST_LIMIT_MAX: Final = 100_000
+LIST_LIMIT_DEFAULT: Final = 1000
 
 
 def check_int(name: str, value: object, *, minimum: int = 0, maximum: int = INT4_MAX) -> int:

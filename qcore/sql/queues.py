@@ -350,21 +350,21 @@ def delete_unfinished_bam(q: str) -> Statement:
 
 
 @lru_cache(maxsize=8)
-def select_blocked_keys(q: str, *, paged: bool = False) -> Statement:
-    """The singleton keys of a key_strict_fifo queue that a failed job blocks, in order.
+def select_blocked_keys(q: str) -> Statement:
+    """A page of the singleton keys of a key_strict_fifo queue that a failed job blocks.
 
-    Blocked until it is retried or deleted. Rows ``queue, key``: none for an unknown
-    queue, one with a NULL key when nothing is blocked. ``paged``: at most ``limit``,
-    the keys after ``after`` (NULL: from the first).
+    Blocked until it is retried or deleted; at most ``limit``, in order, the keys after
+    ``after`` (NULL: from the first). Rows ``queue, key``: none for an unknown queue, one
+    with a NULL key when nothing is blocked.
     """
     p = Params()
     name = f"{p('name')}::text"
-    after = f" AND {_after_name(p, 'singleton_key')}" if paged else ""
     return p.statement(
         f"WITH q AS (SELECT name FROM {q}.queue WHERE name = {name})"
         " SELECT q.name AS queue, k.singleton_key AS key FROM q LEFT JOIN"
         f" (SELECT DISTINCT singleton_key FROM {q}.job WHERE name = {name}"
-        f" AND state = 'failed' AND policy = 'key_strict_fifo'{after}"
-        f" ORDER BY singleton_key{_page_limit(p, paged)}) k ON true"
+        " AND state = 'failed' AND policy = 'key_strict_fifo'"
+        f" AND {_after_name(p, 'singleton_key')}"
+        f" ORDER BY singleton_key LIMIT {p('limit')}::int) k ON true"
         " ORDER BY k.singleton_key"
     )

@@ -14,13 +14,13 @@ from typing import Any
 from qcore import retry
 from qcore.context import Context
 from qcore.errors import ValidationError
-from qcore.options import check_count
+from qcore.options import LIST_LIMIT_MAX, check_count
 from qcore.sql import bam as sql
 
 __all__ = ["MAX_BAM_PAGE", "BamEntry", "BamStatus", "get_bam_entries", "get_bam_status"]
 
 #: the most entries one ``get_bam_entries`` call returns
-MAX_BAM_PAGE = 100_000
+MAX_BAM_PAGE = LIST_LIMIT_MAX
 
 
 @dataclass(frozen=True)

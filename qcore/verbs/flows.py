@@ -34,7 +34,7 @@ from qcore.errors import (
     UniqueViolation,
     ValidationError,
 )
-from qcore.options import check_count, job_id, job_record, queue_name, records_json
+from qcore.options import LIST_LIMIT_MAX, check_count, job_id, job_record, queue_name, records_json
 from qcore.sql import flows as sql
 from qcore.sql import jobs as job_sql
 from qcore.sql.locks import notify_channel
@@ -45,7 +45,7 @@ __all__ = ["JobRef", "flow", "get_dependencies", "get_dependents"]
 #: (queue name, job id) of a job in a flow
 JobRef = tuple[str, uuid.UUID]
 _SPEC_KEYS: Final = frozenset({"ref", "name", "data", "options", "depends_on"})
-MAX_LIST_LIMIT = 100_000
+MAX_LIST_LIMIT = LIST_LIMIT_MAX
 
 
 def _find_cycle(parents: Mapping[str, list[str]]) -> list[str] | None:

@@ -23,7 +23,7 @@ from qcore.job import (
     InstancePage,
     pause_acknowledged,
 )
-from qcore.options import check_count, check_int, check_text
+from qcore.options import LIST_LIMIT_MAX, check_count, check_int, check_text
 from qcore.sql import instance_notices as notices_sql
 from qcore.sql import instances as sql
 from qcore.sql.locks import notify_channel
@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 #: the most rows one page of ``get_instances`` returns (pg-boss's bound)
-MAX_INSTANCES_PAGE = 100_000
+MAX_INSTANCES_PAGE = LIST_LIMIT_MAX
 #: a key can be removed once no server with it has been seen for this long
 REMOVE_AFTER_MINUTES = 30
 #: where a server's instance key comes from when ``Boss(instance_key=...)`` is not given

@@ -22,6 +22,8 @@ from qcore.errors import DatabaseError, QueueNotFoundError, ValidationError
 from qcore.identifiers import quote
 from qcore.job import Policy, Queue
 from qcore.options import (
+    LIST_LIMIT_DEFAULT,
+    LIST_LIMIT_MAX,
     QueueOptions,
     check_count,
     check_flag,
@@ -32,9 +34,7 @@ from qcore.options import (
 from qcore.sql import queues as sql
 
 __all__ = [
-    "DEFAULT_KEYS_PAGE",
     "DELETE_BATCH_SIZE",
-    "MAX_LIST_PAGE",
     "check_page",
     "create_queue",
     "delete_all_jobs",
@@ -175,17 +175,11 @@ async def get_queue(ctx: Context, name: str, *, live: bool = False) -> Queue | N
     return await _read_queue(ctx, name, live=check_flag("live", live))
 
 
-#: the most rows one page of ``get_queues`` or ``get_blocked_keys`` returns (pg-boss's)
-MAX_LIST_PAGE = 100_000
-#: the keys one ``get_blocked_keys`` call returns when no ``limit`` is given (pg-boss's)
-DEFAULT_KEYS_PAGE = 1000
-
-
 def check_page(limit: int | None, after: str | None) -> bool:
     """Whether a read is paged, its ``limit`` (1 to 100,000) and ``after`` (a name or key
     of the previous page's last row) checked."""
     if limit is not None:
-        check_count("limit", limit, MAX_LIST_PAGE)
+        check_count("limit", limit, LIST_LIMIT_MAX)
     if after is not None and (not isinstance(after, str) or not after):
         raise ValidationError(f"after must be a non-empty string, got {after!r:.80}")
     return limit is not None or after is not None
@@ -214,7 +208,7 @@ async def get_queues(
     read = sql.get_queues_live if check_flag("live", live) else sql.get_queues
     statement = read(ctx.q, by_name=names is not None, paged=paged)
     rows = await retry.run(
-        ctx, statement, names=names, after=after, limit=MAX_LIST_PAGE if limit is None else limit
+        ctx, statement, names=names, after=after, limit=LIST_LIMIT_MAX if limit is None else limit
     )
     return [Queue.from_row(r) for r in rows]
 
@@ -358,9 +352,9 @@ async def get_blocked_keys(
     """
     queue_name(name)
     check_page(limit, after)
-    statement = sql.select_blocked_keys(ctx.q, paged=True)
+    statement = sql.select_blocked_keys(ctx.q)
     rows = await retry.run(
-        ctx, statement, name=name, after=after, limit=DEFAULT_KEYS_PAGE if limit is None else limit
+        ctx, statement, name=name, after=after, limit=LIST_LIMIT_DEFAULT if limit is None else limit
     )
     if not rows:
         raise missing_queue(name)

@@ -27,6 +27,7 @@ from qcore.context import Context
 from qcore.db import Json
 from qcore.errors import FOREIGN_KEY_VIOLATION, DatabaseError, ValidationError
 from qcore.options import (
+    LIST_LIMIT_MAX,
     QUEUE_OPTIONS,
     SendOptions,
     check_count,
@@ -62,7 +63,7 @@ SEND_OPTION_KEYS: Final[Mapping[str, str]] = {
     **{k: v for k, v in QUEUE_OPTIONS.items() if k in SendOptions.__annotations__},
 }
 _KEY = re.compile(r"[\w.\-/]+", re.ASCII)
-MAX_LIST_LIMIT = 100_000
+MAX_LIST_LIMIT = LIST_LIMIT_MAX
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from qcore.backend import LockStrategy
 from qcore.context import Context
 from qcore.db import Rows
 from qcore.errors import ValidationError
-from qcore.options import check_count
+from qcore.options import LIST_LIMIT_MAX, check_count
 from qcore.sql import stats as sql
 from qcore.sql.locks import lock_key_text
 
@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 #: the most snapshots one read returns
-MAX_LIMIT = 100_000
+MAX_LIMIT = LIST_LIMIT_MAX
 
 #: a snapshot, or the cached counts of a queue, as ``get_queue_stats`` returns them
 QueueStats = dict[str, Any]

@@ -13,6 +13,8 @@ from qcore.db import Json
 from qcore.errors import ValidationError
 from qcore.job import Job, JobState
 from qcore.options import (
+    LIST_LIMIT_DEFAULT,
+    LIST_LIMIT_MAX,
     check_count,
     check_json,
     check_text,
@@ -24,9 +26,7 @@ from qcore.sql import jobs as sql
 from qcore.verbs.queues import get_queue, missing_queue
 
 #: the most jobs one ``find_jobs`` call returns when given a ``limit``
-MAX_FOUND = 100_000
-#: the jobs one ``find_jobs`` call returns when no ``limit`` is given (pg-boss's)
-DEFAULT_FOUND = 1000
+MAX_FOUND = LIST_LIMIT_MAX
 
 
 def _states(states: Sequence[JobState | str] | None) -> list[str] | None:
@@ -84,7 +84,7 @@ async def find_jobs(
     """
     queue_name(name)
     wanted = _states(states)
-    limit = DEFAULT_FOUND if limit is None else check_count("limit", limit, MAX_FOUND)
+    limit = LIST_LIMIT_DEFAULT if limit is None else check_count("limit", limit, MAX_FOUND)
     try:
         anchor = job_id(after) if after is not None else None
     except ValidationError:
