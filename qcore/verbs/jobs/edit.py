@@ -28,6 +28,8 @@ from qcore.errors import (
 from qcore.job import EditResult, RedrivePreview
 from qcore.options import (
     EDIT_OPTIONS,
+    LIST_LIMIT_DEFAULT,
+    LIST_LIMIT_MAX,
     JobRecord,
     check_count,
     check_json,
@@ -50,7 +52,7 @@ KEEP: Final = object()
 MATCHES: Final = ("newest", "oldest", "all")
 
 #: most dead letter jobs one redrive moves
-REDRIVE_LIMIT_MAX: Final = 100_000
+REDRIVE_LIMIT_MAX: Final = LIST_LIMIT_MAX
 
 
 class RedriveFilter(TypedDict, total=False):
@@ -216,8 +218,7 @@ async def redrive(ctx: Context, name: str, **filters: Unpack[RedriveFilter]) -> 
     output; one with no queue to go to stays. Returns how many were moved.
     """
     queue_name(name)
-    values = _redrive_values(**filters)
-    narrowed = frozenset(values) - {"limit", "destination"}
+    values, narrowed = _checked_filter(**filters)
     into = "destination" in values
 
     async def attempt(route: QueueRoute) -> int | None:
@@ -249,16 +250,17 @@ async def redrive(ctx: Context, name: str, **filters: Unpack[RedriveFilter]) -> 
         ) from None
 
 
-def _redrive_values(
+def _checked_filter(
     *,
     destination: str | None = None,
     source_name: str | None = None,
     data: Mapping[str, Any] | None = None,
     created_before: dt.datetime | None = None,
     ids: Ids | None = None,
-    limit: int = 1000,
-) -> dict[str, Any]:
-    """A redrive's (or its preview's) filters and limit, checked: the values to bind."""
+    limit: int = LIST_LIMIT_DEFAULT,
+) -> tuple[dict[str, Any], frozenset[str]]:
+    """A redrive's (or its preview's) filter, checked: the values to bind, and the
+    names of the filters that narrow the jobs (all but ``limit`` and ``destination``)."""
     values: dict[str, Any] = {"limit": check_count("limit", limit, REDRIVE_LIMIT_MAX)}
     if destination is not None:
         values["destination"] = queue_name(destination, "destination")
@@ -276,7 +278,7 @@ def _redrive_values(
         values["created_before"] = created_before
     if ids is not None:
         values["ids"] = target_ids(ids)[0]
-    return values
+    return values, frozenset(values) - {"limit", "destination"}
 
 
 async def preview_redrive(
@@ -291,8 +293,7 @@ async def preview_redrive(
     ``limit`` means at least that many.
     """
     queue_name(name)
-    values = _redrive_values(**filters)
-    narrowed = frozenset(values) - {"limit", "destination"}
+    values, narrowed = _checked_filter(**filters)
 
     async def attempt(route: QueueRoute) -> list[Any]:
         statement = sql.preview_redrive(
