@@ -26,6 +26,7 @@ from functools import lru_cache
 from croniter import CroniterBadCronError, CroniterBadDateError, CroniterNotAlphaError, croniter
 
 from qcore.errors import ValidationError
+from qcore.options import check_count
 
 __all__ = [
     "WINDOW_SECONDS",
@@ -193,10 +194,7 @@ def preview(
     check_expression(expression)
     zone = tz or "UTC"
     check_timezone(zone)
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= PREVIEW_MAX_COUNT:
-        raise ValidationError(
-            f"count must be an integer from 1 to {PREVIEW_MAX_COUNT}, got {count!r}"
-        )
+    check_count("count", count, PREVIEW_MAX_COUNT)
     return next_occurrences(expression, zone, after, count, budget=PREVIEW_BUDGET_SECONDS)
 
 

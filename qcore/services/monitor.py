@@ -157,8 +157,10 @@ async def supervise(
     analyzed = await refresh_statistics(ctx)
     pass_seconds = max(monitor_interval_seconds or 0, maintenance_interval_seconds or 0)
     horizon = settings.monitor_vacuum and ctx.backend.capabilities.vacuum_stats
-    [gate] = await retry.run(ctx, sql.counts_deferred(ctx.q)) if horizon else [{}]
-    counting = not gate.get("deferred")
+    counting = True
+    if horizon:
+        [gate] = await retry.run(ctx, sql.counts_deferred(ctx.q))
+        counting = not gate["deferred"]
     counted_seconds = 0.0
     claimed: list[str] = []
     cached: list[str] = []

@@ -13,6 +13,7 @@ from functools import lru_cache
 
 from qcore.identifiers import quote
 from qcore.sql._statement import Params, Statement
+from qcore.sql.catalog import literal
 from qcore.sql.probes import claim_interval, job_tables
 
 __all__ = [
@@ -68,8 +69,7 @@ def bloat_plan(schema: str, *, min_pages: int, max_entries_per_page: float, rati
     ``max_entries_per_page``, at least ``ratio`` times the pages its entries need.
     PostgreSQL only (``pg_stats``, ``relpages``).
     """
-    literal = "'" + schema.replace("'", "''") + "'"
-    figures = job_indexes(quote(schema)).sql.replace("$1::text", f"{literal}::text")
+    figures = job_indexes(quote(schema)).sql.replace("$1::text", f"{literal(schema)}::text")
     return (
         "SELECT f.index, f.table_name, f.pages, f.entries, f.bytes, f.needed_pages"
         f" FROM ({figures}) f WHERE f.valid AND f.pages >= GREATEST({int(min_pages)}, 1)"
