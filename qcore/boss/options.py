@@ -34,7 +34,7 @@ from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any, TypeVar, get_type_hints
 
 from qcore.backend import Backend
-from qcore.db import ConnectionOptions
+from qcore.db import DEFAULT_LISTEN, ConnectionOptions, ListenOptions
 from qcore.errors import ConfigError, ValidationError
 from qcore.identifiers import schema_name
 from qcore.services.limiter import SystemLimits
@@ -125,9 +125,15 @@ class ConnectionSettings:
     data_dir: str | None = field(default=None, metadata=UNRECORDED)
     use_listen_notify: bool = False
     #: the listening connection's heartbeat and keepalive (pg-boss's notify*Ms, in seconds)
-    notify_heartbeat_interval_seconds: float = field(default=10.0, metadata=UNRECORDED)
-    notify_heartbeat_timeout_seconds: float = field(default=5.0, metadata=UNRECORDED)
-    notify_keep_alive_initial_delay_seconds: float = field(default=10.0, metadata=UNRECORDED)
+    notify_heartbeat_interval_seconds: float = field(
+        default=DEFAULT_LISTEN.heartbeat_seconds, metadata=UNRECORDED
+    )
+    notify_heartbeat_timeout_seconds: float = field(
+        default=DEFAULT_LISTEN.heartbeat_timeout_seconds, metadata=UNRECORDED
+    )
+    notify_keep_alive_initial_delay_seconds: float = field(
+        default=DEFAULT_LISTEN.keepalive_idle_seconds, metadata=UNRECORDED
+    )
 
     def __post_init__(self) -> None:
         schema_name(self.schema)  # validate now: a bad name never reaches the database
@@ -137,6 +143,14 @@ class ConnectionSettings:
             "notify_keep_alive_initial_delay_seconds",
         ):
             check_number(option, getattr(self, option), 0.1, 3600, integer=False)
+
+    def listening(self) -> ListenOptions:
+        """How the listening connection is kept alive, from the ``notify_*`` options."""
+        return ListenOptions(
+            heartbeat_seconds=self.notify_heartbeat_interval_seconds,
+            heartbeat_timeout_seconds=self.notify_heartbeat_timeout_seconds,
+            keepalive_idle_seconds=self.notify_keep_alive_initial_delay_seconds,
+        )
 
 
 def _interval(owner: object, *options: str) -> None:

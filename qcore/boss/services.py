@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 from qcore._version import __version__
 from qcore.context import Context
-from qcore.db import Database, ListenOptions
+from qcore.db import Database
 from qcore.events import Events
 from qcore.periodic import Service
 from qcore.services.bam import BamWorker
@@ -127,11 +127,7 @@ def _notifier(boss: Host) -> Service | None:
         on_queue=boss._wake,
         on_instance=boss._instance_noticed,
         on_reconnect=boss._reconnected,
-        listening=ListenOptions(
-            heartbeat_seconds=connection.notify_heartbeat_interval_seconds,
-            heartbeat_timeout_seconds=connection.notify_heartbeat_timeout_seconds,
-            keepalive_idle_seconds=connection.notify_keep_alive_initial_delay_seconds,
-        ),
+        listening=connection.listening(),
     )
 
 
