@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from qcore import cron
+from qcore import Boss, cron
 from qcore.errors import ValidationError
 
 UTC = dt.timezone.utc
@@ -128,3 +128,13 @@ def test_a_preview_is_checked_as_schedule_checks_it() -> None:
         cron.preview("* * * * *", tz=None, after=dt.datetime(2026, 1, 1))
     with pytest.raises(ValidationError, match="gave up"):
         cron.next_occurrences("0 0 29 2 *", "UTC", start, 1000, budget=0.0)
+
+
+def test_preview_schedule_refuses_an_unknown_option_as_every_verb_does() -> None:
+    boss = Boss("postgresql://postgres@127.0.0.1:5432/postgres")  # nothing is read
+    with pytest.raises(ValidationError, match=r"preview_schedule.*zone"):
+        boss.preview_schedule("* * * * *", zone="UTC")  # type: ignore[call-arg]
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    assert boss.preview_schedule("0 * * * *", from_=start, count=1) == [
+        start + dt.timedelta(hours=1)
+    ]

@@ -72,6 +72,7 @@ class ScheduleVerbs:
             self.context(db), name, key, limit=limit, after=after
         )
 
+    @verb()
     def preview_schedule(
         self: BossParts,
         cron: str,
